@@ -1,0 +1,158 @@
+package kvblock
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Hash names a full KV block and, through the chain, its whole prefix.
+type Hash struct {
+	Hi, Lo uint64
+}
+
+// IsZero reports whether h is the zero value (never a real block hash in practice).
+func (h Hash) IsZero() bool { return h.Hi == 0 && h.Lo == 0 }
+
+// String formats the hash as 32 hex digits.
+func (h Hash) String() string { return fmt.Sprintf("%016x%016x", h.Hi, h.Lo) }
+
+// Salt returns the root of a hash chain: requests whose model, LoRA adapter
+// or cache_salt differ never share blocks.
+func Salt(model, lora, cacheSalt string) Hash {
+	b := make([]byte, 0, len(model)+len(lora)+len(cacheSalt)+24)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(model)))
+	b = append(b, model...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(lora)))
+	b = append(b, lora...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(cacheSalt)))
+	b = append(b, cacheSalt...)
+	u := xxh3.Hash128(b)
+	return Hash{Hi: u.Hi, Lo: u.Lo}
+}
+
+// maxStackBlock is the largest block size hashed with a stack buffer.
+const maxStackBlock = 64
+
+// HashBlock returns the hash of one block of tokens whose predecessor (or the
+// salt, for block 0) is parent.
+func HashBlock(parent Hash, tokens []uint32) Hash {
+	if len(tokens) <= maxStackBlock {
+		var buf [16 + 4*maxStackBlock]byte
+		return hashInto(buf[:0], parent, tokens)
+	}
+	return hashInto(make([]byte, 0, 16+4*len(tokens)), parent, tokens)
+}
+
+// hashInto hashes (parent, tokens) using buf's capacity as scratch space.
+func hashInto(buf []byte, parent Hash, tokens []uint32) Hash {
+	buf = buf[:16+4*len(tokens)]
+	binary.LittleEndian.PutUint64(buf[0:8], parent.Hi)
+	binary.LittleEndian.PutUint64(buf[8:16], parent.Lo)
+	b := buf[16:]
+	for i, t := range tokens {
+		binary.LittleEndian.PutUint32(b[4*i:], t)
+	}
+	u := xxh3.Hash128(buf)
+	return Hash{Hi: u.Hi, Lo: u.Lo}
+}
+
+// AppendHashes appends the chained hashes of every full block of tokens to
+// dst and returns it. blockSize must be positive.
+func AppendHashes(dst []Hash, salt Hash, tokens []uint32, blockSize int) []Hash {
+	if blockSize <= 0 {
+		return dst
+	}
+	var stack [16 + 4*maxStackBlock]byte
+	buf := stack[:0]
+	if blockSize > maxStackBlock {
+		buf = make([]byte, 0, 16+4*blockSize)
+	}
+	parent := salt
+	for start := 0; start+blockSize <= len(tokens); start += blockSize {
+		parent = hashInto(buf, parent, tokens[start:start+blockSize])
+		dst = append(dst, parent)
+	}
+	return dst
+}
+
+// Segment is a run of Len tokens whose content is SegmentToken(ID, 0..Len-1).
+// Equal IDs mean equal content, so prompts that share leading segments share
+// leading blocks.
+type Segment struct {
+	ID  uint64
+	Len int
+}
+
+// SimVocabSize is the vocabulary of the simulator's synthetic tokens.
+const SimVocabSize = 32000
+
+// SegmentToken is the token at position pos of segment id: a pure function,
+// so block hashes can be derived without storing token arrays.
+func SegmentToken(id uint64, pos int) uint32 {
+	x := id*0x9E3779B97F4A7C15 + uint64(pos)*0xBF58476D1CE4E5B9 + 0x94D049BB133111EB
+	x ^= x >> 30
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 27
+	x *= 0x94D049BB133111EB
+	x ^= x >> 31
+	return uint32(x % SimVocabSize)
+}
+
+// TotalLen returns the number of tokens in a segment chain.
+func TotalLen(segs []Segment) int {
+	n := 0
+	for _, s := range segs {
+		n += s.Len
+	}
+	return n
+}
+
+// AppendSegmentTokens appends the tokens of a segment chain to dst.
+func AppendSegmentTokens(dst []uint32, segs []Segment) []uint32 {
+	for _, s := range segs {
+		for p := 0; p < s.Len; p++ {
+			dst = append(dst, SegmentToken(s.ID, p))
+		}
+	}
+	return dst
+}
+
+// AppendSegmentHashes appends the chained hashes of every full block of the
+// token sequence described by segs; the result equals
+// AppendHashes(dst, salt, AppendSegmentTokens(nil, segs), blockSize) without
+// materialising the tokens. At most maxBlocks hashes are appended when
+// maxBlocks >= 0.
+func AppendSegmentHashes(dst []Hash, salt Hash, segs []Segment, blockSize, maxBlocks int) []Hash {
+	if blockSize <= 0 {
+		return dst
+	}
+	var stackTok [maxStackBlock]uint32
+	block := stackTok[:0]
+	if blockSize > maxStackBlock {
+		block = make([]uint32, 0, blockSize)
+	}
+	var stack [16 + 4*maxStackBlock]byte
+	buf := stack[:0]
+	if blockSize > maxStackBlock {
+		buf = make([]byte, 0, 16+4*blockSize)
+	}
+	parent := salt
+	n := 0
+	for _, s := range segs {
+		for p := 0; p < s.Len; p++ {
+			block = append(block, SegmentToken(s.ID, p))
+			if len(block) == blockSize {
+				if maxBlocks >= 0 && n >= maxBlocks {
+					return dst
+				}
+				parent = hashInto(buf, parent, block)
+				dst = append(dst, parent)
+				n++
+				block = block[:0]
+			}
+		}
+	}
+	return dst
+}

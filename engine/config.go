@@ -1,0 +1,173 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Profile is the latency model: the duration of one engine step is linear in
+// features of the batch, so that calibration can fit it by least squares:
+//
+//	T = StepFixed
+//	  + PrefillToken   * prefill_tokens
+//	  + PrefillPair    * sum_i new_i*(ctx_i + new_i/2)     (prefill attention)
+//	  + DecodeSeq      * decode_seqs
+//	  + DecodeCtxToken * decode_ctx_tokens                   (KV read by decodes)
+//
+// For one prompt of u uncached tokens after c cached ones this is the familiar
+// P(u,c) = a*u + b*u*(c+u/2) + d.
+type Profile struct {
+	// StepFixedMs is the cost of any step (weights read, launch, sampling), in milliseconds.
+	StepFixedMs float64 `yaml:"step_fixed_ms" json:"step_fixed_ms"`
+	// PrefillTokenUs is the cost of each prefill token, in microseconds.
+	PrefillTokenUs float64 `yaml:"prefill_token_us" json:"prefill_token_us"`
+	// PrefillPairNs is the cost of each (new token, attended token) pair in prefill, in nanoseconds.
+	PrefillPairNs float64 `yaml:"prefill_pair_ns" json:"prefill_pair_ns"`
+	// DecodeSeqUs is the cost of each decoding sequence in the batch, in microseconds.
+	DecodeSeqUs float64 `yaml:"decode_seq_us" json:"decode_seq_us"`
+	// DecodeCtxTokenNs is the cost of each context token a decode reads, in nanoseconds.
+	DecodeCtxTokenNs float64 `yaml:"decode_ctx_token_ns" json:"decode_ctx_token_ns"`
+}
+
+// Batch holds the features of one step that the latency model prices.
+type Batch struct {
+	PrefillTokens   int64
+	PrefillPairs    float64 // sum of new*(ctx+new/2) over prefill chunks
+	DecodeSeqs      int64
+	DecodeCtxTokens int64
+}
+
+// StepTime returns the modelled duration of a step with batch b, rounded to
+// the nanosecond.
+func (p Profile) StepTime(b Batch) time.Duration {
+	// Explicit float64 conversions keep every product rounded on its own, so
+	// the result does not depend on fused multiply-add on any platform.
+	ms := float64(p.StepFixedMs) +
+		float64(p.PrefillTokenUs*float64(b.PrefillTokens))/1e3 +
+		float64(p.PrefillPairNs*b.PrefillPairs)/1e6 +
+		float64(p.DecodeSeqUs*float64(b.DecodeSeqs))/1e3 +
+		float64(p.DecodeCtxTokenNs*float64(b.DecodeCtxTokens))/1e6
+	return time.Duration(math.Round(ms * 1e6))
+}
+
+// PrefillTime returns the modelled time of prefilling u uncached tokens after
+// c cached ones alone in one step (no chunking): P(u,c).
+func (p Profile) PrefillTime(u, c int) time.Duration {
+	return p.StepTime(Batch{PrefillTokens: int64(u), PrefillPairs: float64(u) * (float64(c) + float64(u)/2)})
+}
+
+// Config is one engine's configuration: scheduler limits, KV cache and latency
+// profile. Field names follow vLLM's flags.
+type Config struct {
+	// Name identifies the profile (model x GPU), for reports.
+	Name string `yaml:"name" json:"name"`
+	// BlockSize is tokens per KV block (--block-size).
+	BlockSize int `yaml:"block_size" json:"block_size"`
+	// NumGPUBlocks is the KV cache capacity in blocks (--num-gpu-blocks-override).
+	NumGPUBlocks int `yaml:"num_gpu_blocks" json:"num_gpu_blocks"`
+	// MaxNumSeqs caps running sequences (--max-num-seqs).
+	MaxNumSeqs int `yaml:"max_num_seqs" json:"max_num_seqs"`
+	// MaxNumBatchedTokens is the token budget of one step (--max-num-batched-tokens).
+	MaxNumBatchedTokens int `yaml:"max_num_batched_tokens" json:"max_num_batched_tokens"`
+	// LongPrefillTokenThreshold caps the prefill chunk of one request per
+	// step; 0 means no cap beyond the budget (--long-prefill-token-threshold).
+	LongPrefillTokenThreshold int `yaml:"long_prefill_token_threshold" json:"long_prefill_token_threshold"`
+	// MaxModelLen bounds prompt + max_tokens (--max-model-len).
+	MaxModelLen int `yaml:"max_model_len" json:"max_model_len"`
+	// DisablePrefixCaching turns the prefix cache off (--no-enable-prefix-caching).
+	DisablePrefixCaching bool `yaml:"disable_prefix_caching" json:"disable_prefix_caching"`
+	// EnableKVEvents makes Step report BlockStored/BlockRemoved/AllBlocksCleared.
+	EnableKVEvents bool `yaml:"enable_kv_events" json:"enable_kv_events"`
+	// Latency is the step-time model.
+	Latency Profile `yaml:"latency" json:"latency"`
+}
+
+// DefaultConfig approximates an 8B model (bf16) on one 24 GB GPU: about
+// 64k tokens of KV cache (4,096 blocks of 16), ~12 ms decode steps, ~0.1 ms per
+// prefill token.
+func DefaultConfig() Config {
+	return Config{
+		Name:                "default-8b-24gb",
+		BlockSize:           16,
+		NumGPUBlocks:        4096,
+		MaxNumSeqs:          256,
+		MaxNumBatchedTokens: 2048,
+		MaxModelLen:         32768,
+		Latency: Profile{
+			StepFixedMs:      12,
+			PrefillTokenUs:   90,
+			PrefillPairNs:    3.3,
+			DecodeSeqUs:      150,
+			DecodeCtxTokenNs: 128,
+		},
+	}
+}
+
+// Validate checks c once; every message names the YAML field and what is allowed.
+func (c *Config) Validate() error {
+	var errs []error
+	pos := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be a positive integer, got %d", name, v))
+		}
+	}
+	pos("block_size", c.BlockSize)
+	pos("num_gpu_blocks", c.NumGPUBlocks)
+	pos("max_num_seqs", c.MaxNumSeqs)
+	pos("max_num_batched_tokens", c.MaxNumBatchedTokens)
+	pos("max_model_len", c.MaxModelLen)
+	if c.LongPrefillTokenThreshold < 0 {
+		errs = append(errs, fmt.Errorf("long_prefill_token_threshold: must be 0 (off) or positive, got %d", c.LongPrefillTokenThreshold))
+	}
+	coef := func(name string, v float64, strict bool) {
+		switch {
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			errs = append(errs, fmt.Errorf("latency.%s: must be a finite number, got %v", name, v))
+		case strict && v <= 0:
+			errs = append(errs, fmt.Errorf("latency.%s: must be positive, got %v", name, v))
+		case v < 0:
+			errs = append(errs, fmt.Errorf("latency.%s: must be zero or positive, got %v", name, v))
+		}
+	}
+	coef("step_fixed_ms", c.Latency.StepFixedMs, true)
+	coef("prefill_token_us", c.Latency.PrefillTokenUs, true)
+	coef("prefill_pair_ns", c.Latency.PrefillPairNs, false)
+	coef("decode_seq_us", c.Latency.DecodeSeqUs, false)
+	coef("decode_ctx_token_ns", c.Latency.DecodeCtxTokenNs, false)
+	return errors.Join(errs...)
+}
+
+// ParseConfig reads a profile from YAML: fields absent from data keep their
+// DefaultConfig values, unknown fields are errors, and the result is validated.
+func ParseConfig(data []byte) (Config, error) {
+	c := DefaultConfig()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("parse profile: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("invalid profile: %w", err)
+	}
+	return c, nil
+}
+
+// LoadConfig reads a profile YAML file (see ParseConfig).
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read profile: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,24 @@
+// Package engine models one vLLM v1 engine as a deterministic state machine
+// that is told the time.
+//
+// The engine never reads a clock, sleeps, starts goroutines or draws random
+// numbers. The caller owns time (a time.Duration since the run started):
+//
+//	e.Add(now, req)          // enqueue
+//	e.Abort(now, id)         // the client went away: free its slot and blocks at once
+//	res := e.Step(now)       // run one scheduler iteration starting at now
+//	at, ok := e.NextStep()   // when the engine wants to run next
+//
+// Step forms one continuous batch the way vLLM v1's scheduler does: running
+// requests first (one decode token each, or the next chunk of a chunked
+// prefill) within max_num_batched_tokens, then waiting requests in FIFO order
+// while blocks, budget and max_num_seqs last, with no admissions in a step that
+// preempted. Blocks live in a pool with a prefix cache keyed by chained block
+// hashes (package kvblock), ref counts and an LRU free queue. The step's
+// duration comes from the linear latency model in Profile; everything the step
+// produced (tokens, first tokens, finished requests, KV events) happens at
+// now+Duration.
+//
+// Start with Engine (engine.go), then scheduler.go and pool.go; Config and
+// Profile (config.go) hold the knobs and their YAML form.
+package engine

@@ -1,0 +1,195 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
+)
+
+// RequestID names a request inside one engine.
+type RequestID uint64
+
+// Request is what the engine needs to know of a request.
+type Request struct {
+	ID RequestID
+	// PromptTokens is the prompt's length.
+	PromptTokens int
+	// OutputTokens is how many tokens the request generates before it
+	// finishes (its true output length; at most max_tokens).
+	OutputTokens int
+	// MaxTokens is the client's max_tokens (checked against MaxModelLen); 0 means OutputTokens.
+	MaxTokens int
+	// BlockHashes names the full blocks of the request's token sequence,
+	// prompt then output, as kvblock derives them. Blocks past the prompt
+	// become cacheable once generated; a request that hashes fewer blocks
+	// than it fills simply caches fewer.
+	BlockHashes []kvblock.Hash
+}
+
+// Errors returned by Add and Abort.
+var (
+	ErrDuplicateID = errors.New("engine: duplicate request id")
+	ErrUnknownID   = errors.New("engine: unknown request id")
+	ErrTooLong     = errors.New("engine: request exceeds max_model_len")
+	ErrTooLarge    = errors.New("engine: request needs more KV blocks than the engine has")
+	ErrInvalid     = errors.New("engine: invalid request")
+)
+
+type seqState uint8
+
+const (
+	stateWaiting seqState = iota
+	stateRunning
+)
+
+// seq is a request inside the engine.
+type seq struct {
+	id          RequestID
+	prompt      int
+	output      int
+	hashes      []kvblock.Hash
+	arrival     time.Duration
+	numComputed int
+	numOutput   int
+	numStored   int // leading blocks registered in the prefix cache
+	blocks      []int32
+	cached      int // prompt tokens served from the prefix cache at first admission; -1 before
+	preemptions int
+	state       seqState
+	done        bool
+	newTokens   int // scheduled in the current step
+	lastToken   time.Duration
+}
+
+func (s *seq) numTokens() int { return s.prompt + s.numOutput }
+
+// Engine is one vLLM v1 engine. It is not safe for concurrent use; drive it
+// from one goroutine.
+type Engine struct {
+	cfg     Config
+	pool    *pool
+	seqs    map[RequestID]*seq
+	waiting deque
+	running []*seq
+	sched   []*seq // scheduled in the current step
+	hitBuf  []int32
+
+	now       time.Duration // latest time the engine was told
+	busyUntil time.Duration // end of the last step
+	metrics   Metrics
+	res       Result
+	events    []KVEvent
+}
+
+// New returns an idle engine with an empty cache. cfg is validated.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("engine config: %w", err)
+	}
+	e := &Engine{
+		cfg:  cfg,
+		pool: newPool(cfg.NumGPUBlocks, cfg.BlockSize, !cfg.DisablePrefixCaching),
+		seqs: make(map[RequestID]*seq),
+	}
+	if cfg.EnableKVEvents {
+		e.pool.events = &e.events
+	}
+	e.metrics.NumGPUBlocks = cfg.NumGPUBlocks
+	return e, nil
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+func (e *Engine) tell(now time.Duration) {
+	if now > e.now {
+		e.now = now
+	}
+}
+
+// blocksFor returns the blocks needed to hold n tokens.
+func (e *Engine) blocksFor(n int) int { return (n + e.cfg.BlockSize - 1) / e.cfg.BlockSize }
+
+// Add enqueues req at time now. It fails if the id is in use, if prompt plus
+// max_tokens exceed MaxModelLen, or if the request could never fit in the KV
+// cache.
+func (e *Engine) Add(now time.Duration, req Request) error {
+	e.tell(now)
+	if req.PromptTokens <= 0 || req.OutputTokens <= 0 {
+		return fmt.Errorf("%w: prompt_tokens %d and output tokens %d must be positive", ErrInvalid, req.PromptTokens, req.OutputTokens)
+	}
+	if _, dup := e.seqs[req.ID]; dup {
+		return fmt.Errorf("%w: %d", ErrDuplicateID, req.ID)
+	}
+	maxTok := max(req.MaxTokens, req.OutputTokens)
+	if req.PromptTokens+maxTok > e.cfg.MaxModelLen {
+		return fmt.Errorf("%w: %d prompt + %d max tokens > %d", ErrTooLong, req.PromptTokens, maxTok, e.cfg.MaxModelLen)
+	}
+	// The last sampled token is never fed back, so a request holds at most
+	// prompt+output-1 tokens of KV.
+	if need := e.blocksFor(req.PromptTokens + req.OutputTokens - 1); need > e.cfg.NumGPUBlocks {
+		return fmt.Errorf("%w: %d blocks needed, %d available", ErrTooLarge, need, e.cfg.NumGPUBlocks)
+	}
+	s := &seq{
+		id:      req.ID,
+		prompt:  req.PromptTokens,
+		output:  req.OutputTokens,
+		hashes:  req.BlockHashes,
+		arrival: now,
+		cached:  -1,
+	}
+	e.seqs[req.ID] = s
+	e.waiting.pushBack(s)
+	return nil
+}
+
+// Abort removes a request at once, freeing its slot and its blocks (which stay
+// cached). Outputs of an in-progress step for it should be ignored by the caller.
+func (e *Engine) Abort(now time.Duration, id RequestID) error {
+	e.tell(now)
+	s, ok := e.seqs[id]
+	if !ok {
+		return fmt.Errorf("%w: %d", ErrUnknownID, id)
+	}
+	delete(e.seqs, id)
+	switch s.state {
+	case stateWaiting:
+		e.waiting.remove(s)
+	case stateRunning:
+		for i, r := range e.running {
+			if r == s {
+				e.running = append(e.running[:i], e.running[i+1:]...)
+				break
+			}
+		}
+	}
+	e.pool.release(s.blocks)
+	s.blocks = nil
+	e.metrics.RequestsAborted++
+	return nil
+}
+
+// NextStep returns when the engine wants to run its next step: the end of the
+// current step (or now, if idle) when it has work, ok=false when it has none.
+func (e *Engine) NextStep() (time.Duration, bool) {
+	if len(e.running) == 0 && e.waiting.len() == 0 {
+		return 0, false
+	}
+	return max(e.now, e.busyUntil), true
+}
+
+// Busy reports whether a step is in progress at time now.
+func (e *Engine) Busy(now time.Duration) bool { return now < e.busyUntil }
+
+// ResetPrefixCache drops every cached block, as vLLM's /reset_prefix_cache.
+// It fails (false) while any block is in use.
+func (e *Engine) ResetPrefixCache() (bool, []KVEvent) {
+	e.events = e.events[:0]
+	ok := e.pool.reset()
+	return ok, e.events
+}
+
+// Len returns the number of requests in the engine (waiting or running).
+func (e *Engine) Len() int { return len(e.seqs) }

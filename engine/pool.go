@@ -1,0 +1,192 @@
+package engine
+
+import "github.com/inferrail/inferrail/engine/kvblock"
+
+// block is one KV block slot.
+type block struct {
+	ref        int32
+	prev, next int32 // free-queue links (indices), nilBlock at the ends
+	inFree     bool
+	hashed     bool
+	hash       kvblock.Hash
+}
+
+const nilBlock = int32(-1)
+
+// pool is the KV block pool with vLLM v1's prefix cache: blocks with a
+// reference count of zero sit in an LRU free queue (front evicted first); a
+// free block that still carries a hash stays findable in the cache until its
+// slot is reallocated.
+type pool struct {
+	blocks     []block
+	head, tail int32 // free queue
+	nfree      int
+	cached     map[kvblock.Hash]int32
+	caching    bool
+	events     *[]KVEvent // nil when KV events are off
+	blockSize  int
+}
+
+func newPool(n, blockSize int, caching bool) *pool {
+	p := &pool{
+		blocks:    make([]block, n),
+		head:      nilBlock,
+		tail:      nilBlock,
+		cached:    make(map[kvblock.Hash]int32, n),
+		caching:   caching,
+		blockSize: blockSize,
+	}
+	for i := range p.blocks {
+		p.blocks[i] = block{prev: nilBlock, next: nilBlock}
+		p.pushBack(int32(i))
+	}
+	return p
+}
+
+func (p *pool) pushBack(id int32) {
+	b := &p.blocks[id]
+	b.inFree = true
+	b.prev, b.next = p.tail, nilBlock
+	if p.tail != nilBlock {
+		p.blocks[p.tail].next = id
+	} else {
+		p.head = id
+	}
+	p.tail = id
+	p.nfree++
+}
+
+func (p *pool) unlink(id int32) {
+	b := &p.blocks[id]
+	if b.prev != nilBlock {
+		p.blocks[b.prev].next = b.next
+	} else {
+		p.head = b.next
+	}
+	if b.next != nilBlock {
+		p.blocks[b.next].prev = b.prev
+	} else {
+		p.tail = b.prev
+	}
+	b.prev, b.next, b.inFree = nilBlock, nilBlock, false
+	p.nfree--
+}
+
+// lookup returns how many leading hashes are cached, appending their block
+// ids to ids.
+func (p *pool) lookup(hashes []kvblock.Hash, ids []int32) []int32 {
+	if !p.caching {
+		return ids
+	}
+	for _, h := range hashes {
+		id, ok := p.cached[h]
+		if !ok {
+			break
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// freeAmong counts how many of ids are in the free queue (reusing them takes
+// them out of the free count).
+func (p *pool) freeAmong(ids []int32) int {
+	n := 0
+	for _, id := range ids {
+		if p.blocks[id].ref == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// touch takes a reference on a cached block.
+func (p *pool) touch(id int32) {
+	b := &p.blocks[id]
+	if b.ref == 0 && b.inFree {
+		p.unlink(id)
+	}
+	b.ref++
+}
+
+// alloc takes the least recently freed block, evicting its cached hash.
+// The caller has checked nfree > 0.
+func (p *pool) alloc() int32 {
+	id := p.head
+	p.unlink(id)
+	b := &p.blocks[id]
+	if b.hashed {
+		if cur, ok := p.cached[b.hash]; ok && cur == id {
+			delete(p.cached, b.hash)
+			if p.events != nil {
+				*p.events = append(*p.events, KVEvent{Kind: BlockRemoved, BlockHashes: []kvblock.Hash{b.hash}, Medium: MediumGPU})
+			}
+		}
+		b.hashed = false
+		b.hash = kvblock.Hash{}
+	}
+	b.ref = 1
+	return id
+}
+
+// release drops one reference on each block, tail first, so that a
+// sequence's last blocks are evicted before its first ones.
+func (p *pool) release(ids []int32) {
+	for i := len(ids) - 1; i >= 0; i-- {
+		id := ids[i]
+		b := &p.blocks[id]
+		b.ref--
+		if b.ref == 0 {
+			p.pushBack(id)
+		}
+	}
+}
+
+// store registers full blocks ids[from:to] under hashes[from:to]. A hash that
+// is already cached in another block is left there (the new block stays
+// anonymous), as vLLM keeps the first copy findable.
+func (p *pool) store(ids []int32, hashes []kvblock.Hash, from, to int) {
+	if !p.caching || from >= to {
+		return
+	}
+	var stored []kvblock.Hash
+	for k := from; k < to; k++ {
+		id := ids[k]
+		b := &p.blocks[id]
+		if b.hashed {
+			continue
+		}
+		h := hashes[k]
+		if _, dup := p.cached[h]; dup {
+			continue
+		}
+		b.hashed, b.hash = true, h
+		p.cached[h] = id
+		if p.events != nil {
+			stored = append(stored, h)
+		}
+	}
+	if p.events != nil && len(stored) > 0 {
+		ev := KVEvent{Kind: BlockStored, BlockHashes: stored, BlockSize: p.blockSize, Medium: MediumGPU}
+		if from > 0 {
+			ev.ParentBlockHash, ev.HasParent = hashes[from-1], true
+		}
+		*p.events = append(*p.events, ev)
+	}
+}
+
+// reset drops every cached hash; it is only valid when no block is referenced.
+func (p *pool) reset() bool {
+	if p.nfree != len(p.blocks) {
+		return false
+	}
+	for i := range p.blocks {
+		p.blocks[i].hashed = false
+		p.blocks[i].hash = kvblock.Hash{}
+	}
+	clear(p.cached)
+	if p.events != nil {
+		*p.events = append(*p.events, KVEvent{Kind: AllBlocksCleared, Medium: MediumGPU})
+	}
+	return true
+}

@@ -1,0 +1,296 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
+)
+
+// Emission is a token a request produced at the end of a step.
+type Emission struct {
+	ID RequestID
+	// Output is the number of tokens the request has produced so far,
+	// this one included (1 for the first token).
+	Output int
+	// CachedTokens is the prompt tokens served from the prefix cache at the
+	// request's first admission.
+	CachedTokens int
+	// Finished reports that this was the request's last token; its slot and
+	// blocks are already free.
+	Finished bool
+	// Preemptions counts how often the request was preempted so far.
+	Preemptions int
+}
+
+// Result is what one step did. Everything in it happens at Start+Duration.
+// The slices are reused by the next Step call.
+type Result struct {
+	Start    time.Duration
+	Duration time.Duration
+	// Batch holds the priced features of the step.
+	Batch Batch
+	// Scheduled is the number of requests in the batch.
+	Scheduled int
+	// Emitted lists every token produced, in batch order.
+	Emitted []Emission
+	// Preempted lists requests preempted (sent back to waiting) in this step.
+	Preempted []RequestID
+	// Events are the KV events of the step (only with Config.EnableKVEvents).
+	Events []KVEvent
+}
+
+// End returns when the step's outputs happen.
+func (r *Result) End() time.Duration { return r.Start + r.Duration }
+
+// Medium names where a block lives, as vLLM's KV events do.
+const MediumGPU = "GPU"
+
+// KVEventKind is the type of a KV event.
+type KVEventKind uint8
+
+// The KV event kinds, named as vLLM names them.
+const (
+	BlockStored KVEventKind = iota + 1
+	BlockRemoved
+	AllBlocksCleared
+)
+
+func (k KVEventKind) String() string {
+	switch k {
+	case BlockStored:
+		return "BlockStored"
+	case BlockRemoved:
+		return "BlockRemoved"
+	case AllBlocksCleared:
+		return "AllBlocksCleared"
+	}
+	return "unknown"
+}
+
+// KVEvent mirrors vLLM's KV cache events.
+type KVEvent struct {
+	Kind        KVEventKind
+	BlockHashes []kvblock.Hash
+	// ParentBlockHash is the hash of the block before the first stored one.
+	ParentBlockHash kvblock.Hash
+	HasParent       bool
+	BlockSize       int
+	Medium          string
+}
+
+// Metrics are the engine's counters and gauges, named after vLLM's.
+type Metrics struct {
+	Running            int     // vllm:num_requests_running
+	Waiting            int     // vllm:num_requests_waiting
+	KVCacheUsage       float64 // vllm:kv_cache_usage_perc (referenced blocks / all blocks)
+	NumGPUBlocks       int
+	UsedBlocks         int
+	CachedBlocks       int   // blocks findable in the prefix cache
+	PrefixCacheQueries int64 // vllm:prefix_cache_queries_total (tokens)
+	PrefixCacheHits    int64 // vllm:prefix_cache_hits_total (tokens)
+	Preemptions        int64 // vllm:num_preemptions_total
+	PromptTokens       int64 // vllm:prompt_tokens_total
+	GenerationTokens   int64 // vllm:generation_tokens_total
+	RequestsFinished   int64 // vllm:request_success_total
+	RequestsAborted    int64
+	Steps              int64
+	BusyTime           time.Duration
+}
+
+// Metrics returns the engine's current counters and gauges.
+func (e *Engine) Metrics() Metrics {
+	m := e.metrics
+	m.Running = len(e.running)
+	m.Waiting = e.waiting.len()
+	m.UsedBlocks = e.cfg.NumGPUBlocks - e.pool.nfree
+	m.KVCacheUsage = float64(m.UsedBlocks) / float64(e.cfg.NumGPUBlocks)
+	m.CachedBlocks = len(e.pool.cached)
+	return m
+}
+
+// Step runs one scheduler iteration starting at now (or at the end of the
+// previous step, if that is later) and returns what it did. The result is
+// valid until the next call.
+func (e *Engine) Step(now time.Duration) *Result {
+	e.tell(now)
+	start := max(e.now, e.busyUntil)
+	res := &e.res
+	*res = Result{Start: start, Emitted: res.Emitted[:0], Preempted: res.Preempted[:0]}
+	e.events = e.events[:0]
+	e.sched = e.sched[:0]
+
+	budget := e.cfg.MaxNumBatchedTokens
+	preempted := false
+	// Running requests first: the next decode token or prefill chunk.
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		s := e.running[i]
+		n := e.chunk(s.numTokens()-s.numComputed, budget)
+		if n <= 0 {
+			continue
+		}
+		scheduled := true
+		for !e.grow(s, n) {
+			victim := e.running[len(e.running)-1]
+			e.running = e.running[:len(e.running)-1]
+			e.preempt(victim)
+			res.Preempted = append(res.Preempted, victim.id)
+			preempted = true
+			if victim == s {
+				scheduled = false
+				break
+			}
+		}
+		if !scheduled {
+			break
+		}
+		s.newTokens = n
+		e.sched = append(e.sched, s)
+		budget -= n
+	}
+	// Then waiting requests in order, unless this step preempted.
+	for !preempted && e.waiting.len() > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
+		s := e.waiting.front()
+		if !e.admit(s, budget) {
+			break
+		}
+		e.waiting.popFront()
+		s.state = stateRunning
+		e.running = append(e.running, s)
+		e.sched = append(e.sched, s)
+		budget -= s.newTokens
+	}
+
+	// Execute: price the batch, advance every scheduled request.
+	var b Batch
+	for _, s := range e.sched {
+		ctx, n := s.numComputed, s.newTokens
+		if n == 1 && s.numOutput > 0 && ctx == s.numTokens()-1 {
+			b.DecodeSeqs++
+			b.DecodeCtxTokens += int64(ctx + 1)
+		} else {
+			b.PrefillTokens += int64(n)
+			b.PrefillPairs += float64(n) * (float64(ctx) + float64(n)/2)
+		}
+		s.numComputed += n
+		if full := min(s.numComputed/e.cfg.BlockSize, len(s.hashes)); full > s.numStored {
+			e.pool.store(s.blocks, s.hashes, s.numStored, full)
+			s.numStored = full
+		}
+	}
+	res.Batch = b
+	res.Scheduled = len(e.sched)
+	if len(e.sched) == 0 {
+		res.Events = e.events
+		return res
+	}
+	res.Duration = e.cfg.Latency.StepTime(b)
+	end := start + res.Duration
+	e.busyUntil = end
+	e.metrics.Steps++
+	e.metrics.BusyTime += res.Duration
+
+	finished := 0
+	for _, s := range e.sched {
+		s.newTokens = 0
+		if s.numComputed < s.numTokens() {
+			continue // a prefill chunk that did not reach the end of the sequence
+		}
+		s.numOutput++
+		s.lastToken = end
+		e.metrics.GenerationTokens++
+		em := Emission{ID: s.id, Output: s.numOutput, CachedTokens: s.cached, Preemptions: s.preemptions}
+		if s.numOutput >= s.output {
+			em.Finished = true
+			s.done = true
+			finished++
+			e.pool.release(s.blocks)
+			s.blocks = nil
+			delete(e.seqs, s.id)
+			e.metrics.RequestsFinished++
+		}
+		res.Emitted = append(res.Emitted, em)
+	}
+	if finished > 0 {
+		kept := e.running[:0]
+		for _, s := range e.running {
+			if !s.done {
+				kept = append(kept, s)
+			}
+		}
+		clear(e.running[len(kept):])
+		e.running = kept
+	}
+	res.Events = e.events
+	return res
+}
+
+// chunk caps a request's next token count by the long-prefill threshold and
+// the remaining budget.
+func (e *Engine) chunk(n, budget int) int {
+	if t := e.cfg.LongPrefillTokenThreshold; t > 0 && n > t {
+		n = t
+	}
+	return min(n, budget)
+}
+
+// grow allocates the blocks a running request needs for n more tokens.
+func (e *Engine) grow(s *seq, n int) bool {
+	need := e.blocksFor(s.numComputed+n) - len(s.blocks)
+	if need > e.pool.nfree {
+		return false
+	}
+	for range need {
+		s.blocks = append(s.blocks, e.pool.alloc())
+	}
+	return true
+}
+
+// admit looks up the waiting request's cached prefix and allocates blocks for
+// its first chunk; false leaves it waiting.
+func (e *Engine) admit(s *seq, budget int) bool {
+	total := s.numTokens()
+	// A fully cached sequence still recomputes its last token.
+	maxHit := min((total-1)/e.cfg.BlockSize, len(s.hashes))
+	hits := e.pool.lookup(s.hashes[:maxHit], e.hitBuf[:0])
+	e.hitBuf = hits
+	computed := len(hits) * e.cfg.BlockSize
+	n := e.chunk(total-computed, budget)
+	if n <= 0 {
+		return false
+	}
+	need := e.blocksFor(computed+n) - len(hits)
+	if need+e.pool.freeAmong(hits) > e.pool.nfree {
+		return false
+	}
+	for _, id := range hits {
+		e.pool.touch(id)
+	}
+	s.blocks = append(s.blocks[:0], hits...)
+	for range need {
+		s.blocks = append(s.blocks, e.pool.alloc())
+	}
+	s.numComputed = computed
+	s.numStored = len(hits)
+	s.newTokens = n
+	e.metrics.PrefixCacheQueries += int64(total)
+	e.metrics.PrefixCacheHits += int64(computed)
+	if s.cached < 0 {
+		s.cached = min(computed, s.prompt)
+		e.metrics.PromptTokens += int64(s.prompt)
+	}
+	return true
+}
+
+// preempt sends a running request back to the front of the waiting queue,
+// dropping its blocks: it will recompute (vLLM v1's preemption mode).
+func (e *Engine) preempt(s *seq) {
+	e.pool.release(s.blocks)
+	s.blocks = s.blocks[:0]
+	s.numComputed = 0
+	s.numStored = 0
+	s.newTokens = 0
+	s.preemptions++
+	s.state = stateWaiting
+	e.waiting.pushFront(s)
+	e.metrics.Preemptions++
+}

@@ -1,0 +1,122 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
+)
+
+// Request is what the router knows of a request when it picks a replica.
+type Request struct {
+	ID           uint64
+	Model        string
+	Session      uint64
+	Priority     int
+	PromptTokens int
+	// BlockHashes names the prompt's full blocks (may be nil when the router
+	// could not tokenize the prompt).
+	BlockHashes []kvblock.Hash
+}
+
+// EngineLoad is the engine's own view of its load, as of its last scrape.
+type EngineLoad struct {
+	Valid        bool          // false until the first scrape
+	Age          time.Duration // how old the numbers are
+	Running      int           // vllm:num_requests_running
+	Waiting      int           // vllm:num_requests_waiting
+	KVCacheUsage float64       // vllm:kv_cache_usage_perc
+}
+
+// Load is a replica's load as the gateway sees it: its own counters exact and
+// current, the engine's as of the last scrape.
+type Load struct {
+	InFlight            int // requests dispatched and not finished
+	Pending             int // dispatched, first token not yet seen
+	PendingPromptTokens int // prompt tokens of the pending requests
+	Engine              EngineLoad
+}
+
+// Candidate is a replica that can serve the request: healthy, serving the
+// model, with room.
+type Candidate struct {
+	Replica int // index of the replica in the fleet
+	Name    string
+	Load    Load
+	// PredictedCachedTokens is the KV index's prediction of the prompt tokens
+	// this replica holds (0 without an index).
+	PredictedCachedTokens int
+}
+
+// Policy picks one of the candidates (by index into cands) for req. cands is
+// never empty. Policies are not safe for concurrent use; the caller serialises.
+type Policy interface {
+	Name() string
+	Pick(req *Request, cands []Candidate) int
+}
+
+// ErrNoCandidates is returned when no replica can take a request.
+var ErrNoCandidates = errors.New("router: no replica can serve the request")
+
+// Options configure policy construction.
+type Options struct {
+	// Seed seeds every randomised policy; the same seed replays the same choices.
+	Seed uint64
+}
+
+type factory func(Options) Policy
+
+// registry lists the policies by name. It is a function, not a package
+// variable, so there is no global mutable state.
+func registry() map[string]factory {
+	return map[string]factory{
+		"round_robin":   func(Options) Policy { return &RoundRobin{} },
+		"random":        func(o Options) Policy { return &Random{rng: subRNG(o.Seed, "random")} },
+		"least_request": func(o Options) Policy { return &LeastRequest{rng: subRNG(o.Seed, "least_request")} },
+		"p2c":           func(o Options) Policy { return &P2C{rng: subRNG(o.Seed, "p2c")} },
+	}
+}
+
+// Names lists the policies New accepts, sorted.
+func Names() []string {
+	names := make([]string, 0, 8)
+	for n := range registry() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// New builds the policy called name.
+func New(name string, o Options) (Policy, error) {
+	f, ok := registry()[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown policy %q (allowed: %s)", name, strings.Join(Names(), ", "))
+	}
+	return f(o), nil
+}
+
+// subRNG derives a subsystem's random source from the run seed, so adding a
+// random draw in one place never reshuffles another.
+func subRNG(seed uint64, name string) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte("router/" + name))
+	return rand.New(rand.NewPCG(seed, h.Sum64()))
+}
+
+// Pick runs p over cands and checks the answer.
+func Pick(p Policy, req *Request, cands []Candidate) (int, error) {
+	if len(cands) == 0 {
+		return -1, ErrNoCandidates
+	}
+	i := p.Pick(req, cands)
+	if i < 0 || i >= len(cands) {
+		return -1, fmt.Errorf("router: policy %s picked candidate %d of %d", p.Name(), i, len(cands))
+	}
+	return i, nil
+}

@@ -132,4 +132,3 @@ func BenchmarkPick(b *testing.B) {
 		}
 	}
 }
-

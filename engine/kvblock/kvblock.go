@@ -125,23 +125,38 @@ func AppendSegmentTokens(dst []uint32, segs []Segment) []uint32 {
 // materialising the tokens. At most maxBlocks hashes are appended when
 // maxBlocks >= 0.
 func AppendSegmentHashes(dst []Hash, salt Hash, segs []Segment, blockSize, maxBlocks int) []Hash {
+	return AppendSegmentHashesFrom(dst, salt, segs, blockSize, 0, maxBlocks)
+}
+
+// AppendSegmentHashesFrom continues a chain: it skips the first skipBlocks
+// full blocks of segs (whose last hash is parent, or the salt when
+// skipBlocks is 0) and appends the hashes of the blocks after them, at most
+// maxBlocks when maxBlocks >= 0. Callers that memoise the hashes of a shared
+// prefix use it to hash only the rest.
+func AppendSegmentHashesFrom(dst []Hash, parent Hash, segs []Segment, blockSize, skipBlocks, maxBlocks int) []Hash {
 	if blockSize <= 0 {
 		return dst
 	}
 	var stackTok [maxStackBlock]uint32
 	block := stackTok[:0]
-	if blockSize > maxStackBlock {
-		block = make([]uint32, 0, blockSize)
-	}
 	var stack [16 + 4*maxStackBlock]byte
 	buf := stack[:0]
 	if blockSize > maxStackBlock {
+		block = make([]uint32, 0, blockSize)
 		buf = make([]byte, 0, 16+4*blockSize)
 	}
-	parent := salt
+	skip := skipBlocks * blockSize
 	n := 0
 	for _, s := range segs {
-		for p := 0; p < s.Len; p++ {
+		p := 0
+		if skip > 0 {
+			if skip >= s.Len {
+				skip -= s.Len
+				continue
+			}
+			p, skip = skip, 0
+		}
+		for ; p < s.Len; p++ {
 			block = append(block, SegmentToken(s.ID, p))
 			if len(block) == blockSize {
 				if maxBlocks >= 0 && n >= maxBlocks {

@@ -31,6 +31,21 @@ func TestSegmentHashesEqualTokenHashes(t *testing.T) {
 				t.Fatalf("block %d: segment hash %v != token hash %v", i, got[i], want[i])
 			}
 		}
+		if skip := rapid.IntRange(0, len(got)).Draw(t, "skip"); true {
+			parent := salt
+			if skip > 0 {
+				parent = want[skip-1]
+			}
+			rest := AppendSegmentHashesFrom(append([]Hash(nil), want[:skip]...), parent, segs, bs, skip, -1)
+			if len(rest) != len(want) {
+				t.Fatalf("continued chain has %d blocks, want %d", len(rest), len(want))
+			}
+			for i := range want {
+				if rest[i] != want[i] {
+					t.Fatalf("continued chain differs at block %d", i)
+				}
+			}
+		}
 		if k := rapid.IntRange(0, len(got)).Draw(t, "max"); true {
 			lim := AppendSegmentHashes(nil, salt, segs, bs, k)
 			if len(lim) != k {

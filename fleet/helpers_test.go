@@ -1,0 +1,5 @@
+package fleet
+
+import "github.com/inferrail/inferrail/workload"
+
+func workloadDefault(name string) (workload.Config, error) { return workload.DefaultConfig(name) }

@@ -1,0 +1,452 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/results"
+	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/workload"
+)
+
+// Config configures one simulated run.
+type Config struct {
+	// Seed seeds the workload and the router; the same seed gives the same
+	// run, bit for bit.
+	Seed uint64
+	// Workload selects and parameterises the request stream (its Seed is
+	// replaced by Seed).
+	Workload workload.Config
+	// Policy names the routing policy (router.Names).
+	Policy string
+	// Replicas is the number of engines in the fleet.
+	Replicas int
+	// Engine configures every engine (scheduler limits, KV cache, latency profile).
+	Engine engine.Config
+	// ScrapeInterval is how often the gateway reads each engine's metrics;
+	// the router sees engine numbers up to this old.
+	ScrapeInterval time.Duration
+	// Warmup excludes requests that arrive before it from the summary.
+	Warmup time.Duration
+	// SLO is the latency objective for attainment and goodput.
+	SLO results.SLO
+	// Progress, when set, is called now and then during the run and once at the end.
+	Progress func(Progress)
+}
+
+// Progress reports how far a run is.
+type Progress struct {
+	Created   int           // requests created so far
+	Finished  int           // requests completed or failed
+	Target    int           // requests the run will create, 0 if bounded by duration only
+	Simulated time.Duration // virtual time reached
+	Horizon   time.Duration // the duration bound, 0 if none
+	Done      bool
+}
+
+// DefaultConfig returns the defaults of `inferrail sim`: W1 on four default
+// engines, round robin, 100 ms scrapes, the default SLO.
+func DefaultConfig() Config {
+	w, _ := workload.DefaultConfig("w1")
+	return Config{
+		Seed:           1,
+		Workload:       w,
+		Policy:         "round_robin",
+		Replicas:       4,
+		Engine:         engine.DefaultConfig(),
+		ScrapeInterval: 100 * time.Millisecond,
+		SLO:            results.DefaultSLO(),
+	}
+}
+
+// MaxReplicas bounds the fleet size of one simulation.
+const MaxReplicas = 4096
+
+// Validate checks c once; every message names the setting and what is allowed.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Replicas < 1 || c.Replicas > MaxReplicas {
+		errs = append(errs, fmt.Errorf("replicas: must be between 1 and %d, got %d", MaxReplicas, c.Replicas))
+	}
+	if c.ScrapeInterval <= 0 {
+		errs = append(errs, fmt.Errorf("scrape-interval: must be positive, got %v", c.ScrapeInterval))
+	}
+	if c.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("warmup: must be zero or positive, got %v", c.Warmup))
+	}
+	if _, err := router.New(c.Policy, router.Options{}); err != nil {
+		errs = append(errs, fmt.Errorf("policy: %w", err))
+	}
+	if err := c.SLO.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Engine.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("profile: %w", err))
+	}
+	w := c.Workload
+	w.Seed = c.Seed
+	if err := w.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("workload: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Output is everything a run produced.
+type Output struct {
+	Summary results.Summary
+	// Records holds one record per request, in arrival order.
+	Records []results.Record
+	// Engines holds each engine's final counters.
+	Engines []engine.Metrics
+}
+
+// replica is one engine and the gateway's view of it.
+type replica struct {
+	name      string
+	eng       *engine.Engine
+	load      router.Load
+	scrapedAt time.Duration
+	stepping  bool              // a step-end event is in the heap
+	pending   []engine.Emission // outputs of the step in progress
+}
+
+// reqState is a request in flight.
+type reqState struct {
+	w         *workload.Request
+	rec       int // index into sim.records
+	replica   int
+	lastToken time.Duration
+	measured  bool
+}
+
+type memoKey struct {
+	salt kvblock.Hash
+	seg  kvblock.Segment
+}
+
+// sim is one run's state.
+type sim struct {
+	cfg      Config
+	src      workload.Source
+	pol      router.Policy
+	reps     []*replica
+	heap     eventHeap
+	reqs     map[uint64]*reqState
+	records  []results.Record
+	itl      *results.Histogram
+	cands    []router.Candidate
+	salts    map[string]kvblock.Hash
+	memo     map[memoKey][]kvblock.Hash
+	segsBuf  []kvblock.Segment
+	live     int // requests created and not finished, plus a pending open-loop arrival
+	finished int
+	events   int64
+	now      time.Duration
+}
+
+// memoLimit bounds the memo of shared leading segments' block hashes.
+const memoLimit = 4096
+
+// Simulate runs one simulation to completion: every request the workload
+// creates is routed, served and recorded.
+func Simulate(cfg Config) (*Output, error) {
+	wall := time.Now()
+	s, err := newSim(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.run(); err != nil {
+		return nil, err
+	}
+	return s.output(time.Since(wall)), nil
+}
+
+func newSim(cfg Config) (*sim, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	wcfg := cfg.Workload
+	wcfg.Seed = cfg.Seed
+	src, err := workload.New(wcfg)
+	if err != nil {
+		return nil, fmt.Errorf("workload: %w", err)
+	}
+	pol, err := router.New(cfg.Policy, router.Options{Seed: cfg.Seed})
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	s := &sim{
+		cfg:   cfg,
+		src:   src,
+		pol:   pol,
+		reqs:  make(map[uint64]*reqState),
+		itl:   results.NewHistogram(),
+		salts: make(map[string]kvblock.Hash),
+		memo:  make(map[memoKey][]kvblock.Hash),
+	}
+	s.reps = make([]*replica, cfg.Replicas)
+	for i := range s.reps {
+		eng, err := engine.New(cfg.Engine)
+		if err != nil {
+			return nil, fmt.Errorf("replica %d: %w", i, err)
+		}
+		s.reps[i] = &replica{name: fmt.Sprintf("replica-%d", i), eng: eng}
+		// Scrapes are spread over the interval, as independent scrapers are.
+		phase := cfg.ScrapeInterval * time.Duration(i) / time.Duration(cfg.Replicas)
+		s.heap.push(event{at: phase, kind: evScrape, replica: int32(i)})
+	}
+	s.cands = make([]router.Candidate, cfg.Replicas)
+	s.pullArrival()
+	return s, nil
+}
+
+// pullArrival puts the source's next open-loop arrival in the heap.
+func (s *sim) pullArrival() {
+	if r, ok := s.src.Next(); ok {
+		s.live++
+		s.heap.push(event{at: r.Arrival, kind: evArrival, replica: -1, req: &reqState{w: r}})
+	}
+}
+
+func (s *sim) run() error {
+	progressEvery := int64(1 << 14)
+	for s.heap.len() > 0 {
+		ev := s.heap.pop()
+		if ev.at < s.now {
+			return fmt.Errorf("simulation went back in time: event at %v after %v", ev.at, s.now)
+		}
+		s.now = ev.at
+		s.events++
+		switch ev.kind {
+		case evArrival:
+			if ev.replica == -1 {
+				s.pullArrival()
+			}
+			s.arrive(ev.req)
+		case evStepEnd:
+			if err := s.stepEnd(int(ev.replica)); err != nil {
+				return err
+			}
+		case evScrape:
+			s.scrape(int(ev.replica))
+		}
+		if s.cfg.Progress != nil && s.events%progressEvery == 0 {
+			s.cfg.Progress(s.progress(false))
+		}
+	}
+	if s.live != 0 {
+		return fmt.Errorf("simulation ended with %d requests unfinished", s.live)
+	}
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(s.progress(true))
+	}
+	return nil
+}
+
+func (s *sim) progress(done bool) Progress {
+	return Progress{
+		Created:   len(s.records),
+		Finished:  s.finished,
+		Target:    s.cfg.Workload.Requests,
+		Simulated: s.now,
+		Horizon:   s.cfg.Workload.Duration,
+		Done:      done,
+	}
+}
+
+func (s *sim) salt(model string) kvblock.Hash {
+	h, ok := s.salts[model]
+	if !ok {
+		h = kvblock.Salt(model, "", "")
+		s.salts[model] = h
+	}
+	return h
+}
+
+// hashes derives the block hashes of a request's whole sequence (prompt,
+// then output), memoising the blocks of a shared leading segment.
+func (s *sim) hashes(w *workload.Request) []kvblock.Hash {
+	bs := s.cfg.Engine.BlockSize
+	salt := s.salt(w.Model)
+	s.segsBuf = append(append(s.segsBuf[:0], w.Prompt...), w.Output)
+	out := make([]kvblock.Hash, 0, (w.PromptTokens()+w.OutputTokens)/bs)
+	if len(w.Prompt) < 2 || w.Prompt[0].Len < bs {
+		return kvblock.AppendSegmentHashes(out, salt, s.segsBuf, bs, -1)
+	}
+	key := memoKey{salt: salt, seg: w.Prompt[0]}
+	head, ok := s.memo[key]
+	if !ok {
+		if len(s.memo) >= memoLimit {
+			clear(s.memo)
+		}
+		head = kvblock.AppendSegmentHashes(nil, salt, w.Prompt[:1], bs, -1)
+		s.memo[key] = head
+	}
+	out = append(out, head...)
+	return kvblock.AppendSegmentHashesFrom(out, head[len(head)-1], s.segsBuf, bs, len(head), -1)
+}
+
+// arrive routes a request and hands it to the chosen engine.
+func (s *sim) arrive(rs *reqState) {
+	w := rs.w
+	rs.measured = w.Arrival >= s.cfg.Warmup
+	rs.rec = len(s.records)
+	rs.replica = -1
+	s.records = append(s.records, results.Record{
+		ID: w.ID, Session: w.Session, Turn: w.Turn, Replica: -1,
+		Arrival: w.Arrival, PromptTokens: w.PromptTokens(), Outcome: results.OutcomeFailed,
+	})
+	rec := &s.records[rs.rec]
+	hashes := s.hashes(w)
+	bs := s.cfg.Engine.BlockSize
+	rreq := router.Request{
+		ID: w.ID, Model: w.Model, Session: w.Session, Priority: w.Priority,
+		PromptTokens: rec.PromptTokens, BlockHashes: hashes[:min(len(hashes), rec.PromptTokens/bs)],
+	}
+	for i, r := range s.reps {
+		l := r.load
+		if l.Engine.Valid {
+			l.Engine.Age = s.now - r.scrapedAt
+		}
+		s.cands[i] = router.Candidate{Replica: i, Name: r.name, Load: l}
+	}
+	pick, err := router.Pick(s.pol, &rreq, s.cands)
+	if err != nil {
+		s.fail(rs)
+		return
+	}
+	c := s.cands[pick]
+	rep := s.reps[c.Replica]
+	rec.Dispatch = s.now
+	rec.Replica = c.Replica
+	rec.PredictedCachedTokens = c.PredictedCachedTokens
+	err = rep.eng.Add(s.now, engine.Request{
+		ID:           engine.RequestID(w.ID),
+		PromptTokens: rec.PromptTokens,
+		OutputTokens: w.OutputTokens,
+		MaxTokens:    w.MaxTokens,
+		BlockHashes:  hashes,
+	})
+	if err != nil {
+		// The engine refused it (too long, too large): the client gets an error.
+		s.fail(rs)
+		return
+	}
+	rs.replica = c.Replica
+	s.reqs[w.ID] = rs
+	rep.load.InFlight++
+	rep.load.Pending++
+	rep.load.PendingPromptTokens += rec.PromptTokens
+	if !rep.stepping {
+		rep.stepping = true
+		s.heap.push(event{at: s.now, kind: evStepEnd, replica: int32(c.Replica)})
+	}
+}
+
+func (s *sim) fail(rs *reqState) {
+	s.live--
+	s.finished++
+	s.followUp(rs.w, false)
+}
+
+// followUp tells the source a request ended and schedules what it causes.
+func (s *sim) followUp(w *workload.Request, ok bool) {
+	if next, more := s.src.Done(w, s.now, ok); more {
+		s.live++
+		at := max(next.Arrival, s.now)
+		s.heap.push(event{at: at, kind: evArrival, replica: -2, req: &reqState{w: next}})
+	}
+}
+
+// maxEmptySteps bounds consecutive steps that schedule nothing (after a
+// request preempted itself the next step readmits it).
+const maxEmptySteps = 1000
+
+// stepEnd delivers the outputs of replica i's finished step and starts the next.
+func (s *sim) stepEnd(i int) error {
+	rep := s.reps[i]
+	s.deliver(rep)
+	for range maxEmptySteps {
+		if _, ok := rep.eng.NextStep(); !ok {
+			rep.stepping = false
+			return nil
+		}
+		res := rep.eng.Step(s.now)
+		if res.Duration == 0 {
+			continue
+		}
+		rep.pending = append(rep.pending[:0], res.Emitted...)
+		s.heap.push(event{at: res.End(), kind: evStepEnd, replica: int32(i)})
+		return nil
+	}
+	return fmt.Errorf("%s made no progress in %d steps", rep.name, maxEmptySteps)
+}
+
+// deliver applies the tokens of a step that ended now.
+func (s *sim) deliver(rep *replica) {
+	for _, em := range rep.pending {
+		rs := s.reqs[uint64(em.ID)]
+		rec := &s.records[rs.rec]
+		if em.Output == 1 {
+			rec.FirstToken, rec.HasFirstToken = s.now, true
+			rec.CachedTokens = em.CachedTokens
+			rep.load.Pending--
+			rep.load.PendingPromptTokens -= rec.PromptTokens
+		} else if rs.measured {
+			s.itl.Add(s.now - rs.lastToken)
+		}
+		rs.lastToken = s.now
+		if em.Finished {
+			rec.End = s.now
+			rec.OutputTokens = em.Output
+			rec.Preemptions = em.Preemptions
+			rec.Outcome = results.OutcomeOK
+			rep.load.InFlight--
+			delete(s.reqs, uint64(em.ID))
+			s.live--
+			s.finished++
+			s.followUp(rs.w, true)
+		}
+	}
+	rep.pending = rep.pending[:0]
+}
+
+// scrape refreshes the gateway's copy of an engine's own metrics.
+func (s *sim) scrape(i int) {
+	rep := s.reps[i]
+	m := rep.eng.Metrics()
+	rep.load.Engine = router.EngineLoad{Valid: true, Running: m.Running, Waiting: m.Waiting, KVCacheUsage: m.KVCacheUsage}
+	rep.scrapedAt = s.now
+	if s.live > 0 {
+		s.heap.push(event{at: s.now + s.cfg.ScrapeInterval, kind: evScrape, replica: int32(i)})
+	}
+}
+
+func (s *sim) output(wall time.Duration) *Output {
+	infos := make([]results.ReplicaInfo, len(s.reps))
+	engines := make([]engine.Metrics, len(s.reps))
+	for i, r := range s.reps {
+		engines[i] = r.eng.Metrics()
+		infos[i] = results.ReplicaInfo{Name: r.name, Busy: engines[i].BusyTime}
+	}
+	sum := results.Summarize(s.records, results.SummaryOptions{
+		Warmup:       s.cfg.Warmup,
+		SLO:          s.cfg.SLO,
+		Replicas:     infos,
+		ITL:          s.itl,
+		SimulatedEnd: s.now,
+	})
+	sum.Workload = s.cfg.Workload.Workload
+	sum.Policy = s.cfg.Policy
+	sum.Replicas = len(s.reps)
+	sum.Seed = s.cfg.Seed
+	sum.RateRPS = s.cfg.Workload.Rate
+	sum.SimulatedS = s.now.Seconds()
+	sum.SimEvents = s.events
+	sum.SimWallS = math.Round(wall.Seconds()*1000) / 1000
+	return &Output{Summary: sum, Records: s.records, Engines: engines}
+}

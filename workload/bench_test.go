@@ -1,0 +1,66 @@
+package workload
+
+import (
+	"testing"
+	"time"
+)
+
+func benchOpen(b *testing.B, name string) {
+	c := mustConfig(b, name)
+	c.Requests = 0
+	c.Duration = 0
+	c.Duration = time.Duration(1<<62 - 1)
+	src := mustNew(b, c)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, ok := src.Next(); !ok {
+			b.Fatal("source ran dry")
+		}
+	}
+}
+
+func BenchmarkW1Next(b *testing.B) { benchOpen(b, "w1") }
+
+func BenchmarkW1NextZipf(b *testing.B) {
+	c := mustConfig(b, "w1")
+	c.Requests = b.N
+	c.W1.PopularityZipf = 1.1
+	src := mustNew(b, c)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, ok := src.Next(); !ok {
+			b.Fatal("source ran dry")
+		}
+	}
+}
+
+func BenchmarkW6Next(b *testing.B) { benchOpen(b, "w6") }
+
+// BenchmarkW2 measures one request per op: session first turns from Next and
+// follow-ups from Done.
+func BenchmarkW2(b *testing.B) {
+	c := mustConfig(b, "w2")
+	c.Requests = b.N
+	src := mustNew(b, c)
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for n < b.N {
+		r, ok := src.Next()
+		if !ok {
+			break
+		}
+		n++
+		for {
+			if r, ok = src.Done(r, r.Arrival+2*time.Second, true); !ok {
+				break
+			}
+			n++
+		}
+	}
+	if n != b.N {
+		b.Fatalf("%d requests, want %d", n, b.N)
+	}
+}

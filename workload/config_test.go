@@ -1,0 +1,212 @@
+package workload
+
+import (
+	"errors"
+	"math"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultConfig(t *testing.T) {
+	for _, name := range Names() {
+		c, err := DefaultConfig(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Workload != name {
+			t.Fatalf("DefaultConfig(%q).Workload = %q", name, c.Workload)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%s defaults invalid: %v", name, err)
+		}
+	}
+	_, err := DefaultConfig("w9")
+	if err == nil {
+		t.Fatal("DefaultConfig(w9) succeeded")
+	}
+	for _, want := range append(Names(), "w9") {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not mention %q", err, want)
+		}
+	}
+	if _, err := New(Config{Workload: "w9"}); err == nil {
+		t.Fatal("New accepted an unknown workload")
+	}
+}
+
+func TestLoadConfigSamples(t *testing.T) {
+	for _, name := range Names() {
+		path := filepath.Join("testdata", name+".yaml")
+		c, err := LoadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Workload != name || c.Seed != 7 {
+			t.Fatalf("%s: workload %q seed %d", path, c.Workload, c.Seed)
+		}
+		if _, err := New(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := LoadConfig("testdata/w2.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.W2.ThinkMin != 5*time.Second || c.W2.ThinkMax != 30*time.Second || c.Duration != 30*time.Minute || c.Requests != 0 {
+		t.Fatalf("durations not decoded: %+v", c)
+	}
+}
+
+func TestLoadConfigOverlay(t *testing.T) {
+	c, err := LoadConfig("testdata/w1_partial.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mustConfig(t, "w1")
+	want.Rate = 50
+	want.Output.Median = 300
+	want.W1.Prompts = 8
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("overlay:\n got %+v\nwant %+v", c, want)
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"unknown_key.yaml", "prompt_count"},
+		{"invalid.yaml", "w1.prompt_min_tokens"},
+		{"no_workload.yaml", "workload"},
+		{"missing.yaml", "missing.yaml"},
+	} {
+		_, err := LoadConfig(filepath.Join("testdata", tc.file))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: error %v, want one mentioning %q", tc.file, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"workload: w7\n", "w7"},
+		{"workload: w1\nrate: fast\n", "fast"},
+		{"workload: w1\nrate: 1\nrate: 2\n", "rate"},
+		{"workload: w1\n---\nworkload: w1\n", "more than one"},
+		{"workload: w2\nw2:\n  think_min: 3\n", "line 3"},
+	} {
+		_, err := ParseConfig([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%q: error %v, want one mentioning %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestValidateNamesField(t *testing.T) {
+	for _, tc := range []struct {
+		workload, field string
+		edit            func(*Config)
+	}{
+		{"w1", "workload", func(c *Config) { c.Workload = "W1" }},
+		{"w1", "rate", func(c *Config) { c.Rate = 0 }},
+		{"w1", "rate", func(c *Config) { c.Rate = -3 }},
+		{"w1", "rate", func(c *Config) { c.Rate = math.NaN() }},
+		{"w1", "rate", func(c *Config) { c.Rate = math.Inf(1) }},
+		{"w1", "requests", func(c *Config) { c.Requests = -1 }},
+		{"w1", "requests", func(c *Config) { c.Requests, c.Duration = 0, 0 }},
+		{"w1", "duration", func(c *Config) { c.Duration = -time.Second }},
+		{"w1", "model", func(c *Config) { c.Model = "" }},
+		{"w1", "max_model_len", func(c *Config) { c.MaxModelLen = 0 }},
+		{"w1", "output.median", func(c *Config) { c.Output.Median = 0 }},
+		{"w1", "output.sigma", func(c *Config) { c.Output.Sigma = -0.1 }},
+		{"w1", "output.min", func(c *Config) { c.Output.Min = 0 }},
+		{"w1", "output.min", func(c *Config) { c.Output.Min = 2000 }},
+		{"w1", "w1.prompts", func(c *Config) { c.W1.Prompts = 0 }},
+		{"w1", "w1.prompt_min_tokens", func(c *Config) { c.W1.PromptMinTokens = 9000 }},
+		{"w1", "w1.prompt_min_tokens", func(c *Config) { c.W1.PromptMinTokens = 0 }},
+		{"w1", "w1.popularity_zipf", func(c *Config) { c.W1.PopularityZipf = -1 }},
+		{"w1", "w1.question_min_tokens", func(c *Config) { c.W1.QuestionMinTokens = 501 }},
+		{"w1", "max_model_len", func(c *Config) { c.MaxModelLen = 8192 }},
+		{"w2", "w2.system_prompts", func(c *Config) { c.W2.SystemPrompts = 0 }},
+		{"w2", "w2.system_min_tokens", func(c *Config) { c.W2.SystemMinTokens = 1001 }},
+		{"w2", "w2.turns_min", func(c *Config) { c.W2.TurnsMin = 0 }},
+		{"w2", "w2.turns_min", func(c *Config) { c.W2.TurnsMin = 11 }},
+		{"w2", "w2.user_median_tokens", func(c *Config) { c.W2.UserMedianTokens = -5 }},
+		{"w2", "w2.user_sigma", func(c *Config) { c.W2.UserSigma = math.Inf(1) }},
+		{"w2", "w2.user_min_tokens", func(c *Config) { c.W2.UserMinTokens = 1001 }},
+		{"w2", "w2.think_min", func(c *Config) { c.W2.ThinkMin = 0 }},
+		{"w2", "w2.think_max", func(c *Config) { c.W2.ThinkMax = time.Second }},
+		{"w2", "max_model_len", func(c *Config) { c.MaxModelLen = 2000 }},
+		{"w6", "w6.input_median_tokens", func(c *Config) { c.W6.InputMedianTokens = 0 }},
+		{"w6", "w6.input_sigma", func(c *Config) { c.W6.InputSigma = -1 }},
+		{"w6", "w6.input_min_tokens", func(c *Config) { c.W6.InputMinTokens = 9000 }},
+		{"w6", "max_model_len", func(c *Config) { c.MaxModelLen = 9000 }},
+	} {
+		c := mustConfig(t, tc.workload)
+		tc.edit(&c)
+		err := c.Validate()
+		if err == nil {
+			t.Fatalf("%s: want an error naming %s", tc.workload, tc.field)
+		}
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Fatalf("%s: error %q, want one for field %s", tc.workload, err, tc.field)
+		}
+		if !strings.Contains(err.Error(), tc.field+":") {
+			t.Fatalf("error %q does not name %s", err, tc.field)
+		}
+		if _, err := New(c); err == nil {
+			t.Fatalf("New accepted a config with a bad %s", tc.field)
+		}
+	}
+}
+
+func TestValidateListsAllFields(t *testing.T) {
+	c := mustConfig(t, "w1")
+	c.Rate = -1
+	c.Model = ""
+	err := c.Validate()
+	for _, f := range []string{"rate:", "model:"} {
+		if err == nil || !strings.Contains(err.Error(), f) {
+			t.Fatalf("error %v does not mention %s", err, f)
+		}
+	}
+}
+
+func TestValidateIgnoresOtherSections(t *testing.T) {
+	c := mustConfig(t, "w6")
+	c.W1 = W1Params{}
+	c.W2 = W2Params{}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("w6 config rejected for its unused sections: %v", err)
+	}
+}
+
+func TestOverlay(t *testing.T) {
+	c := mustConfig(t, "w1")
+	if err := Overlay(&c, []byte("w1:\n  prompts: 64\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Overlay(&c, []byte("duration: 90s\n")); err != nil {
+		t.Fatal(err)
+	}
+	want := mustConfig(t, "w1")
+	want.W1.Prompts = 64
+	want.Duration = 90 * time.Second
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("got %+v\nwant %+v", c, want)
+	}
+	// Invalid intermediate values are allowed; Validate catches them.
+	if err := Overlay(&c, []byte("w1:\n  prompt_min_tokens: 9000\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "w1.prompt_min_tokens") {
+		t.Fatalf("Validate: %v", err)
+	}
+	before := c
+	err := Overlay(&c, []byte("rate: 3\nw1:\n  nope: 1\n"))
+	if err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("unknown key: %v", err)
+	}
+	if !reflect.DeepEqual(c, before) {
+		t.Fatal("a failed Overlay changed the config")
+	}
+}

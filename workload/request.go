@@ -1,0 +1,53 @@
+package workload
+
+import (
+	"time"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
+)
+
+// Request is one inference request offered to the fleet. Sources hand out
+// fresh Requests; callers must treat them as read-only.
+type Request struct {
+	// ID is unique in a run, assigned by the source in creation order
+	// starting at 1.
+	ID uint64
+	// Arrival is the time the request arrives, since the run's start.
+	Arrival time.Duration
+	// Model names the model the request asks for.
+	Model string
+	// Session is the chat session the request belongs to; 0 means none.
+	// W2 sessions number from 1 in creation order.
+	Session uint64
+	// Turn is the 0-based turn of the request in its session.
+	Turn int
+	// Priority is the scheduling priority (the generators always use 0).
+	Priority int
+	// Prompt is the whole prompt as a segment chain.
+	Prompt []kvblock.Segment
+	// MaxTokens is the request's max_tokens.
+	MaxTokens int
+	// OutputTokens is the true output length the engine will generate,
+	// in [1, MaxTokens].
+	OutputTokens int
+	// Output is the answer's content: Output.Len == OutputTokens. A later
+	// turn that resends this answer uses this exact segment.
+	Output kvblock.Segment
+}
+
+// PromptTokens returns the number of tokens in the prompt.
+func (r *Request) PromptTokens() int { return kvblock.TotalLen(r.Prompt) }
+
+// Source produces a run's requests. The simulator calls Next for open-loop
+// arrivals (non-decreasing Arrival; once Next reports false it keeps doing
+// so) and Done when a request completes (ok) or fails; a closed-loop source
+// may answer Done with the session's next turn, whose Arrival is later than
+// at (at + think time). Sources are not safe for concurrent use.
+type Source interface {
+	// Next returns the next open-loop arrival, or false when there are no
+	// more.
+	Next() (*Request, bool)
+	// Done reports that req finished at time at, successfully when ok. It
+	// returns the follow-up request it causes, if any.
+	Done(req *Request, at time.Duration, ok bool) (*Request, bool)
+}

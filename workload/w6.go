@@ -1,0 +1,72 @@
+package workload
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
+)
+
+// w6 generates requests that share nothing: each prompt is one fresh segment.
+type w6 struct {
+	model     string
+	maxTokens int
+	limit     int    // Config.Requests; 0 = none
+	n         uint64 // requests created
+
+	arr      poisson
+	ids      idGen
+	lr       *rand.Rand
+	input    lengthDist
+	out      outputs
+	finished bool
+}
+
+func newW6(c *Config) *w6 {
+	p := c.W6
+	return &w6{
+		model:     c.Model,
+		maxTokens: c.Output.MaxTokens,
+		limit:     c.Requests,
+		arr:       poisson{r: newRand(c.Seed, "w6/arrivals"), rate: c.Rate, limit: c.Duration},
+		ids:       newIDGen(c.Seed, "w6/segment-ids"),
+		lr:        newRand(c.Seed, "w6/input-lengths"),
+		input:     newLengthDist(p.InputMedianTokens, p.InputSigma, p.InputMinTokens, p.InputMaxTokens),
+		out:       newOutputs(c, "w6/outputs"),
+	}
+}
+
+// w6Alloc holds a request and its prompt in one allocation.
+type w6Alloc struct {
+	req  Request
+	segs [1]kvblock.Segment
+}
+
+func (s *w6) Next() (*Request, bool) {
+	if s.finished || (s.limit > 0 && s.n >= uint64(s.limit)) {
+		s.finished = true
+		return nil, false
+	}
+	at, ok := s.arr.next()
+	if !ok {
+		s.finished = true
+		return nil, false
+	}
+	s.n++
+	a := &w6Alloc{}
+	a.segs[0] = s.ids.segment(s.input.sample(s.lr))
+	o := s.out.sample(&s.ids)
+	a.req = Request{
+		ID:           s.n,
+		Arrival:      at,
+		Model:        s.model,
+		Prompt:       a.segs[:],
+		MaxTokens:    s.maxTokens,
+		OutputTokens: o.Len,
+		Output:       o,
+	}
+	return &a.req, true
+}
+
+// Done never causes a follow-up: w6 is open loop.
+func (s *w6) Done(*Request, time.Duration, bool) (*Request, bool) { return nil, false }

@@ -334,10 +334,24 @@ func checkInvariants(t *rapid.T, e *Engine) {
 	if n != free || e.pool.nfree != free {
 		t.Fatalf("free queue has %d, counter %d, free blocks %d", n, e.pool.nfree, free)
 	}
-	for h, id := range e.pool.cached {
+	entries := 0
+	e.pool.cached.each(func(h kvblock.Hash, id int32) {
+		entries++
 		if b := e.pool.blocks[id]; !b.hashed || b.hash != h {
 			t.Fatalf("cache maps %v to block %d holding %v", h, id, b.hash)
 		}
+		if got, ok := e.pool.cached.get(h); !ok || got != id {
+			t.Fatalf("cache entry %v not findable", h)
+		}
+	})
+	hashed := 0
+	for _, b := range e.pool.blocks {
+		if b.hashed {
+			hashed++
+		}
+	}
+	if entries != hashed || entries != e.pool.cached.len() {
+		t.Fatalf("cache holds %d entries (len %d), %d blocks are hashed", entries, e.pool.cached.len(), hashed)
 	}
 	if len(e.running) > e.cfg.MaxNumSeqs {
 		t.Fatalf("%d running > max_num_seqs %d", len(e.running), e.cfg.MaxNumSeqs)

@@ -21,7 +21,7 @@ type pool struct {
 	blocks     []block
 	head, tail int32 // free queue
 	nfree      int
-	cached     map[kvblock.Hash]int32
+	cached     hashTable
 	caching    bool
 	events     *[]KVEvent // nil when KV events are off
 	blockSize  int
@@ -32,7 +32,7 @@ func newPool(n, blockSize int, caching bool) *pool {
 		blocks:    make([]block, n),
 		head:      nilBlock,
 		tail:      nilBlock,
-		cached:    make(map[kvblock.Hash]int32, n),
+		cached:    newHashTable(n),
 		caching:   caching,
 		blockSize: blockSize,
 	}
@@ -79,7 +79,7 @@ func (p *pool) lookup(hashes []kvblock.Hash, ids []int32) []int32 {
 		return ids
 	}
 	for _, h := range hashes {
-		id, ok := p.cached[h]
+		id, ok := p.cached.get(h)
 		if !ok {
 			break
 		}
@@ -116,8 +116,7 @@ func (p *pool) alloc() int32 {
 	p.unlink(id)
 	b := &p.blocks[id]
 	if b.hashed {
-		if cur, ok := p.cached[b.hash]; ok && cur == id {
-			delete(p.cached, b.hash)
+		if p.cached.deleteIf(b.hash, id) {
 			if p.events != nil {
 				*p.events = append(*p.events, KVEvent{Kind: BlockRemoved, BlockHashes: []kvblock.Hash{b.hash}, Medium: MediumGPU})
 			}
@@ -157,11 +156,10 @@ func (p *pool) store(ids []int32, hashes []kvblock.Hash, from, to int) {
 			continue
 		}
 		h := hashes[k]
-		if _, dup := p.cached[h]; dup {
-			continue
+		if !p.cached.insert(h, id) {
+			continue // another block already caches this content
 		}
 		b.hashed, b.hash = true, h
-		p.cached[h] = id
 		if p.events != nil {
 			stored = append(stored, h)
 		}
@@ -184,7 +182,7 @@ func (p *pool) reset() bool {
 		p.blocks[i].hashed = false
 		p.blocks[i].hash = kvblock.Hash{}
 	}
-	clear(p.cached)
+	p.cached.clear()
 	if p.events != nil {
 		*p.events = append(*p.events, KVEvent{Kind: AllBlocksCleared, Medium: MediumGPU})
 	}

@@ -104,7 +104,7 @@ func (e *Engine) Metrics() Metrics {
 	m.Waiting = e.waiting.len()
 	m.UsedBlocks = e.cfg.NumGPUBlocks - e.pool.nfree
 	m.KVCacheUsage = float64(m.UsedBlocks) / float64(e.cfg.NumGPUBlocks)
-	m.CachedBlocks = len(e.pool.cached)
+	m.CachedBlocks = e.pool.cached.len()
 	return m
 }
 

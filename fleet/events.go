@@ -5,9 +5,9 @@ import "time"
 type eventKind uint8
 
 const (
-	evArrival  eventKind = iota // a request reaches the router
-	evStepEnd                   // a replica's step ends (or an idle replica is kicked)
-	evScrape                    // the gateway scrapes a replica's metrics
+	evArrival eventKind = iota // a request reaches the router
+	evStepEnd                  // a replica's step ends (or an idle replica is kicked)
+	evScrape                   // the gateway scrapes a replica's metrics
 )
 
 // event is one entry of the heap, ordered by (at, seq).

@@ -118,6 +118,7 @@ type replica struct {
 type reqState struct {
 	w         *workload.Request
 	rec       int // index into sim.records
+	hashes    []kvblock.Hash
 	replica   int
 	lastToken time.Duration
 	measured  bool
@@ -136,6 +137,7 @@ type sim struct {
 	reps     []*replica
 	heap     eventHeap
 	reqs     map[uint64]*reqState
+	hashFree [][]kvblock.Hash // hash slices of finished requests, for reuse
 	records  []results.Record
 	itl      *results.Histogram
 	cands    []router.Candidate
@@ -273,7 +275,13 @@ func (s *sim) hashes(w *workload.Request) []kvblock.Hash {
 	bs := s.cfg.Engine.BlockSize
 	salt := s.salt(w.Model)
 	s.segsBuf = append(append(s.segsBuf[:0], w.Prompt...), w.Output)
-	out := make([]kvblock.Hash, 0, (w.PromptTokens()+w.OutputTokens)/bs)
+	var out []kvblock.Hash
+	if n := len(s.hashFree); n > 0 {
+		out = s.hashFree[n-1][:0]
+		s.hashFree = s.hashFree[:n-1]
+	} else {
+		out = make([]kvblock.Hash, 0, (w.PromptTokens()+w.OutputTokens)/bs)
+	}
 	if len(w.Prompt) < 2 || w.Prompt[0].Len < bs {
 		return kvblock.AppendSegmentHashes(out, salt, s.segsBuf, bs, -1)
 	}
@@ -337,6 +345,7 @@ func (s *sim) arrive(rs *reqState) {
 		return
 	}
 	rs.replica = c.Replica
+	rs.hashes = hashes
 	s.reqs[w.ID] = rs
 	rep.load.InFlight++
 	rep.load.Pending++
@@ -407,6 +416,11 @@ func (s *sim) deliver(rep *replica) {
 			rec.Outcome = results.OutcomeOK
 			rep.load.InFlight--
 			delete(s.reqs, uint64(em.ID))
+			// The engine has let go of the request: its hashes can be reused.
+			if len(s.hashFree) < 1024 {
+				s.hashFree = append(s.hashFree, rs.hashes)
+			}
+			rs.hashes = nil
 			s.live--
 			s.finished++
 			s.followUp(rs.w, true)

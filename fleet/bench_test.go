@@ -1,0 +1,34 @@
+package fleet
+
+import (
+	"testing"
+)
+
+// benchSim simulates W1 on 8 default replicas at the default rate.
+func benchSim(b *testing.B, wl string, requests int) {
+	c := DefaultConfig()
+	w, err := workloadDefault(wl)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.Workload = w
+	c.Workload.Requests = requests
+	c.Replicas = 8
+	c.Workload.Rate = DefaultRate(wl, c.Replicas)
+	b.ReportAllocs()
+	var events int64
+	for b.Loop() {
+		out, err := Simulate(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		events = out.Summary.SimEvents
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*requests), "ns/request")
+	b.ReportMetric(float64(events), "events")
+}
+
+func BenchmarkSimulateW1_2k(b *testing.B)  { benchSim(b, "w1", 2000) }
+func BenchmarkSimulateW1_20k(b *testing.B) { benchSim(b, "w1", 20000) }
+func BenchmarkSimulateW2_20k(b *testing.B) { benchSim(b, "w2", 20000) }
+func BenchmarkSimulateW6_20k(b *testing.B) { benchSim(b, "w6", 20000) }

@@ -1,0 +1,23 @@
+package fleet
+
+// RatePerReplica is a workload's offered load per replica on the default
+// engine profile, in requests per second: about 70% of the highest rate at
+// which round robin keeps up (see README "Default rates"). Unknown workloads
+// get 1.
+func RatePerReplica(workload string) float64 {
+	switch workload {
+	case "w1":
+		return 0.85
+	case "w2":
+		return 3
+	case "w6":
+		return 2.5
+	}
+	return 1
+}
+
+// DefaultRate is the offered load `inferrail sim` uses for a workload on a
+// fleet of n default replicas when no rate is given.
+func DefaultRate(workload string, n int) float64 {
+	return RatePerReplica(workload) * float64(n)
+}

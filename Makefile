@@ -1,0 +1,36 @@
+# inferrail: make demo, make test.
+GO ?= go
+BIN := bin/inferrail
+
+.PHONY: all build test demo bench lint capacity clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/inferrail
+
+# The whole suite: vet, format check, tests (the router and fleet also under
+# the race detector). No benchmarks, no timing assertions.
+test:
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -race ./router/... ./fleet/...
+
+# W1 on the default fleet under two baseline policies.
+demo: build
+	@for p in round_robin least_request; do \
+		./$(BIN) sim --workload w1 --policy $$p --requests 2000 || exit 1; echo; \
+	done
+
+# Hot-path benchmarks (hashing, engine step, policies, summaries, workloads,
+# whole simulations); see README "Performance".
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint:
+	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,65 @@
+// Command inferrail is the KV-cache-aware router for self-hosted LLM
+// inference and the lab that proves it. See `inferrail --help`.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// usageError marks bad input: the process exits with code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// run executes the CLI and returns the process exit code: 0 on success, 2 for
+// bad input, 1 for any other failure.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "inferrail: "+oneLine(err))
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+// oneLine folds a joined, multi-line error into one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "inferrail",
+		Short: "KV-cache-aware routing for LLM inference fleets, and the simulator that proves it",
+		Long: `inferrail routes LLM requests to the replica that already holds most of their
+prompt in its KV cache, without letting any replica overload, and proves it by
+simulation: the real router code against virtual vLLM fleets.`,
+		Example:       "  inferrail sim --workload w1 --policy round_robin --replicas 4",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newSimCmd(stdout, stderr))
+	return root
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/fleet"
+	"github.com/inferrail/inferrail/results"
+	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/workload"
+)
+
+type simFlags struct {
+	workload       string
+	workloadFile   string
+	policy         string
+	replicas       int
+	rate           float64
+	requests       int
+	duration       time.Duration
+	warmup         time.Duration
+	seed           uint64
+	profile        string
+	scrapeInterval time.Duration
+	sloTTFT        time.Duration
+	sloTPOT        time.Duration
+	sets           []string
+	json           bool
+	out            string
+}
+
+func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
+	var f simFlags
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Simulate a fleet of vLLM engines behind the router on virtual time",
+		Long: `sim runs the real router (policy, load view) against a virtual fleet of vLLM
+engines fed by a synthetic workload, and prints a summary of latencies, prefix
+cache hit rate and SLO attainment.
+
+Workloads: w1 (shared system prompts), w2 (multi-turn chat, closed loop),
+w6 (prompts that share nothing). Every workload parameter can be set in a YAML
+file (--workload-file) or one by one with --set (for example
+--set w1.prompts=64 --set output.median=300). Without --rate, the rate is the
+workload's default per-replica rate times --replicas (about 70% of what round
+robin sustains on the default engine profile).`,
+		Example: `  inferrail sim --workload w1 --policy round_robin
+  inferrail sim --workload w2 --replicas 8 --requests 20000 --json
+  inferrail sim --workload w6 --rate 12 --duration 10m --out runs/w6
+  inferrail sim --workload-file my-workload.yaml --profile my-gpu.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config(cmd)
+			if err != nil {
+				return err
+			}
+			return runSim(cfg, f, stdout, stderr)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.workload, "workload", "w1", "workload: "+strings.Join(workload.Names(), ", "))
+	fl.StringVar(&f.workloadFile, "workload-file", "", "YAML file with workload parameters (its `workload:` key selects the workload)")
+	fl.StringVar(&f.policy, "policy", "round_robin", "routing policy: "+strings.Join(router.Names(), ", "))
+	fl.IntVar(&f.replicas, "replicas", 4, "number of engines in the fleet")
+	fl.Float64Var(&f.rate, "rate", 0, "offered load in requests per second (default: the workload's per-replica rate x replicas)")
+	fl.IntVar(&f.requests, "requests", 0, "requests to simulate (default 2000, or unlimited with --duration)")
+	fl.DurationVar(&f.duration, "duration", 0, "stop arrivals after this much virtual time, e.g. 10m")
+	fl.DurationVar(&f.warmup, "warmup", 0, "leave requests arriving before this virtual time out of the summary")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload and the router; the same seed gives the same result")
+	fl.StringVar(&f.profile, "profile", "", "engine profile YAML (scheduler limits, KV blocks, latency model); default: an 8B model on one 24 GB GPU")
+	fl.DurationVar(&f.scrapeInterval, "scrape-interval", 100*time.Millisecond, "how often the router reads each engine's metrics")
+	fl.DurationVar(&f.sloTTFT, "slo-ttft", 2*time.Second, "SLO: time to first token at p99")
+	fl.DurationVar(&f.sloTPOT, "slo-tpot", 100*time.Millisecond, "SLO: time per output token at p99")
+	fl.StringArrayVar(&f.sets, "set", nil, "override one workload parameter, as yaml.path=value (repeatable)")
+	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object on stdout (progress stays on stderr)")
+	fl.StringVar(&f.out, "out", "", "directory to write summary.json and requests.parquet into")
+	return cmd
+}
+
+// defaultRequests is the run length when neither --requests nor --duration is given.
+const defaultRequests = 2000
+
+// config turns flags into a validated fleet configuration; every error is a usage error.
+func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
+	cfg := fleet.DefaultConfig()
+	var (
+		wl  workload.Config
+		err error
+	)
+	rateSet := false
+	if f.workloadFile != "" {
+		if cmd.Flags().Changed("workload") {
+			return cfg, usagef("--workload and --workload-file: give one (the file's `workload:` key selects it)")
+		}
+		wl, err = workload.LoadConfig(f.workloadFile)
+		if err != nil {
+			return cfg, usagef("--workload-file: %w", err)
+		}
+		rateSet = yamlHasKey(f.workloadFile, "rate")
+	} else {
+		wl, err = workload.DefaultConfig(f.workload)
+		if err != nil {
+			return cfg, usagef("--workload: %w", err)
+		}
+		wl.Requests = defaultRequests
+	}
+	for _, s := range f.sets {
+		if err := applySet(&wl, s); err != nil {
+			return cfg, usagef("--set %s: %w", s, err)
+		}
+		if strings.HasPrefix(s, "rate=") {
+			rateSet = true
+		}
+	}
+	if f.replicas < 1 || f.replicas > fleet.MaxReplicas {
+		return cfg, usagef("--replicas: must be between 1 and %d, got %d", fleet.MaxReplicas, f.replicas)
+	}
+	fl := cmd.Flags()
+	switch {
+	case fl.Changed("rate"):
+		if !(f.rate > 0) {
+			return cfg, usagef("--rate: must be a positive number of requests per second, got %v", f.rate)
+		}
+		wl.Rate = f.rate
+	case !rateSet:
+		wl.Rate = fleet.DefaultRate(wl.Workload, f.replicas)
+	}
+	if fl.Changed("requests") {
+		if f.requests < 0 {
+			return cfg, usagef("--requests: must be zero (no limit) or positive, got %d", f.requests)
+		}
+		wl.Requests = f.requests
+	}
+	if fl.Changed("duration") {
+		if f.duration < 0 {
+			return cfg, usagef("--duration: must be positive, got %v", f.duration)
+		}
+		wl.Duration = f.duration
+		if !fl.Changed("requests") && f.workloadFile == "" {
+			wl.Requests = 0
+		}
+	}
+	if fl.Changed("seed") || f.workloadFile == "" {
+		cfg.Seed = f.seed
+	} else {
+		cfg.Seed = wl.Seed
+	}
+	if f.warmup < 0 {
+		return cfg, usagef("--warmup: must be zero or positive, got %v", f.warmup)
+	}
+	if _, err := router.New(f.policy, router.Options{}); err != nil {
+		return cfg, usagef("--policy: %w", err)
+	}
+	if f.scrapeInterval <= 0 {
+		return cfg, usagef("--scrape-interval: must be positive, got %v", f.scrapeInterval)
+	}
+	if f.sloTTFT <= 0 || f.sloTPOT <= 0 {
+		return cfg, usagef("--slo-ttft and --slo-tpot: must be positive, got %v and %v", f.sloTTFT, f.sloTPOT)
+	}
+	if f.profile != "" {
+		ec, err := engine.LoadConfig(f.profile)
+		if err != nil {
+			return cfg, usagef("--profile: %w", err)
+		}
+		cfg.Engine = ec
+	}
+	cfg.Workload = wl
+	cfg.Policy = f.policy
+	cfg.Replicas = f.replicas
+	cfg.Warmup = f.warmup
+	cfg.ScrapeInterval = f.scrapeInterval
+	cfg.SLO = results.SLO{TTFTP99: f.sloTTFT, TPOTP99: f.sloTPOT}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+// applySet overlays one yaml.path=value onto the workload configuration,
+// strictly: unknown keys are errors.
+func applySet(wl *workload.Config, kv string) error {
+	path, value, ok := strings.Cut(kv, "=")
+	if !ok || path == "" {
+		return fmt.Errorf("want yaml.path=value, e.g. w1.prompts=64")
+	}
+	keys := strings.Split(path, ".")
+	var doc strings.Builder
+	for i, k := range keys {
+		fmt.Fprintf(&doc, "%s%s:", strings.Repeat("  ", i), k)
+		if i < len(keys)-1 {
+			doc.WriteString("\n")
+		}
+	}
+	doc.WriteString(" " + value + "\n")
+	return workload.Overlay(wl, []byte(doc.String()))
+}
+
+// yamlHasKey reports whether a YAML file sets a top-level key.
+func yamlHasKey(path, key string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var m map[string]any
+	if yaml.NewDecoder(bytes.NewReader(data)).Decode(&m) != nil {
+		return false
+	}
+	_, ok := m[key]
+	return ok
+}
+
+func runSim(cfg fleet.Config, f simFlags, stdout, stderr io.Writer) error {
+	bar := newProgressBar(stderr)
+	cfg.Progress = bar.update
+	out, err := fleet.Simulate(cfg)
+	if err != nil {
+		return fmt.Errorf("simulate: %w", err)
+	}
+	if f.out != "" {
+		if err := writeRun(f.out, cfg, out); err != nil {
+			return err
+		}
+	}
+	if f.json {
+		return results.WriteJSON(stdout, out.Summary)
+	}
+	if err := results.FormatTable(stdout, []results.Summary{out.Summary}); err != nil {
+		return err
+	}
+	if f.out != "" {
+		fmt.Fprintf(stdout, "wrote %s and %s\n", filepath.Join(f.out, "summary.json"), filepath.Join(f.out, "requests.parquet"))
+	}
+	return nil
+}
+
+func writeRun(dir string, cfg fleet.Config, out *fleet.Output) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := results.WriteSummaryFile(filepath.Join(dir, "summary.json"), out.Summary); err != nil {
+		return fmt.Errorf("write summary: %w", err)
+	}
+	rows := results.RowsFromRecords(out.Records, cfg.Workload.Workload, cfg.Policy, cfg.Seed)
+	if err := results.WriteParquetFile(filepath.Join(dir, "requests.parquet"), rows); err != nil {
+		return fmt.Errorf("write requests: %w", err)
+	}
+	return nil
+}

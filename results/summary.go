@@ -1,0 +1,254 @@
+package results
+
+import (
+	"fmt"
+	"time"
+)
+
+// SLO is a latency service-level objective on per-request percentiles.
+type SLO struct {
+	TTFTP99 time.Duration // bound on the 99th percentile of time to first token
+	TPOTP99 time.Duration // bound on the 99th percentile of time per output token
+}
+
+// DefaultSLO returns the default objective: TTFT p99 <= 2s, TPOT p99 <= 100ms.
+func DefaultSLO() SLO {
+	return SLO{TTFTP99: 2 * time.Second, TPOTP99: 100 * time.Millisecond}
+}
+
+// Validate reports an error if a bound is not positive.
+func (s SLO) Validate() error {
+	if s.TTFTP99 <= 0 {
+		return fmt.Errorf("slo: ttft p99 must be positive, got %v", s.TTFTP99)
+	}
+	if s.TPOTP99 <= 0 {
+		return fmt.Errorf("slo: tpot p99 must be positive, got %v", s.TPOTP99)
+	}
+	return nil
+}
+
+// ReplicaInfo describes one replica of the fleet for Summarize.
+type ReplicaInfo struct {
+	Name string
+	Busy time.Duration // time the engine spent executing steps over the whole run
+}
+
+// SummaryOptions parameterises Summarize.
+type SummaryOptions struct {
+	// Warmup excludes records with Arrival < Warmup from every statistic
+	// (busy fractions, which come from Replicas, excepted).
+	Warmup time.Duration
+	// SLO is the objective for attainment and goodput. A zero field takes its
+	// value from DefaultSLO.
+	SLO SLO
+	// Replicas has one entry per replica; Record.Replica indexes it.
+	Replicas []ReplicaInfo
+	// ITL holds the inter-token gaps of measured requests, gathered by the
+	// caller; nil leaves Summary.ITL zero.
+	ITL *Histogram
+	// SimulatedEnd is the end of the simulated run, the denominator of busy
+	// fractions.
+	SimulatedEnd time.Duration
+}
+
+// ReplicaSummary is one replica's share of a run.
+type ReplicaSummary struct {
+	Replica string `json:"replica"`
+	// Requests counts measured requests dispatched to the replica, whatever
+	// their outcome.
+	Requests int `json:"requests"`
+	// PromptTokens, CachedTokens and HitRate cover the replica's measured
+	// completed requests, like Summary.HitRate.
+	PromptTokens int64   `json:"prompt_tokens"`
+	CachedTokens int64   `json:"cached_tokens"`
+	HitRate      float64 `json:"hit_rate"`
+	// BusyFraction is ReplicaInfo.Busy over SummaryOptions.SimulatedEnd.
+	BusyFraction float64 `json:"busy_fraction"`
+}
+
+// Summary condenses one run. Latencies are in milliseconds, rounded to 6
+// significant digits, as are durations, throughputs and rates per second;
+// fractions in [0, 1] are rounded to 4 decimal places. No field is ever NaN.
+type Summary struct {
+	Workload string  `json:"workload"` // set by the caller
+	Policy   string  `json:"policy"`   // set by the caller
+	Replicas int     `json:"replicas"` // len(SummaryOptions.Replicas)
+	Seed     uint64  `json:"seed"`     // set by the caller
+	RateRPS  float64 `json:"rate_rps"` // offered rate, set by the caller
+
+	// Requests counts measured requests: those arriving at or after warmup.
+	Requests  int `json:"requests"`
+	Completed int `json:"completed"`
+	// Failed counts measured requests that did not complete: failed,
+	// aborted, or any other outcome than ok.
+	Failed int `json:"failed"`
+
+	// DurationS is the measured window: from the first measured arrival to
+	// the later of the last measured completion and the last measured
+	// arrival.
+	DurationS        float64 `json:"duration_s"`
+	ThroughputRPS    float64 `json:"throughput_rps"`      // completed / duration
+	OutputTokensPerS float64 `json:"output_tokens_per_s"` // output tokens of completed requests / duration
+
+	TTFT Latency `json:"ttft_ms"` // measured requests with a first token, whatever their outcome
+	TPOT Latency `json:"tpot_ms"` // completed requests with a defined TPOT
+	ITL  Latency `json:"itl_ms"`  // from SummaryOptions.ITL, nearest-rank percentiles
+	E2E  Latency `json:"e2e_ms"`  // completed requests
+	// QueueMs is the router wait, Dispatch-Arrival, of measured requests that
+	// were dispatched.
+	QueueMs Latency `json:"queue_ms"`
+
+	// HitRate is sum CachedTokens / sum PromptTokens over measured completed
+	// requests; PredictedHitRate is the same with PredictedCachedTokens.
+	HitRate          float64 `json:"hit_rate"`
+	PredictedHitRate float64 `json:"predicted_hit_rate"`
+
+	SLOTTFTP99Ms float64 `json:"slo_ttft_p99_ms"`
+	SLOTPOTP99Ms float64 `json:"slo_tpot_p99_ms"`
+	// SLOAttainment is the share of measured requests that completed with
+	// TTFT <= SLO.TTFTP99 and TPOT <= SLO.TPOTP99 (or TPOT undefined). A
+	// completed request without a first token uses its E2E as TTFT.
+	SLOAttainment float64 `json:"slo_attainment"`
+	// SLOMet: at least one request completed, and the TTFT and TPOT p99s are
+	// within the SLO.
+	SLOMet bool `json:"slo_met"`
+	// GoodputRPS is the number of requests meeting the SLO (as in
+	// SLOAttainment) per second of the measured window.
+	GoodputRPS float64 `json:"goodput_rps"`
+
+	Preemptions int              `json:"preemptions"` // over measured requests
+	PerReplica  []ReplicaSummary `json:"per_replica"`
+
+	SimulatedS float64 `json:"simulated_s"` // SummaryOptions.SimulatedEnd
+	SimWallS   float64 `json:"sim_wall_s"`  // wall-clock time of the simulation, set by the caller
+	SimEvents  int64   `json:"sim_events"`  // events processed, set by the caller
+}
+
+// Summarize reduces a run's records to a Summary. It fills every field except
+// Workload, Policy, Seed, RateRPS, SimWallS and SimEvents, which the caller
+// sets. Records whose Replica is outside opts.Replicas count in the totals
+// but in no ReplicaSummary. recs is not modified.
+func Summarize(recs []Record, opts SummaryOptions) Summary {
+	slo := opts.SLO
+	def := DefaultSLO()
+	if slo.TTFTP99 == 0 {
+		slo.TTFTP99 = def.TTFTP99
+	}
+	if slo.TPOTP99 == 0 {
+		slo.TPOTP99 = def.TPOTP99
+	}
+
+	// One backing array for the four per-request samples and the scratch
+	// space of sortDurations.
+	n := len(recs)
+	buf := make([]time.Duration, 5*n)
+	ttft := buf[0:0:n]
+	tpot := buf[n : n : 2*n]
+	e2e := buf[2*n : 2*n : 3*n]
+	queue := buf[3*n : 3*n : 4*n]
+	scratch := buf[4*n:]
+
+	per := make([]ReplicaSummary, len(opts.Replicas))
+	var (
+		s                         Summary
+		first, last               time.Duration
+		prompt, cached, predicted int64
+		outTokens                 int64
+		good                      int
+	)
+	for i := range recs {
+		r := &recs[i]
+		if r.Arrival < opts.Warmup {
+			continue
+		}
+		if s.Requests == 0 || r.Arrival < first {
+			first = r.Arrival
+		}
+		if s.Requests == 0 || r.Arrival > last {
+			last = r.Arrival
+		}
+		s.Requests++
+		s.Preemptions += r.Preemptions
+
+		var rs *ReplicaSummary
+		if r.Replica >= 0 {
+			queue = append(queue, r.Queue())
+			if r.Replica < len(per) {
+				rs = &per[r.Replica]
+				rs.Requests++
+			}
+		}
+		if r.HasFirstToken {
+			ttft = append(ttft, r.TTFT())
+		}
+		if r.Outcome != OutcomeOK {
+			s.Failed++
+			continue
+		}
+
+		s.Completed++
+		last = max(last, r.End)
+		e2e = append(e2e, r.E2E())
+		outTokens += int64(r.OutputTokens)
+		prompt += int64(r.PromptTokens)
+		cached += int64(r.CachedTokens)
+		predicted += int64(r.PredictedCachedTokens)
+		if rs != nil {
+			rs.PromptTokens += int64(r.PromptTokens)
+			rs.CachedTokens += int64(r.CachedTokens)
+		}
+
+		firstTok := r.E2E()
+		if r.HasFirstToken {
+			firstTok = r.TTFT()
+		}
+		tp, ok := r.TPOT()
+		if ok {
+			tpot = append(tpot, tp)
+		}
+		if firstTok <= slo.TTFTP99 && (!ok || tp <= slo.TPOTP99) {
+			good++
+		}
+	}
+
+	s.Replicas = len(opts.Replicas)
+	for _, d := range [][]time.Duration{ttft, tpot, e2e, queue} {
+		sortDurations(d, scratch)
+	}
+	s.TTFT = latencyOfSorted(ttft)
+	s.TPOT = latencyOfSorted(tpot)
+	s.E2E = latencyOfSorted(e2e)
+	s.QueueMs = latencyOfSorted(queue)
+	s.ITL = LatencyOfHistogram(opts.ITL)
+
+	dur := durS(last - first)
+	s.DurationS = roundSig(dur)
+	s.ThroughputRPS = roundSig(ratio(float64(s.Completed), dur))
+	s.OutputTokensPerS = roundSig(ratio(float64(outTokens), dur))
+	s.GoodputRPS = roundSig(ratio(float64(good), dur))
+	s.HitRate = roundFrac(ratio(float64(cached), float64(prompt)))
+	s.PredictedHitRate = roundFrac(ratio(float64(predicted), float64(prompt)))
+
+	s.SLOTTFTP99Ms = roundSig(durMs(slo.TTFTP99))
+	s.SLOTPOTP99Ms = roundSig(durMs(slo.TPOTP99))
+	s.SLOAttainment = roundFrac(ratio(float64(good), float64(s.Requests)))
+	s.SLOMet = s.Completed > 0 &&
+		s.TTFT.P99 <= durMs(slo.TTFTP99) &&
+		s.TPOT.P99 <= durMs(slo.TPOTP99)
+
+	for i, info := range opts.Replicas {
+		rs := &per[i]
+		rs.Replica = info.Name
+		rs.HitRate = roundFrac(ratio(float64(rs.CachedTokens), float64(rs.PromptTokens)))
+		rs.BusyFraction = roundFrac(ratio(float64(info.Busy), float64(opts.SimulatedEnd)))
+	}
+	s.PerReplica = per
+
+	s.TTFT = s.TTFT.rounded()
+	s.TPOT = s.TPOT.rounded()
+	s.ITL = s.ITL.rounded()
+	s.E2E = s.E2E.rounded()
+	s.QueueMs = s.QueueMs.rounded()
+	s.SimulatedS = roundSig(durS(opts.SimulatedEnd))
+	return s
+}

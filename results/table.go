@@ -1,0 +1,81 @@
+package results
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// tableWidth is the terminal width FormatTable's per-replica lines wrap at.
+const tableWidth = 100
+
+// FormatTable writes sums as an aligned text table, one row per summary:
+// policy, workload, completed/requests, TTFT and TPOT p50/p99, E2E p99, prefix
+// cache hit rate, SLO attainment, goodput and preemptions. A legend and, for
+// each summary, a per-replica breakdown (requests, hit rate, busy fraction)
+// follow. With policy names of up to a dozen characters every line fits in
+// 100 columns; the per-replica lines wrap at 100.
+func FormatTable(w io.Writer, sums []Summary) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "policy\tworkload\tok/req\tttft p50/99\ttpot p50/99\te2e p99\thit\tslo\tgood/s\tpreempt")
+	for i := range sums {
+		s := &sums[i]
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s/%s\t%s/%s\t%s\t%s\t%s\t%s\t%d\n",
+			s.Policy, s.Workload, s.Completed, s.Requests,
+			fmtMs(s.TTFT.P50), fmtMs(s.TTFT.P99),
+			fmtMs(s.TPOT.P50), fmtMs(s.TPOT.P99),
+			fmtMs(s.E2E.P99),
+			fmtPct(s.HitRate), fmtPct(s.SLOAttainment),
+			strconv.FormatFloat(s.GoodputRPS, 'f', 2, 64),
+			s.Preemptions)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("format table: %w", err)
+	}
+
+	var b strings.Builder
+	b.WriteString("latencies in ms; slo: share of requests meeting the SLO; good/s: goodput in req/s\nper replica: name, requests, prefix-cache hit rate, busy fraction\n")
+	for i := range sums {
+		s := &sums[i]
+		fmt.Fprintf(&b, "%s/%s seed %d:\n", s.Policy, s.Workload, s.Seed)
+		line := " "
+		for _, r := range s.PerReplica {
+			item := fmt.Sprintf(" %s %d %s %s", r.Replica, r.Requests, fmtPct(r.HitRate), fmtPct(r.BusyFraction))
+			if len(line) > 1 && len(line)+len(item)+1 > tableWidth {
+				b.WriteString(line + "\n")
+				line = " "
+			}
+			if len(line) > 1 {
+				line += " |"
+			}
+			line += item
+		}
+		if len(s.PerReplica) == 0 {
+			line += " (no replicas)"
+		}
+		b.WriteString(line + "\n")
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("format table: %w", err)
+	}
+	return nil
+}
+
+// fmtMs formats milliseconds with about three significant digits.
+func fmtMs(ms float64) string {
+	switch {
+	case ms >= 100:
+		return strconv.FormatFloat(ms, 'f', 0, 64)
+	case ms >= 10:
+		return strconv.FormatFloat(ms, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(ms, 'f', 2, 64)
+	}
+}
+
+// fmtPct formats a fraction as a percentage with one decimal.
+func fmtPct(f float64) string {
+	return strconv.FormatFloat(100*f, 'f', 1, 64) + "%"
+}

@@ -1,0 +1,39 @@
+package results
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestFormatTable(t *testing.T) {
+	a := Summarize(syntheticRecords(4000, 16), syntheticOptions(16))
+	a.Policy, a.Workload, a.Seed = "prefix-aware", "agentic", 3
+	b := Summarize(handRecords(), handOptions())
+	b.Policy, b.Workload, b.Seed = "round-robin", "chat", 1
+
+	var buf bytes.Buffer
+	if err := FormatTable(&buf, []Summary{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	t.Logf("\n%s", out)
+	for _, want := range []string{"policy", "prefix-aware", "round-robin", "4/6", "2920", "replica-p", "r1 3 16.7% 25.0%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	for i, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if len(line) > tableWidth {
+			t.Errorf("line %d is %d columns wide: %q", i+1, len(line), line)
+		}
+		if strings.HasSuffix(line, " ") {
+			t.Errorf("line %d has trailing spaces: %q", i+1, line)
+		}
+	}
+
+	var again bytes.Buffer
+	if err := FormatTable(&again, []Summary{a, b}); err != nil || again.String() != out {
+		t.Errorf("FormatTable is not deterministic (err %v)", err)
+	}
+}

@@ -1,5 +1,3 @@
-// Command inferrail is the KV-cache-aware router for self-hosted LLM
-// inference and the lab that proves it. See `inferrail --help`.
 package main
 
 import (
@@ -62,4 +60,12 @@ simulation: the real router code against virtual vLLM fleets.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newSimCmd(stdout, stderr))
 	return root
+}
+
+// noArgs rejects positional arguments as bad input.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q (flags start with --)", cmd.CommandPath(), args[0])
+	}
+	return nil
 }

@@ -57,7 +57,7 @@ robin sustains on the default engine profile).`,
   inferrail sim --workload w2 --replicas 8 --requests 20000 --json
   inferrail sim --workload w6 --rate 12 --duration 10m --out runs/w6
   inferrail sim --workload-file my-workload.yaml --profile my-gpu.yaml`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := f.config(cmd)
 			if err != nil {

@@ -68,7 +68,7 @@ robin sustains on the default engine profile).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.workload, "workload", "w1", "workload: "+strings.Join(workload.Names(), ", "))
-	fl.StringVar(&f.workloadFile, "workload-file", "", "YAML file with workload parameters (its `workload:` key selects the workload)")
+	fl.StringVar(&f.workloadFile, "workload-file", "", "YAML file with workload parameters (its workload key selects the workload)")
 	fl.StringVar(&f.policy, "policy", "round_robin", "routing policy: "+strings.Join(router.Names(), ", "))
 	fl.IntVar(&f.replicas, "replicas", 4, "number of engines in the fleet")
 	fl.Float64Var(&f.rate, "rate", 0, "offered load in requests per second (default: the workload's per-replica rate x replicas)")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
 )
 
@@ -39,7 +40,14 @@ type Load struct {
 	InFlight            int // requests dispatched and not finished
 	Pending             int // dispatched, first token not yet seen
 	PendingPromptTokens int // prompt tokens of the pending requests
-	Engine              EngineLoad
+	// PendingPrefillTokens is the prefill work queued at the replica as the
+	// gateway estimates it: the prompt tokens of pending requests minus the
+	// cached tokens predicted for each when it was routed.
+	PendingPrefillTokens int
+	// InFlightPromptTokens is the prompt tokens of all requests in flight
+	// (their KV footprint before any output).
+	InFlightPromptTokens int
+	Engine               EngineLoad
 }
 
 // Candidate is a replica that can serve the request: healthy, serving the
@@ -49,8 +57,11 @@ type Candidate struct {
 	Name    string
 	Load    Load
 	// PredictedCachedTokens is the KV index's prediction of the prompt tokens
-	// this replica holds (0 without an index).
+	// this replica holds (0 without an index). It never covers the whole
+	// prompt: engines always compute the last token, so it stops one block short.
 	PredictedCachedTokens int
+	// KVCapacityBlocks is the replica's KV cache size in blocks (0 if unknown).
+	KVCapacityBlocks int
 }
 
 // Policy picks one of the candidates (by index into cands) for req. cands is
@@ -67,6 +78,22 @@ var ErrNoCandidates = errors.New("router: no replica can serve the request")
 type Options struct {
 	// Seed seeds every randomised policy; the same seed replays the same choices.
 	Seed uint64
+	// BlockSize is the engines' KV block size in tokens (default 16).
+	BlockSize int
+	// Profile is the engines' latency model, for policies that estimate
+	// prefill time (default engine.DefaultConfig().Latency).
+	Profile engine.Profile
+}
+
+// withDefaults fills unset options.
+func (o Options) withDefaults() Options {
+	if o.BlockSize <= 0 {
+		o.BlockSize = 16
+	}
+	if o.Profile == (engine.Profile{}) {
+		o.Profile = engine.DefaultConfig().Latency
+	}
+	return o
 }
 
 type factory func(Options) Policy
@@ -98,7 +125,7 @@ func New(name string, o Options) (Policy, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown policy %q (allowed: %s)", name, strings.Join(Names(), ", "))
 	}
-	return f(o), nil
+	return f(o.withDefaults()), nil
 }
 
 // subRNG derives a subsystem's random source from the run seed, so adding a

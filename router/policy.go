@@ -62,6 +62,9 @@ type Candidate struct {
 	PredictedCachedTokens int
 	// KVCapacityBlocks is the replica's KV cache size in blocks (0 if unknown).
 	KVCapacityBlocks int
+	// IndexedBlocks is how many blocks the KV index holds for the replica
+	// (the size of its "tree", in SGLang's terms).
+	IndexedBlocks int
 }
 
 // Policy picks one of the candidates (by index into cands) for req. cands is

@@ -102,6 +102,9 @@ type Summary struct {
 	// requests; PredictedHitRate is the same with PredictedCachedTokens.
 	HitRate          float64 `json:"hit_rate"`
 	PredictedHitRate float64 `json:"predicted_hit_rate"`
+	// Prediction compares, request by request, the router's predicted cached
+	// tokens with what the engine really found cached (completed requests).
+	Prediction Prediction `json:"prediction"`
 
 	SLOTTFTP99Ms float64 `json:"slo_ttft_p99_ms"`
 	SLOTPOTP99Ms float64 `json:"slo_tpot_p99_ms"`
@@ -155,6 +158,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		prompt, cached, predicted int64
 		outTokens                 int64
 		good                      int
+		pred                      predictionAcc
 	)
 	for i := range recs {
 		r := &recs[i]
@@ -193,6 +197,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		prompt += int64(r.PromptTokens)
 		cached += int64(r.CachedTokens)
 		predicted += int64(r.PredictedCachedTokens)
+		pred.add(r.PredictedCachedTokens - r.CachedTokens)
 		if rs != nil {
 			rs.PromptTokens += int64(r.PromptTokens)
 			rs.CachedTokens += int64(r.CachedTokens)
@@ -228,6 +233,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 	s.GoodputRPS = roundSig(ratio(float64(good), dur))
 	s.HitRate = roundFrac(ratio(float64(cached), float64(prompt)))
 	s.PredictedHitRate = roundFrac(ratio(float64(predicted), float64(prompt)))
+	s.Prediction = pred.summary()
 
 	s.SLOTTFTP99Ms = roundSig(durMs(slo.TTFTP99))
 	s.SLOTPOTP99Ms = roundSig(durMs(slo.TPOTP99))
@@ -251,4 +257,50 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 	s.QueueMs = s.QueueMs.rounded()
 	s.SimulatedS = roundSig(durS(opts.SimulatedEnd))
 	return s
+}
+
+// Prediction is the accuracy of the router's cached-token predictions.
+type Prediction struct {
+	// Exact, Over and Under are the shares of requests whose prediction
+	// equalled, exceeded or fell short of the engine's cached tokens.
+	Exact float64 `json:"exact"`
+	Over  float64 `json:"over"`
+	Under float64 `json:"under"`
+	// MeanErrorTokens is the mean of predicted minus cached tokens;
+	// MeanAbsErrorTokens the mean of its absolute value.
+	MeanErrorTokens    float64 `json:"mean_error_tokens"`
+	MeanAbsErrorTokens float64 `json:"mean_abs_error_tokens"`
+}
+
+type predictionAcc struct {
+	n, exact, over, under int64
+	sum, abs              int64
+}
+
+func (a *predictionAcc) add(diff int) {
+	a.n++
+	switch {
+	case diff == 0:
+		a.exact++
+	case diff > 0:
+		a.over++
+	default:
+		a.under++
+	}
+	a.sum += int64(diff)
+	a.abs += int64(max(diff, -diff))
+}
+
+func (a *predictionAcc) summary() Prediction {
+	if a.n == 0 {
+		return Prediction{}
+	}
+	n := float64(a.n)
+	return Prediction{
+		Exact:              roundFrac(float64(a.exact) / n),
+		Over:               roundFrac(float64(a.over) / n),
+		Under:              roundFrac(float64(a.under) / n),
+		MeanErrorTokens:    roundSig(float64(a.sum) / n),
+		MeanAbsErrorTokens: roundSig(float64(a.abs) / n),
+	}
 }

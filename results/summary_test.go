@@ -78,6 +78,8 @@ func TestSummarize(t *testing.T) {
 		QueueMs:          Latency{Mean: 260, P50: 200, P90: 500, P99: 500},
 		HitRate:          0.4,  // 200/500
 		PredictedHitRate: 0.48, // 240/500
+		// Predicted - cached over the completed: -10, +100, 0, -50.
+		Prediction: Prediction{Exact: 0.25, Over: 0.25, Under: 0.5, MeanErrorTokens: 10, MeanAbsErrorTokens: 40},
 		SLOTTFTP99Ms:     2000,
 		SLOTPOTP99Ms:     100,
 		SLOAttainment:    0.3333, // requests 1 and 4 of 6
@@ -161,7 +163,7 @@ func TestSummarizeDefaultsAndOutOfRangeReplica(t *testing.T) {
 var summaryKeys = []string{
 	"workload", "policy", "replicas", "seed", "rate_rps", "requests", "completed", "failed",
 	"duration_s", "throughput_rps", "output_tokens_per_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
-	"queue_ms", "hit_rate", "predicted_hit_rate", "slo_ttft_p99_ms", "slo_tpot_p99_ms",
+	"queue_ms", "hit_rate", "predicted_hit_rate", "prediction", "slo_ttft_p99_ms", "slo_tpot_p99_ms",
 	"slo_attainment", "slo_met", "goodput_rps", "preemptions", "per_replica", "simulated_s",
 	"sim_wall_s", "sim_events",
 }
@@ -306,5 +308,20 @@ func BenchmarkSummarize20k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		Summarize(recs, opts)
+	}
+}
+
+func TestPredictionAccuracy(t *testing.T) {
+	recs := []Record{
+		{Replica: 0, HasFirstToken: true, Outcome: OutcomeOK, PromptTokens: 100, CachedTokens: 64, PredictedCachedTokens: 64},
+		{Replica: 0, HasFirstToken: true, Outcome: OutcomeOK, PromptTokens: 100, CachedTokens: 32, PredictedCachedTokens: 64},
+		{Replica: 0, HasFirstToken: true, Outcome: OutcomeOK, PromptTokens: 100, CachedTokens: 96, PredictedCachedTokens: 0},
+		{Replica: 0, HasFirstToken: true, Outcome: OutcomeOK, PromptTokens: 100, CachedTokens: 16, PredictedCachedTokens: 16},
+		{Replica: 0, Outcome: OutcomeFailed, PromptTokens: 100, PredictedCachedTokens: 99}, // not completed: left out
+	}
+	got := Summarize(recs, SummaryOptions{Replicas: []ReplicaInfo{{Name: "r"}}}).Prediction
+	want := Prediction{Exact: 0.5, Over: 0.25, Under: 0.25, MeanErrorTokens: (0 + 32 - 96 + 0) / 4.0, MeanAbsErrorTokens: (32 + 96) / 4.0}
+	if got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }

@@ -86,12 +86,20 @@ type Options struct {
 	// Profile is the engines' latency model, for policies that estimate
 	// prefill time (default engine.DefaultConfig().Latency).
 	Profile engine.Profile
+	// MaxNumBatchedTokens is the engines' step token budget (default 2048).
+	MaxNumBatchedTokens int
+	// SessionAffinity makes cost_model keep a session on the replica of its
+	// previous turn unless that costs more than SessionSlack over the best.
+	SessionAffinity bool
 }
 
 // withDefaults fills unset options.
 func (o Options) withDefaults() Options {
 	if o.BlockSize <= 0 {
 		o.BlockSize = 16
+	}
+	if o.MaxNumBatchedTokens <= 0 {
+		o.MaxNumBatchedTokens = engine.DefaultConfig().MaxNumBatchedTokens
 	}
 	if o.Profile == (engine.Profile{}) {
 		o.Profile = engine.DefaultConfig().Latency
@@ -109,6 +117,9 @@ func registry() map[string]factory {
 		"random":        func(o Options) Policy { return &Random{rng: subRNG(o.Seed, "random")} },
 		"least_request": func(o Options) Policy { return &LeastRequest{rng: subRNG(o.Seed, "least_request")} },
 		"p2c":           func(o Options) Policy { return &P2C{rng: subRNG(o.Seed, "p2c")} },
+		"prefix_hash":   func(o Options) Policy { return NewPrefixHash(o) },
+		"kv_aware":      func(o Options) Policy { return NewKVAware(o) },
+		"cost_model":    func(o Options) Policy { return NewCostModel(o) },
 	}
 }
 

@@ -79,13 +79,13 @@ func TestSummarize(t *testing.T) {
 		HitRate:          0.4,  // 200/500
 		PredictedHitRate: 0.48, // 240/500
 		// Predicted - cached over the completed: -10, +100, 0, -50.
-		Prediction: Prediction{Exact: 0.25, Over: 0.25, Under: 0.5, MeanErrorTokens: 10, MeanAbsErrorTokens: 40},
-		SLOTTFTP99Ms:     2000,
-		SLOTPOTP99Ms:     100,
-		SLOAttainment:    0.3333, // requests 1 and 4 of 6
-		SLOMet:           false,  // TTFT p99 2920ms > 2s
-		GoodputRPS:       0.333333,
-		Preemptions:      3,
+		Prediction:    Prediction{Exact: 0.25, Over: 0.25, Under: 0.5, MeanErrorTokens: 10, MeanAbsErrorTokens: 40},
+		SLOTTFTP99Ms:  2000,
+		SLOTPOTP99Ms:  100,
+		SLOAttainment: 0.3333, // requests 1 and 4 of 6
+		SLOMet:        false,  // TTFT p99 2920ms > 2s
+		GoodputRPS:    0.333333,
+		Preemptions:   3,
 		PerReplica: []ReplicaSummary{
 			{Replica: "r0", Requests: 2, PromptTokens: 200, CachedTokens: 150, HitRate: 0.75, BusyFraction: 0.5},
 			{Replica: "r1", Requests: 3, PromptTokens: 300, CachedTokens: 50, HitRate: 0.1667, BusyFraction: 0.25},

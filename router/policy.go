@@ -120,6 +120,15 @@ func registry() map[string]factory {
 		"prefix_hash":   func(o Options) Policy { return NewPrefixHash(o) },
 		"kv_aware":      func(o Options) Policy { return NewKVAware(o) },
 		"cost_model":    func(o Options) Policy { return NewCostModel(o) },
+		"llmd":          func(o Options) Policy { return NewLLMD(o) },
+		"dynamo":        func(o Options) Policy { return NewDynamo(o) },
+		"sglang":        func(o Options) Policy { return NewSGLang(o) },
+		"aibrix": func(o Options) Policy {
+			p := NewAIBrix(o)
+			p.UseGatewayCount = true // AIBrix counts its own in-flight requests
+			return p
+		},
+		"preble": func(o Options) Policy { return NewPreble(o) },
 	}
 }
 

@@ -1,0 +1,106 @@
+package router
+
+import "math/rand/v2"
+
+var _ Policy = (*Dynamo)(nil)
+
+// Dynamo is the cost function of Dynamo's KV router (ai-dynamo/dynamo,
+// lib/kv-router/src/scheduling/selector/default.rs; defaults from
+// docs/components/router/router-configuration.md), at temperature 0:
+//
+//	credit  = c·decay·m                               (device-tier overlap only)
+//	decay   = 1 / (1 + d·((P − Pmin)/B)/T)             (1 when d = 0)
+//	raw     = (P + PromptTokens)/B                     (active + incoming prompt blocks)
+//	decode  = ceil(Load.InFlightPromptTokens/B) + T    (active + incoming blocks)
+//	cost    = scale·max(0, raw − credit) + decode + w_req·Load.InFlight
+//
+// with P = Load.PendingPrefillTokens (the router-tracked active prefill
+// tokens: uncached prompt tokens of requests still in prefill), Pmin its
+// minimum over the candidates, B the block size, m matched blocks and
+// T = ceil(PromptTokens/B). Defaults: c = 1 (overlap_score_credit),
+// d = 0 (overlap_score_credit_decay), scale = 1 (prefill_load_scale),
+// w_req = 0 (decode_active_request_weight). The pick is the argmin, ties
+// broken uniformly at random (seeded), as Dynamo's minimum_cost_index does.
+//
+// Departures:
+//   - raw follows Dynamo's host code, (active prefill tokens + isl)/B as a
+//     fraction; peers.md's "active + incoming prompt blocks" would add T
+//     instead. The incoming term is the same for every candidate, so the
+//     choice is unchanged either way.
+//   - Dynamo's active decode blocks are the distinct blocks of the worker's
+//     active sequences (a prefix shared by several requests counts once), and
+//     the incoming request adds only the blocks it does not share with them.
+//     Our gateway only has the sum of in-flight prompt tokens, so shared
+//     prefixes are counted once per request and the request adds all its T
+//     blocks. Output blocks are not tracked (Dynamo tracks them only when
+//     enabled).
+//   - There are no host, disk or shared-cache tiers in our fleet, so their
+//     credits (0.75, 0.25, shared multiplier) are always zero.
+//   - Temperature > 0 (softmax sampling), busy thresholds, queueing and
+//     preferred-taint multipliers are not modelled.
+//   - m is our shared KV index's prediction; Dynamo's comes from its own
+//     event-driven radix tree. They agree when both see the same events.
+type Dynamo struct {
+	// OverlapCredit is c, the credit per matched device block (default 1).
+	OverlapCredit float64
+	// CreditDecay is d, the overload decay of the credit (default 0: off).
+	CreditDecay float64
+	// PrefillLoadScale weighs the prefill term against decode blocks (default 1).
+	PrefillLoadScale float64
+	// ActiveRequestWeight charges blocks per active request (default 0).
+	ActiveRequestWeight float64
+
+	blockSize int
+	rng       *rand.Rand
+}
+
+// NewDynamo returns Dynamo's KV router cost function with its defaults.
+func NewDynamo(o Options) *Dynamo {
+	o = o.withDefaults()
+	return &Dynamo{
+		OverlapCredit:    1,
+		PrefillLoadScale: 1,
+		blockSize:        o.BlockSize,
+		rng:              subRNG(o.Seed, "dynamo"),
+	}
+}
+
+func (*Dynamo) Name() string { return "dynamo" }
+
+// cost is Dynamo's cost for c, minPending being Pmin over the candidates.
+func (p *Dynamo) cost(prompt int, c *Candidate, minPending int) float64 {
+	bs := float64(p.blockSize)
+	m, t := peerBlocks(prompt, c.PredictedCachedTokens, p.blockSize)
+	pending := max(0, c.Load.PendingPrefillTokens)
+	decay := 1.0
+	if p.CreditDecay > 0 && t > 0 {
+		excess := float64(max(0, pending-minPending)) / bs
+		decay = 1 / (1 + p.CreditDecay*excess/float64(t))
+	}
+	credit := p.OverlapCredit * decay * float64(m)
+	raw := float64(pending+prompt) / bs
+	decode := float64(peerCeilDiv(c.Load.InFlightPromptTokens, p.blockSize) + t)
+	return p.PrefillLoadScale*max(0, raw-credit) + decode + p.ActiveRequestWeight*float64(max(0, c.Load.InFlight))
+}
+
+func (p *Dynamo) Pick(req *Request, cands []Candidate) int {
+	prompt := peerPromptTokens(req)
+	minPending := max(0, cands[0].Load.PendingPrefillTokens)
+	for i := 1; i < len(cands); i++ {
+		minPending = min(minPending, max(0, cands[i].Load.PendingPrefillTokens))
+	}
+	best, ties := 0, 1
+	bestCost := p.cost(prompt, &cands[0], minPending)
+	for i := 1; i < len(cands); i++ {
+		switch c := p.cost(prompt, &cands[i], minPending); {
+		case c < bestCost:
+			best, bestCost, ties = i, c, 1
+		case c == bestCost:
+			ties++
+			if p.rng.IntN(ties) == 0 { // reservoir sampling over the ties
+				best = i
+			}
+		}
+	}
+	return best
+}

@@ -5,9 +5,10 @@ import "time"
 type eventKind uint8
 
 const (
-	evArrival eventKind = iota // a request reaches the router
-	evStepEnd                  // a replica's step ends (or an idle replica is kicked)
-	evScrape                   // the gateway scrapes a replica's metrics
+	evArrival  eventKind = iota // a request reaches the router
+	evStepEnd                   // a replica's step ends (or an idle replica is kicked)
+	evScrape                    // the gateway scrapes a replica's metrics
+	evKVEvents                  // a replica's oldest batch of KV events reaches the router
 )
 
 // event is one entry of the heap, ordered by (at, seq).

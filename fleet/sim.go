@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/router/kvindex"
 	"github.com/inferrail/inferrail/workload"
 )
 
@@ -34,6 +36,18 @@ type Config struct {
 	Warmup time.Duration
 	// SLO is the latency objective for attainment and goodput.
 	SLO results.SLO
+	// Index picks how the router learns what each engine has cached:
+	// IndexApproximate (from its own routing decisions) or IndexEvents (from
+	// the engines' KV events, plus predictions recorded at routing time until
+	// the events confirm them).
+	Index IndexMode
+	// KVEventDelay is how late KV events reach the router.
+	KVEventDelay time.Duration
+	// SpeculationTTL is how long, in events mode, a routing decision stands
+	// in for the BlockStored events it predicts before it is dropped.
+	SpeculationTTL time.Duration
+	// SessionAffinity turns on cost_model's session affinity.
+	SessionAffinity bool
 	// Progress, when set, is called now and then during the run and once at the end.
 	Progress func(Progress)
 }
@@ -48,6 +62,18 @@ type Progress struct {
 	Done      bool
 }
 
+// IndexMode selects the KV index's source of truth.
+type IndexMode string
+
+// The index modes.
+const (
+	IndexApproximate IndexMode = "approximate"
+	IndexEvents      IndexMode = "events"
+)
+
+// IndexModes lists the valid index modes.
+func IndexModes() []string { return []string{string(IndexApproximate), string(IndexEvents)} }
+
 // DefaultConfig returns the defaults of `inferrail sim`: W1 on four default
 // engines, round robin, 100 ms scrapes, the default SLO.
 func DefaultConfig() Config {
@@ -60,6 +86,9 @@ func DefaultConfig() Config {
 		Engine:         engine.DefaultConfig(),
 		ScrapeInterval: 100 * time.Millisecond,
 		SLO:            results.DefaultSLO(),
+		Index:          IndexApproximate,
+		KVEventDelay:   50 * time.Millisecond,
+		SpeculationTTL: 2 * time.Second,
 	}
 }
 
@@ -74,6 +103,15 @@ func (c *Config) Validate() error {
 	}
 	if c.ScrapeInterval <= 0 {
 		errs = append(errs, fmt.Errorf("scrape-interval: must be positive, got %v", c.ScrapeInterval))
+	}
+	if c.Index != IndexApproximate && c.Index != IndexEvents {
+		errs = append(errs, fmt.Errorf("index: must be one of %s, got %q", strings.Join(IndexModes(), ", "), c.Index))
+	}
+	if c.KVEventDelay < 0 {
+		errs = append(errs, fmt.Errorf("kv-event-delay: must be zero or positive, got %v", c.KVEventDelay))
+	}
+	if c.SpeculationTTL < 0 {
+		errs = append(errs, fmt.Errorf("speculation-ttl: must be zero or positive, got %v", c.SpeculationTTL))
 	}
 	if c.Warmup < 0 {
 		errs = append(errs, fmt.Errorf("warmup: must be zero or positive, got %v", c.Warmup))
@@ -112,6 +150,8 @@ type replica struct {
 	scrapedAt time.Duration
 	stepping  bool              // a step-end event is in the heap
 	pending   []engine.Emission // outputs of the step in progress
+	kvBatches [][]engine.KVEvent // KV events on their way to the router, oldest first
+	queries   int64              // prefix-cache queries at the last scrape (restart detection)
 }
 
 // reqState is a request in flight.
@@ -122,6 +162,7 @@ type reqState struct {
 	replica   int
 	lastToken time.Duration
 	measured  bool
+	predicted int // cached tokens predicted on the chosen replica
 }
 
 type memoKey struct {
@@ -141,6 +182,9 @@ type sim struct {
 	records  []results.Record
 	itl      *results.Histogram
 	cands    []router.Candidate
+	idx      *kvindex.Index
+	repIDs   []int
+	depths   []int
 	salts    map[string]kvblock.Hash
 	memo     map[memoKey][]kvblock.Hash
 	segsBuf  []kvblock.Segment
@@ -177,7 +221,13 @@ func newSim(cfg Config) (*sim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
-	pol, err := router.New(cfg.Policy, router.Options{Seed: cfg.Seed})
+	pol, err := router.New(cfg.Policy, router.Options{
+		Seed:                cfg.Seed,
+		BlockSize:           cfg.Engine.BlockSize,
+		Profile:             cfg.Engine.Latency,
+		MaxNumBatchedTokens: cfg.Engine.MaxNumBatchedTokens,
+		SessionAffinity:     cfg.SessionAffinity,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
@@ -191,8 +241,15 @@ func newSim(cfg Config) (*sim, error) {
 		memo:  make(map[memoKey][]kvblock.Hash),
 	}
 	s.reps = make([]*replica, cfg.Replicas)
+	s.idx = kvindex.New(kvindex.Config{DefaultCapacityBlocks: cfg.Engine.NumGPUBlocks})
+	s.repIDs = make([]int, cfg.Replicas)
+	s.depths = make([]int, cfg.Replicas)
+	ecfg := cfg.Engine
+	ecfg.EnableKVEvents = cfg.Index == IndexEvents
 	for i := range s.reps {
-		eng, err := engine.New(cfg.Engine)
+		s.repIDs[i] = i
+		s.idx.SetCapacity(i, cfg.Engine.NumGPUBlocks)
+		eng, err := engine.New(ecfg)
 		if err != nil {
 			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
@@ -235,6 +292,8 @@ func (s *sim) run() error {
 			}
 		case evScrape:
 			s.scrape(int(ev.replica))
+		case evKVEvents:
+			s.applyKVEvents(int(ev.replica))
 		}
 		if s.cfg.Progress != nil && s.events%progressEvery == 0 {
 			s.cfg.Progress(s.progress(false))
@@ -315,12 +374,25 @@ func (s *sim) arrive(rs *reqState) {
 		ID: w.ID, Model: w.Model, Session: w.Session, Priority: w.Priority,
 		PromptTokens: rec.PromptTokens, BlockHashes: hashes[:min(len(hashes), rec.PromptTokens/bs)],
 	}
+	prompt := rreq.BlockHashes
+	if s.cfg.Index == IndexEvents {
+		s.idx.Expire(s.now)
+	}
+	s.idx.Lookup(prompt, s.repIDs, s.depths)
+	// Engines always compute the last token: predictions stop one block short
+	// of a fully cached prompt.
+	maxPred := (rec.PromptTokens - 1) / bs
 	for i, r := range s.reps {
 		l := r.load
 		if l.Engine.Valid {
 			l.Engine.Age = s.now - r.scrapedAt
 		}
-		s.cands[i] = router.Candidate{Replica: i, Name: r.name, Load: l}
+		s.cands[i] = router.Candidate{
+			Replica: i, Name: r.name, Load: l,
+			PredictedCachedTokens: min(s.depths[i], maxPred) * bs,
+			KVCapacityBlocks:      s.cfg.Engine.NumGPUBlocks,
+			IndexedBlocks:         s.idx.Blocks(i),
+		}
 	}
 	pick, err := router.Pick(s.pol, &rreq, s.cands)
 	if err != nil {
@@ -332,6 +404,12 @@ func (s *sim) arrive(rs *reqState) {
 	rec.Dispatch = s.now
 	rec.Replica = c.Replica
 	rec.PredictedCachedTokens = c.PredictedCachedTokens
+	var receipt kvindex.Receipt
+	if s.cfg.Index == IndexEvents {
+		receipt = s.idx.RecordSpeculative(c.Replica, prompt, s.now+s.cfg.SpeculationTTL)
+	} else {
+		receipt = s.idx.Record(c.Replica, prompt)
+	}
 	err = rep.eng.Add(s.now, engine.Request{
 		ID:           engine.RequestID(w.ID),
 		PromptTokens: rec.PromptTokens,
@@ -340,16 +418,21 @@ func (s *sim) arrive(rs *reqState) {
 		BlockHashes:  hashes,
 	})
 	if err != nil {
-		// The engine refused it (too long, too large): the client gets an error.
+		// The engine refused it (too long, too large) before computing
+		// anything: the client gets an error and the index forgets the record.
+		s.idx.TakeBack(receipt)
 		s.fail(rs)
 		return
 	}
 	rs.replica = c.Replica
 	rs.hashes = hashes
+	rs.predicted = c.PredictedCachedTokens
 	s.reqs[w.ID] = rs
 	rep.load.InFlight++
 	rep.load.Pending++
 	rep.load.PendingPromptTokens += rec.PromptTokens
+	rep.load.PendingPrefillTokens += rec.PromptTokens - rs.predicted
+	rep.load.InFlightPromptTokens += rec.PromptTokens
 	if !rep.stepping {
 		rep.stepping = true
 		s.heap.push(event{at: s.now, kind: evStepEnd, replica: int32(c.Replica)})
@@ -389,6 +472,11 @@ func (s *sim) stepEnd(i int) error {
 			continue
 		}
 		rep.pending = append(rep.pending[:0], res.Emitted...)
+		if len(res.Events) > 0 {
+			// The engine reuses its event slice; the hash slices inside are fresh.
+			rep.kvBatches = append(rep.kvBatches, append([]engine.KVEvent(nil), res.Events...))
+			s.heap.push(event{at: res.End() + s.cfg.KVEventDelay, kind: evKVEvents, replica: int32(i)})
+		}
 		s.heap.push(event{at: res.End(), kind: evStepEnd, replica: int32(i)})
 		return nil
 	}
@@ -405,6 +493,7 @@ func (s *sim) deliver(rep *replica) {
 			rec.CachedTokens = em.CachedTokens
 			rep.load.Pending--
 			rep.load.PendingPromptTokens -= rec.PromptTokens
+			rep.load.PendingPrefillTokens -= rec.PromptTokens - rs.predicted
 		} else if rs.measured {
 			s.itl.Add(s.now - rs.lastToken)
 		}
@@ -415,9 +504,11 @@ func (s *sim) deliver(rep *replica) {
 			rec.Preemptions = em.Preemptions
 			rec.Outcome = results.OutcomeOK
 			rep.load.InFlight--
+			rep.load.InFlightPromptTokens -= rec.PromptTokens
 			delete(s.reqs, uint64(em.ID))
-			// The engine has let go of the request: its hashes can be reused.
-			if len(s.hashFree) < 1024 {
+			// The engine has let go of the request: its hashes can be reused,
+			// unless the index's speculation queue may still hold them.
+			if s.cfg.Index != IndexEvents && len(s.hashFree) < 1024 {
 				s.hashFree = append(s.hashFree, rs.hashes)
 			}
 			rs.hashes = nil
@@ -429,10 +520,36 @@ func (s *sim) deliver(rep *replica) {
 	rep.pending = rep.pending[:0]
 }
 
+// applyKVEvents feeds a replica's oldest batch of KV events to the index.
+func (s *sim) applyKVEvents(i int) {
+	rep := s.reps[i]
+	batch := rep.kvBatches[0]
+	rep.kvBatches[0] = nil
+	rep.kvBatches = rep.kvBatches[1:]
+	for _, ev := range batch {
+		switch ev.Kind {
+		case engine.BlockStored:
+			s.idx.Stored(i, ev.BlockHashes)
+		case engine.BlockRemoved:
+			s.idx.Removed(i, ev.BlockHashes)
+		case engine.AllBlocksCleared:
+			s.idx.Clear(i)
+		}
+	}
+}
+
+// restarted reports whether an engine's prefix-cache counters went backwards
+// since the last scrape: it restarted, and its cache is empty.
+func restarted(prevQueries, queries int64) bool { return queries < prevQueries }
+
 // scrape refreshes the gateway's copy of an engine's own metrics.
 func (s *sim) scrape(i int) {
 	rep := s.reps[i]
 	m := rep.eng.Metrics()
+	if restarted(rep.queries, m.PrefixCacheQueries) {
+		s.idx.Clear(i)
+	}
+	rep.queries = m.PrefixCacheQueries
 	rep.load.Engine = router.EngineLoad{Valid: true, Running: m.Running, Waiting: m.Waiting, KVCacheUsage: m.KVCacheUsage}
 	rep.scrapedAt = s.now
 	if s.live > 0 {

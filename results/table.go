@@ -12,22 +12,22 @@ import (
 const tableWidth = 100
 
 // FormatTable writes sums as an aligned text table, one row per summary:
-// policy, workload, completed/requests, TTFT and TPOT p50/p99, E2E p99, prefix
-// cache hit rate, SLO attainment, goodput and preemptions. A legend and, for
+// policy, completed/requests, TTFT and TPOT p50/p99, E2E p99, prefix
+// cache hit rate (measured and predicted), exact predictions, SLO attainment, goodput and preemptions. A legend and, for
 // each summary, a per-replica breakdown (requests, hit rate, busy fraction)
 // follow. With policy names of up to a dozen characters every line fits in
 // 100 columns; the per-replica lines wrap at 100.
 func FormatTable(w io.Writer, sums []Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "policy\tworkload\tok/req\tttft p50/99\ttpot p50/99\te2e p99\thit\tslo\tgood/s\tpreempt")
+	fmt.Fprintln(tw, "policy\tok/req\tttft p50/99\ttpot p50/99\te2e p99\thit/pred\texact\tslo\tgood/s\tpre")
 	for i := range sums {
 		s := &sums[i]
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s/%s\t%s/%s\t%s\t%s\t%s\t%s\t%d\n",
-			s.Policy, s.Workload, s.Completed, s.Requests,
+		fmt.Fprintf(tw, "%s\t%d/%d\t%s/%s\t%s/%s\t%s\t%s/%s\t%s\t%s\t%s\t%d\n",
+			s.Policy, s.Completed, s.Requests,
 			fmtMs(s.TTFT.P50), fmtMs(s.TTFT.P99),
 			fmtMs(s.TPOT.P50), fmtMs(s.TPOT.P99),
 			fmtMs(s.E2E.P99),
-			fmtPct(s.HitRate), fmtPct(s.SLOAttainment),
+			fmtPct0(s.HitRate), fmtPct(s.PredictedHitRate), fmtPct(s.Prediction.Exact), fmtPct(s.SLOAttainment),
 			strconv.FormatFloat(s.GoodputRPS, 'f', 2, 64),
 			s.Preemptions)
 	}
@@ -36,10 +36,12 @@ func FormatTable(w io.Writer, sums []Summary) error {
 	}
 
 	var b strings.Builder
-	b.WriteString("latencies in ms; slo: share of requests meeting the SLO; good/s: goodput in req/s\nper replica: name, requests, prefix-cache hit rate, busy fraction\n")
+	b.WriteString("latencies in ms; hit/pred: % of prompt tokens the engines found cached / the router predicted;\n" +
+		"exact: requests predicted exactly; slo: requests meeting the SLO; good/s: goodput in req/s\n" +
+		"pre: preemptions; per replica: name, requests, prefix-cache hit rate, busy fraction\n")
 	for i := range sums {
 		s := &sums[i]
-		fmt.Fprintf(&b, "%s/%s seed %d:\n", s.Policy, s.Workload, s.Seed)
+		fmt.Fprintf(&b, "%s on %s, seed %d:\n", s.Policy, s.Workload, s.Seed)
 		line := " "
 		for _, r := range s.PerReplica {
 			item := fmt.Sprintf(" %s %d %s %s", r.Replica, r.Requests, fmtPct(r.HitRate), fmtPct(r.BusyFraction))
@@ -74,6 +76,9 @@ func fmtMs(ms float64) string {
 		return strconv.FormatFloat(ms, 'f', 2, 64)
 	}
 }
+
+// fmtPct0 formats a fraction as a percentage with one decimal and no sign.
+func fmtPct0(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) }
 
 // fmtPct formats a fraction as a percentage with one decimal.
 func fmtPct(f float64) string {

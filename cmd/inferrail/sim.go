@@ -33,6 +33,10 @@ type simFlags struct {
 	scrapeInterval time.Duration
 	sloTTFT        time.Duration
 	sloTPOT        time.Duration
+	index          string
+	kvEventDelay   time.Duration
+	speculationTTL time.Duration
+	affinity       bool
 	sets           []string
 	json           bool
 	out            string
@@ -78,6 +82,10 @@ robin sustains on the default engine profile).`,
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload and the router; the same seed gives the same result")
 	fl.StringVar(&f.profile, "profile", "", "engine profile YAML (scheduler limits, KV blocks, latency model); default: an 8B model on one 24 GB GPU")
 	fl.DurationVar(&f.scrapeInterval, "scrape-interval", 100*time.Millisecond, "how often the router reads each engine's metrics")
+	fl.StringVar(&f.index, "index", "approximate", "KV index: approximate (learns from routing decisions) or events (fed by the engines' KV events)")
+	fl.DurationVar(&f.kvEventDelay, "kv-event-delay", 50*time.Millisecond, "how late KV events reach the router (--index events)")
+	fl.DurationVar(&f.speculationTTL, "speculation-ttl", 2*time.Second, "how long a routing decision stands in for the KV events it predicts (--index events)")
+	fl.BoolVar(&f.affinity, "session-affinity", false, "cost_model keeps a session on its previous replica unless that is 25% slower")
 	fl.DurationVar(&f.sloTTFT, "slo-ttft", 2*time.Second, "SLO: time to first token at p99")
 	fl.DurationVar(&f.sloTPOT, "slo-tpot", 100*time.Millisecond, "SLO: time per output token at p99")
 	fl.StringArrayVar(&f.sets, "set", nil, "override one workload parameter, as yaml.path=value (repeatable)")
@@ -173,6 +181,18 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 		}
 		cfg.Engine = ec
 	}
+	switch fleet.IndexMode(f.index) {
+	case fleet.IndexApproximate, fleet.IndexEvents:
+		cfg.Index = fleet.IndexMode(f.index)
+	default:
+		return cfg, usagef("--index: must be one of %s, got %q", strings.Join(fleet.IndexModes(), ", "), f.index)
+	}
+	if f.kvEventDelay < 0 || f.speculationTTL < 0 {
+		return cfg, usagef("--kv-event-delay and --speculation-ttl: must be zero or positive, got %v and %v", f.kvEventDelay, f.speculationTTL)
+	}
+	cfg.KVEventDelay = f.kvEventDelay
+	cfg.SpeculationTTL = f.speculationTTL
+	cfg.SessionAffinity = f.affinity
 	cfg.Workload = wl
 	cfg.Policy = f.policy
 	cfg.Replicas = f.replicas

@@ -1,0 +1,138 @@
+package kvindex
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// check verifies the index's internal consistency: every replica's list,
+// slab, free list and table agree; and the shared table holds exactly the
+// union of the replicas' blocks, each with exactly the replicas holding it.
+func (x *Index) check() error {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	total := 0
+	for r, p := range x.reps {
+		if p == nil {
+			continue
+		}
+		if err := p.check(); err != nil {
+			return fmt.Errorf("replica %d: %w", r, err)
+		}
+		total += p.n
+	}
+	t := &x.shared
+	live, pairs := 0, 0
+	for i := range t.slots {
+		s := &t.slots[i]
+		if s.live == 0 {
+			continue
+		}
+		live++
+		if t.find(s.h) != i {
+			return fmt.Errorf("shared: %v in slot %d not found by probing", s.h, i)
+		}
+		if s.bits == 0 && s.ext == nilExt {
+			return fmt.Errorf("shared: %v has no replicas", s.h)
+		}
+		holds := func(r int) error {
+			if p := x.get(r); p == nil || p.lookup(s.h) == nilNode {
+				return fmt.Errorf("shared: %v lists replica %d, which does not hold it", s.h, r)
+			}
+			pairs++
+			return nil
+		}
+		for b := s.bits; b != 0; b &= b - 1 {
+			if err := holds(bits.TrailingZeros64(b)); err != nil {
+				return err
+			}
+		}
+		seen := map[int32]bool{}
+		steps := 0
+		for e := s.ext; e != nilExt; e = t.ext[e].next {
+			if steps++; steps > len(t.ext) {
+				return fmt.Errorf("shared: %v: ext list loops", s.h)
+			}
+			w := t.ext[e]
+			if w.bits == 0 || w.word < 1 || seen[w.word] {
+				return fmt.Errorf("shared: %v: bad ext word %+v", s.h, w)
+			}
+			seen[w.word] = true
+			for b := w.bits; b != 0; b &= b - 1 {
+				if err := holds(64*int(w.word) + bits.TrailingZeros64(b)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if live != t.n {
+		return fmt.Errorf("shared: %d live slots, count says %d", live, t.n)
+	}
+	if 4*t.n > 3*len(t.slots) {
+		return fmt.Errorf("shared: %d entries in %d slots", t.n, len(t.slots))
+	}
+	// Every listed pair is held and the counts match, so the shared table is
+	// exactly the union of the replicas' blocks.
+	if pairs != total {
+		return fmt.Errorf("shared: lists %d (block, replica) pairs, replicas hold %d", pairs, total)
+	}
+	return nil
+}
+
+func (p *replica) check() error {
+	if p.n > p.capacity {
+		return fmt.Errorf("%d blocks over capacity %d", p.n, p.capacity)
+	}
+	inList := make([]bool, len(p.nodes))
+	count := 0
+	prev := int32(nilNode)
+	for id := p.head; id != nilNode; id = p.nodes[id].next {
+		if id < 0 || int(id) >= len(p.nodes) || inList[id] {
+			return fmt.Errorf("list: bad or repeated node %d", id)
+		}
+		inList[id] = true
+		nd := &p.nodes[id]
+		if nd.prev != prev {
+			return fmt.Errorf("list: node %d prev %d, want %d", id, nd.prev, prev)
+		}
+		if got := p.lookup(nd.h); got != id {
+			return fmt.Errorf("table: %v maps to %d, want %d", nd.h, got, id)
+		}
+		prev = id
+		count++
+	}
+	if p.tail != prev {
+		return fmt.Errorf("list: tail %d, want %d", p.tail, prev)
+	}
+	if count != p.n {
+		return fmt.Errorf("list holds %d nodes, count says %d", count, p.n)
+	}
+	free := 0
+	for id := p.free; id != nilNode; id = p.nodes[id].next {
+		if id < 0 || int(id) >= len(p.nodes) || inList[id] {
+			return fmt.Errorf("free list: bad node %d", id)
+		}
+		inList[id] = true
+		free++
+	}
+	if count+free != len(p.nodes) {
+		return fmt.Errorf("%d listed + %d free != %d in slab", count, free, len(p.nodes))
+	}
+	used := 0
+	for _, s := range p.slots {
+		if s.ref == 0 {
+			continue
+		}
+		used++
+		if nd := &p.nodes[s.ref-1]; uint32(nd.h.Lo) != s.lo {
+			return fmt.Errorf("table: slot tag %x, node %v", s.lo, nd.h)
+		}
+	}
+	if used != p.n {
+		return fmt.Errorf("table holds %d, count says %d", used, p.n)
+	}
+	if p.n > 0 && 2*p.n > len(p.slots) {
+		return fmt.Errorf("table: %d in %d slots", p.n, len(p.slots))
+	}
+	return nil
+}

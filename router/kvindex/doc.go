@@ -1,0 +1,30 @@
+// Package kvindex is the router's KV index: for every candidate replica it
+// predicts how many leading blocks of a prompt that replica still holds in
+// its engine's prefix cache.
+//
+// The index keeps two views of the same set of (block, replica) pairs:
+//
+//   - a shared open-addressing table from block hash to the set of replicas
+//     holding it (one 64-bit word for replicas 0..63, a short sparse list of
+//     further words beyond), so that Lookup answers all candidates in one walk
+//     down the prompt, stopping once no candidate still matches;
+//   - per replica, a shadow LRU (an intrusive doubly linked list over a slab
+//     of nodes with int32 links, plus a small hash table from block hash to
+//     node) bounded by the replica's capacity in blocks.
+//
+// It is fed in one of two ways. In approximate mode the router records what
+// it routed (Record, and TakeBack when the attempt failed before the engine
+// computed the prompt). In event-fed mode the engines' KV events arrive as
+// Stored and Removed, and the router bridges the delay before the first
+// event with RecordSpeculative entries that Stored confirms and Expire drops.
+//
+// An Index is safe for concurrent use: Lookup, Blocks, Capacity and Bytes
+// take a read lock and never change recency, so lookups do not serialise
+// behind each other; everything else takes the write lock. Nothing depends
+// on map iteration order or the clock: the caller passes time to
+// RecordSpeculative and Expire.
+//
+// Start with Index and its methods (index.go); replica.go holds the shadow
+// LRU, table.go the shared table, expiry.go the queue of speculative records,
+// and check_test.go the internal consistency check the tests run.
+package kvindex

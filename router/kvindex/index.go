@@ -1,0 +1,476 @@
+package kvindex
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
+)
+
+// DefaultCapacityBlocks is the shadow-LRU capacity of a replica whose
+// capacity was never set, when Config leaves it zero.
+const DefaultCapacityBlocks = 16384
+
+// MaxReplica is the largest replica id. Ids index a slice, so they should be
+// small and dense; ids 0..63 take the fast path of Lookup.
+const MaxReplica = 1<<16 - 1
+
+// maxCapacity bounds a replica's capacity so that node indices fit in int32.
+const maxCapacity = math.MaxInt32 - 1
+
+// Config configures an Index.
+type Config struct {
+	// DefaultCapacityBlocks is the shadow-LRU capacity of a replica whose
+	// capacity was never set. Zero or negative means DefaultCapacityBlocks
+	// (16384).
+	DefaultCapacityBlocks int
+}
+
+// Index predicts, for each candidate replica, how many leading blocks of a
+// prompt it holds. The zero value is not usable; call New.
+//
+// Replica ids passed to the methods that change the index must lie in
+// 0..MaxReplica (they panic otherwise); the read-only methods treat any other
+// id as a replica that holds nothing.
+type Index struct {
+	mu     sync.RWMutex
+	defCap int
+	gen    uint64 // last generation handed to a Record or RecordSpeculative
+	shared table
+	reps   []*replica // by id; nil for replicas the index knows nothing about
+	queue  expiryQueue
+	// nextExpiry is the earliest expiry in queue (math.MaxInt64 when empty),
+	// so that Expire can return without the write lock.
+	nextExpiry atomic.Int64
+}
+
+// New returns an empty index.
+func New(cfg Config) *Index {
+	x := &Index{defCap: cfg.DefaultCapacityBlocks, shared: newTable()}
+	if x.defCap <= 0 {
+		x.defCap = DefaultCapacityBlocks
+	}
+	x.defCap = min(x.defCap, maxCapacity)
+	x.nextExpiry.Store(math.MaxInt64)
+	return x
+}
+
+// Receipt names the blocks one Record or RecordSpeculative inserted, for
+// TakeBack. It is a small value; the zero Receipt names nothing. A receipt
+// refers to the caller's hash slice rather than copying it, so the caller
+// must not modify that slice while the receipt may still be taken back (and,
+// for RecordSpeculative, until the record expires). A Record that inserted
+// nothing returns the zero Receipt and keeps no reference.
+type Receipt struct {
+	hashes  []kvblock.Hash
+	gen     uint64
+	replica int
+}
+
+// checkReplica panics unless r is a valid replica id for a mutation.
+func checkReplica(r int) {
+	if r < 0 || r > MaxReplica {
+		panic(fmt.Sprintf("kvindex: replica %d out of range [0, %d]", r, MaxReplica))
+	}
+}
+
+// get returns replica r's state, or nil.
+func (x *Index) get(r int) *replica {
+	if r < 0 || r >= len(x.reps) {
+		return nil
+	}
+	return x.reps[r]
+}
+
+// ensure returns replica r's state, creating it with the default capacity.
+func (x *Index) ensure(r int) *replica {
+	checkReplica(r)
+	if r >= len(x.reps) {
+		x.reps = append(x.reps, make([]*replica, r+1-len(x.reps))...)
+	}
+	p := x.reps[r]
+	if p == nil {
+		p = newReplica(x.defCap)
+		x.reps[r] = p
+	}
+	return p
+}
+
+// SetCapacity declares or resizes replica's capacity in blocks (negative
+// means 0). Shrinking evicts its least recently used blocks.
+func (x *Index) SetCapacity(replica, blocks int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	p := x.ensure(replica)
+	p.capacity = min(max(blocks, 0), maxCapacity)
+	if p.n <= p.capacity {
+		return
+	}
+	for p.n > p.capacity {
+		x.dropNode(p, replica, p.tail)
+	}
+	p.compact()
+	x.shared.maybeShrink()
+}
+
+// Forget drops everything about replica, capacity included: it left the
+// fleet.
+func (x *Index) Forget(replica int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	checkReplica(replica)
+	if x.get(replica) == nil {
+		return
+	}
+	x.clear(replica)
+	x.reps[replica] = nil
+}
+
+// Clear drops replica's blocks but keeps its capacity: it restarted, or its
+// engine reported AllBlocksCleared.
+func (x *Index) Clear(replica int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	checkReplica(replica)
+	if x.get(replica) == nil {
+		return
+	}
+	x.clear(replica)
+}
+
+func (x *Index) clear(r int) {
+	p := x.reps[r]
+	for id := p.head; id != nilNode; id = p.nodes[id].next {
+		x.shared.remove(p.nodes[id].h, r)
+	}
+	p.reset()
+	x.shared.maybeShrink()
+}
+
+// Record notes that the prompt whose full blocks are hashes (in order) was
+// routed to replica: every block becomes most recently used there, inserted
+// if absent. Blocks are touched from last to first, so block 0 ends most
+// recent and, under capacity pressure, the replica loses a prompt's tail
+// blocks before its head (as vLLM frees a finished request's blocks tail
+// first). Over capacity, the replica's least recently used blocks are
+// evicted. A replica never seen before gets the default capacity.
+//
+// A block Record finds already present becomes confirmed (no longer
+// speculative) and is no longer owned by any earlier receipt. The returned
+// Receipt lets TakeBack undo the insertions; see Receipt for the aliasing of
+// hashes.
+func (x *Index) Record(replica int, hashes []kvblock.Hash) Receipt {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.record(replica, hashes, kindRecord)
+}
+
+// RecordSpeculative is Record for event-fed mode: the blocks it inserts are
+// speculative until a Stored (or Record) confirms them, and Expire drops them
+// once now >= expires if nothing confirmed them by then. A confirmed block it
+// finds only becomes most recently used (and is no longer owned by an earlier
+// receipt). A speculative block it finds, inserted by an earlier speculative
+// record, becomes most recently used and passes to this record: it now
+// expires at expires, and this receipt's TakeBack removes it.
+func (x *Index) RecordSpeculative(replica int, hashes []kvblock.Hash, expires time.Duration) Receipt {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	rc := x.record(replica, hashes, kindSpeculative)
+	if rc.gen != 0 {
+		x.queue.push(expiry{at: expires, gen: rc.gen, replica: replica, hashes: hashes})
+		x.nextExpiry.Store(int64(x.queue[0].at))
+	}
+	return rc
+}
+
+// Stored applies an engine's BlockStored event: the blocks are cached on
+// replica. Each becomes most recently used there (touched from last to
+// first, as in Record), inserted if absent, confirmed if speculative, and no
+// longer owned by any receipt. A replica never seen before gets the default
+// capacity.
+func (x *Index) Stored(replica int, hashes []kvblock.Hash) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.record(replica, hashes, kindStored)
+}
+
+// Removed applies an engine's BlockRemoved event: replica no longer holds
+// the blocks. Unknown blocks are ignored.
+func (x *Index) Removed(replica int, hashes []kvblock.Hash) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	checkReplica(replica)
+	p := x.get(replica)
+	if p == nil {
+		return
+	}
+	for _, h := range hashes {
+		if id := p.lookup(h); id != nilNode {
+			x.dropNode(p, replica, id)
+		}
+	}
+}
+
+// TakeBack undoes a Record or RecordSpeculative whose attempt failed before
+// the engine computed the prompt: it removes the blocks that record inserted
+// and that nothing (Record, RecordSpeculative, Stored) has touched since.
+// Blocks that were present before the record stay, with the recency the
+// record gave them. Taking back the zero Receipt, a receipt already taken
+// back, or one whose blocks have all been touched, evicted or cleared since
+// is a no-op.
+func (x *Index) TakeBack(r Receipt) {
+	if r.gen == 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.dropOwned(r.replica, r.hashes, r.gen, false)
+}
+
+// Expire drops the speculative blocks of every RecordSpeculative whose
+// expiry is at or before now and that nothing has confirmed or passed to a
+// later speculative record. It returns at once, without the write lock, when
+// nothing is due.
+func (x *Index) Expire(now time.Duration) {
+	if int64(now) < x.nextExpiry.Load() {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for len(x.queue) > 0 && x.queue[0].at <= now {
+		e := x.queue.pop()
+		x.dropOwned(e.replica, e.hashes, e.gen, true)
+	}
+	next := int64(math.MaxInt64)
+	if len(x.queue) > 0 {
+		next = int64(x.queue[0].at)
+	}
+	x.nextExpiry.Store(next)
+}
+
+// dropOwned removes replica's nodes among hashes that record gen owns; only
+// the speculative ones when specOnly.
+func (x *Index) dropOwned(replica int, hashes []kvblock.Hash, gen uint64, specOnly bool) {
+	p := x.get(replica)
+	if p == nil {
+		return
+	}
+	for _, h := range hashes {
+		id := p.lookup(h)
+		if id == nilNode {
+			continue
+		}
+		if s := p.nodes[id].stamp; s&^specBit == gen && (!specOnly || s&specBit != 0) {
+			x.dropNode(p, replica, id)
+		}
+	}
+}
+
+type recordKind uint8
+
+const (
+	kindRecord recordKind = iota
+	kindSpeculative
+	kindStored
+)
+
+// record inserts or touches hashes on replica r from last to first.
+func (x *Index) record(r int, hashes []kvblock.Hash, kind recordKind) Receipt {
+	p := x.ensure(r)
+	var gen, stamp uint64
+	if kind != kindStored {
+		x.gen++
+		gen = x.gen
+		stamp = gen
+		if kind == kindSpeculative {
+			stamp |= specBit
+		}
+	}
+	owned := false
+	for i := len(hashes) - 1; i >= 0; i-- {
+		h := hashes[i]
+		id := p.lookup(h)
+		if id == nilNode {
+			if p.capacity == 0 {
+				continue
+			}
+			if p.n >= p.capacity {
+				x.dropNode(p, r, p.tail)
+			}
+			p.add(h, stamp)
+			x.shared.add(h, r)
+			owned = owned || stamp != 0
+			continue
+		}
+		nd := &p.nodes[id]
+		switch {
+		case nd.stamp == stamp:
+			// Inserted by this very record (a repeated hash), or unowned
+			// and touched by Stored.
+		case kind == kindSpeculative && nd.stamp&specBit != 0:
+			nd.stamp = stamp
+			owned = true
+		default:
+			nd.stamp = 0
+		}
+		p.touch(id)
+	}
+	if !owned {
+		return Receipt{}
+	}
+	return Receipt{hashes: hashes, gen: gen, replica: r}
+}
+
+// dropNode removes node id of replica r from the replica and the shared table.
+func (x *Index) dropNode(p *replica, r int, id int32) {
+	h := p.nodes[id].h
+	p.drop(id)
+	x.shared.remove(h, r)
+}
+
+// Lookup sets depths[i] to the number of leading blocks of hashes (blocks
+// 0..d-1, consecutive) that replicas[i] holds, speculative blocks included.
+// It panics unless len(depths) == len(replicas). It only reads the index:
+// recency does not change, it runs under the read lock and does not
+// allocate.
+func (x *Index) Lookup(hashes []kvblock.Hash, replicas []int, depths []int) {
+	if len(depths) != len(replicas) {
+		panic("kvindex: Lookup needs len(depths) == len(replicas)")
+	}
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var low uint64
+	maxWord := 0
+	for _, r := range replicas {
+		switch {
+		case r < 0 || r > MaxReplica:
+		case r < 64:
+			low |= 1 << uint(r)
+		default:
+			maxWord = max(maxWord, r>>6)
+		}
+	}
+	var d [64]int32
+	if low != 0 {
+		x.shared.walk(hashes, 0, low, &d)
+	}
+	for i, r := range replicas {
+		switch {
+		case r < 0 || r > MaxReplica:
+			depths[i] = 0
+		case r < 64:
+			depths[i] = int(d[r])
+		}
+	}
+	// Replicas beyond 63: one walk per word of ids among the candidates,
+	// finding the words 64 at a time without allocating.
+	for base := 1; base <= maxWord; base += 64 {
+		var need uint64
+		for _, r := range replicas {
+			if w := r >> 6; r <= MaxReplica && w >= base && w < base+64 {
+				need |= 1 << uint(w-base)
+			}
+		}
+		for need != 0 {
+			w := base + bits.TrailingZeros64(need)
+			need &= need - 1
+			var mask uint64
+			for _, r := range replicas {
+				if r >= 0 && r>>6 == w {
+					mask |= 1 << uint(r&63)
+				}
+			}
+			x.shared.walk(hashes, w, mask, &d)
+			for i, r := range replicas {
+				if r >= 0 && r>>6 == w {
+					depths[i] = int(d[r&63])
+				}
+			}
+		}
+	}
+}
+
+// walk sets d[b] for every bit b of mask to the number of leading blocks of
+// hashes whose replica set has bit b set in word w.
+func (t *table) walk(hashes []kvblock.Hash, w int, mask uint64, d *[64]int32) {
+	alive := mask
+	slots, tmask := t.slots, t.mask
+	for k := range hashes {
+		h := hashes[k]
+		var set uint64
+		if w == 0 {
+			// Inline probe for the common case.
+			for i := h.Lo & tmask; ; i = (i + 1) & tmask {
+				s := &slots[i]
+				if s.live == 0 {
+					break
+				}
+				if s.h == h {
+					set = s.bits
+					break
+				}
+			}
+		} else {
+			set = t.word(h, w)
+		}
+		if gone := alive &^ set; gone != 0 {
+			alive &^= gone
+			for ; gone != 0; gone &= gone - 1 {
+				d[bits.TrailingZeros64(gone)] = int32(k)
+			}
+			if alive == 0 {
+				return
+			}
+		}
+	}
+	for ; alive != 0; alive &= alive - 1 {
+		d[bits.TrailingZeros64(alive)] = int32(len(hashes))
+	}
+}
+
+// Blocks returns the number of blocks the index holds for replica.
+func (x *Index) Blocks(replica int) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if p := x.get(replica); p != nil {
+		return p.n
+	}
+	return 0
+}
+
+// Capacity returns replica's capacity in blocks: the default for a replica
+// whose capacity was never set (or was forgotten).
+func (x *Index) Capacity(replica int) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if p := x.get(replica); p != nil {
+		return p.capacity
+	}
+	return x.defCap
+}
+
+// Bytes returns the approximate memory the index holds: its tables, slabs
+// and queue, counted by capacity, not by use.
+func (x *Index) Bytes() int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	n := int64(unsafe.Sizeof(*x))
+	n += int64(cap(x.shared.slots)) * int64(unsafe.Sizeof(entry{}))
+	n += int64(cap(x.shared.ext)) * int64(unsafe.Sizeof(extWord{}))
+	n += int64(cap(x.reps)) * int64(unsafe.Sizeof((*replica)(nil)))
+	n += int64(cap(x.queue)) * int64(unsafe.Sizeof(expiry{}))
+	for _, p := range x.reps {
+		if p == nil {
+			continue
+		}
+		n += int64(unsafe.Sizeof(*p))
+		n += int64(cap(p.nodes)) * int64(unsafe.Sizeof(node{}))
+		n += int64(cap(p.slots)) * int64(unsafe.Sizeof(rslot{}))
+	}
+	return n
+}

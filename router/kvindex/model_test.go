@@ -1,0 +1,370 @@
+package kvindex
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
+	"pgregory.net/rapid"
+)
+
+// The reference model: per replica a slice of blocks, most recent first,
+// searched linearly. Obviously correct, obviously slow.
+
+type mnode struct {
+	h     kvblock.Hash
+	owner uint64 // generation of the owning record, 0 when none
+	spec  bool
+}
+
+type mrep struct {
+	capacity int
+	lru      []mnode // most recently used first
+}
+
+type mexpiry struct {
+	at      time.Duration
+	gen     uint64
+	replica int
+	hashes  []kvblock.Hash
+}
+
+type mreceipt struct {
+	replica int
+	gen     uint64 // 0 when the record owned nothing
+	hashes  []kvblock.Hash
+}
+
+type model struct {
+	defCap int
+	gen    uint64
+	reps   map[int]*mrep
+	queue  []mexpiry
+}
+
+func newModel(defCap int) *model { return &model{defCap: defCap, reps: map[int]*mrep{}} }
+
+func (m *model) ensure(r int) *mrep {
+	if m.reps[r] == nil {
+		m.reps[r] = &mrep{capacity: m.defCap}
+	}
+	return m.reps[r]
+}
+
+func (p *mrep) find(h kvblock.Hash) int {
+	return slices.IndexFunc(p.lru, func(n mnode) bool { return n.h == h })
+}
+
+func (p *mrep) remove(j int) { p.lru = slices.Delete(p.lru, j, j+1) }
+
+func (p *mrep) trim() {
+	if len(p.lru) > p.capacity {
+		p.lru = p.lru[:p.capacity]
+	}
+}
+
+const (
+	opRecord = iota
+	opSpeculative
+	opStored
+)
+
+func (m *model) record(r int, hashes []kvblock.Hash, kind int, expires time.Duration) mreceipt {
+	p := m.ensure(r)
+	var gen uint64
+	if kind != opStored {
+		m.gen++
+		gen = m.gen
+	}
+	spec := kind == opSpeculative
+	owned := false
+	for i := len(hashes) - 1; i >= 0; i-- {
+		h := hashes[i]
+		j := p.find(h)
+		if j < 0 {
+			// Insert as most recent, then evict the least recent over capacity.
+			p.lru = slices.Insert(p.lru, 0, mnode{h: h, owner: gen, spec: spec})
+			p.trim()
+			owned = owned || (gen != 0 && len(p.lru) > 0 && p.lru[0].h == h)
+			continue
+		}
+		n := p.lru[j]
+		switch {
+		case kind == opStored:
+			n.owner, n.spec = 0, false
+		case n.owner == gen && n.spec == spec:
+			// Inserted by this record earlier in the loop.
+		case spec && n.spec:
+			n.owner = gen // passes to this speculative record
+			owned = true
+		default:
+			n.owner, n.spec = 0, false
+		}
+		p.remove(j)
+		p.lru = slices.Insert(p.lru, 0, n)
+	}
+	if !owned {
+		return mreceipt{replica: r}
+	}
+	if spec {
+		m.queue = append(m.queue, mexpiry{at: expires, gen: gen, replica: r, hashes: hashes})
+	}
+	return mreceipt{replica: r, gen: gen, hashes: hashes}
+}
+
+func (m *model) dropOwned(r int, hashes []kvblock.Hash, gen uint64, specOnly bool) {
+	p := m.reps[r]
+	if p == nil || gen == 0 {
+		return
+	}
+	for _, h := range hashes {
+		if j := p.find(h); j >= 0 && p.lru[j].owner == gen && (!specOnly || p.lru[j].spec) {
+			p.remove(j)
+		}
+	}
+}
+
+func (m *model) expire(now time.Duration) {
+	keep := m.queue[:0]
+	for _, e := range m.queue {
+		if e.at <= now {
+			m.dropOwned(e.replica, e.hashes, e.gen, true)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	m.queue = keep
+}
+
+func (m *model) removed(r int, hashes []kvblock.Hash) {
+	if p := m.reps[r]; p != nil {
+		for _, h := range hashes {
+			if j := p.find(h); j >= 0 {
+				p.remove(j)
+			}
+		}
+	}
+}
+
+func (m *model) depth(r int, hashes []kvblock.Hash) int {
+	p := m.reps[r]
+	if p == nil {
+		return 0
+	}
+	for d, h := range hashes {
+		if p.find(h) < 0 {
+			return d
+		}
+	}
+	return len(hashes)
+}
+
+func (m *model) blocks(r int) int {
+	if p := m.reps[r]; p != nil {
+		return len(p.lru)
+	}
+	return 0
+}
+
+func (m *model) capacity(r int) int {
+	if p := m.reps[r]; p != nil {
+		return p.capacity
+	}
+	return m.defCap
+}
+
+// testReplicas covers the one-word fast path, its edges and the sparse
+// words beyond.
+var testReplicas = []int{0, 1, 2, 63, 64, 65, 130, 4095}
+
+// TestIndexMatchesModel drives the index and the model with the same random
+// operations and compares them after each.
+func TestIndexMatchesModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		defCap := rapid.IntRange(0, 10).Draw(t, "defCap")
+		x := New(Config{DefaultCapacityBlocks: defCap})
+		if defCap == 0 {
+			defCap = DefaultCapacityBlocks
+		}
+		m := newModel(defCap)
+
+		// Few distinct hashes whose low bits collide, some sharing Lo.
+		pool := make([]kvblock.Hash, rapid.IntRange(1, 24).Draw(t, "nhash"))
+		for i := range pool {
+			pool[i] = kvblock.Hash{Hi: uint64(i) % 5, Lo: rapid.Uint64Range(0, 40).Draw(t, "lo")}
+			if slices.Contains(pool[:i], pool[i]) {
+				pool[i].Hi += 100 + uint64(i)
+			}
+		}
+		hashGen := rapid.SampledFrom(pool)
+		// Prompts mostly extend a few shared bases, so they share prefixes.
+		bases := make([][]kvblock.Hash, 3)
+		for i := range bases {
+			bases[i] = rapid.SliceOfN(hashGen, 0, 10).Draw(t, "base")
+		}
+		prompt := func(t *rapid.T) []kvblock.Hash {
+			if rapid.IntRange(0, 3).Draw(t, "fresh") == 0 {
+				return rapid.SliceOfN(hashGen, 0, 10).Draw(t, "prompt")
+			}
+			b := rapid.SampledFrom(bases).Draw(t, "which")
+			n := rapid.IntRange(0, len(b)).Draw(t, "prefix")
+			p := slices.Clone(b[:n])
+			return append(p, rapid.SliceOfN(hashGen, 0, 3).Draw(t, "tail")...)
+		}
+		replica := rapid.SampledFrom(testReplicas)
+		var receipts []Receipt
+		var mreceipts []mreceipt
+		lookups := append([][]kvblock.Hash{}, bases...)
+		depths := make([]int, len(testReplicas))
+
+		for step := range rapid.IntRange(1, 60).Draw(t, "steps") {
+			var hs []kvblock.Hash
+			switch op := rapid.IntRange(0, 10).Draw(t, "op"); op {
+			case 0, 1, 2:
+				r, p := replica.Draw(t, "r"), prompt(t)
+				hs = p
+				receipts = append(receipts, x.Record(r, p))
+				mreceipts = append(mreceipts, m.record(r, p, opRecord, 0))
+			case 3:
+				r, p := replica.Draw(t, "r"), prompt(t)
+				at := time.Duration(rapid.IntRange(0, 10).Draw(t, "expires"))
+				hs = p
+				receipts = append(receipts, x.RecordSpeculative(r, p, at))
+				mreceipts = append(mreceipts, m.record(r, p, opSpeculative, at))
+			case 4:
+				if len(receipts) == 0 {
+					continue
+				}
+				i := rapid.IntRange(0, len(receipts)-1).Draw(t, "receipt")
+				x.TakeBack(receipts[i])
+				m.dropOwned(mreceipts[i].replica, mreceipts[i].hashes, mreceipts[i].gen, false)
+			case 5:
+				r, p := replica.Draw(t, "r"), prompt(t)
+				hs = p
+				x.Stored(r, p)
+				m.record(r, p, opStored, 0)
+			case 6:
+				r, p := replica.Draw(t, "r"), prompt(t)
+				x.Removed(r, p)
+				m.removed(r, p)
+			case 7:
+				now := time.Duration(rapid.IntRange(0, 10).Draw(t, "now"))
+				x.Expire(now)
+				m.expire(now)
+			case 8:
+				r := replica.Draw(t, "r")
+				if rapid.Bool().Draw(t, "forget") {
+					x.Forget(r)
+					delete(m.reps, r)
+				} else {
+					x.Clear(r)
+					if p := m.reps[r]; p != nil {
+						p.lru = nil
+					}
+				}
+			case 9, 10:
+				r, c := replica.Draw(t, "r"), rapid.IntRange(-1, 12).Draw(t, "capacity")
+				x.SetCapacity(r, c)
+				p := m.ensure(r)
+				p.capacity = max(c, 0)
+				p.trim()
+			}
+			if n := len(receipts); n > 0 && (receipts[n-1].gen == 0) != (mreceipts[n-1].gen == 0) {
+				t.Fatalf("step %d: receipt %+v, model owned %v", step, receipts[n-1], mreceipts[n-1].gen != 0)
+			}
+			if err := x.check(); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			if hs != nil {
+				lookups = append(lookups, hs)
+			}
+			for _, p := range lookups[max(0, len(lookups)-6):] {
+				x.Lookup(p, testReplicas, depths)
+				for i, r := range testReplicas {
+					if want := m.depth(r, p); depths[i] != want {
+						t.Fatalf("step %d: Lookup(%v) replica %d = %d, model %d", step, p, r, depths[i], want)
+					}
+					// Depth d: blocks 0..d-1 held, block d not.
+					for k, h := range p {
+						held := x.get(r) != nil && x.get(r).lookup(h) != nilNode
+						if k < depths[i] && !held || k == depths[i] && held {
+							t.Fatalf("step %d: replica %d depth %d but block %d held=%v", step, r, depths[i], k, held)
+						}
+					}
+				}
+			}
+			for _, r := range testReplicas {
+				if got, want := x.Blocks(r), m.blocks(r); got != want {
+					t.Fatalf("step %d: Blocks(%d) = %d, model %d", step, r, got, want)
+				}
+				if got, want := x.Capacity(r), m.capacity(r); got != want {
+					t.Fatalf("step %d: Capacity(%d) = %d, model %d", step, r, got, want)
+				}
+			}
+		}
+	})
+}
+
+// TestLookupEdges covers empty prompts, unknown and out-of-range replicas
+// and duplicate candidates.
+func TestLookupEdges(t *testing.T) {
+	x := New(Config{})
+	h := func(i int) kvblock.Hash { return kvblock.Hash{Hi: uint64(i), Lo: uint64(i) * 0x9E3779B97F4A7C15} }
+	p := []kvblock.Hash{h(1), h(2), h(3)}
+	x.Record(3, p)
+	x.Record(100, p[:2])
+	reps := []int{3, -1, 3, 100, 7, MaxReplica + 1, 100}
+	d := make([]int, len(reps))
+	x.Lookup(p, reps, d)
+	if want := []int{3, 0, 3, 2, 0, 0, 2}; !slices.Equal(d, want) {
+		t.Fatalf("depths %v, want %v", d, want)
+	}
+	x.Lookup(nil, reps, d)
+	if want := make([]int, len(reps)); !slices.Equal(d, want) {
+		t.Fatalf("empty prompt: depths %v, want zeros", d)
+	}
+	if got := x.Capacity(5); got != DefaultCapacityBlocks {
+		t.Fatalf("Capacity of unknown replica = %d", got)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Record on a negative replica did not panic")
+		}
+	}()
+	x.Record(-1, p)
+}
+
+// TestTailEvictedFirst checks that a prompt recorded over capacity keeps its
+// head blocks.
+func TestTailEvictedFirst(t *testing.T) {
+	x := New(Config{DefaultCapacityBlocks: 4})
+	p := make([]kvblock.Hash, 10)
+	for i := range p {
+		p[i] = kvblock.Hash{Hi: 7, Lo: uint64(i)}
+	}
+	x.Record(0, p)
+	d := []int{0}
+	x.Lookup(p, []int{0}, d)
+	if d[0] != 4 {
+		t.Fatalf("depth %d after recording 10 blocks at capacity 4, want 4", d[0])
+	}
+	// A second prompt sharing the first two blocks evicts the first prompt's
+	// last block, not its head.
+	q := []kvblock.Hash{p[0], p[1], {Hi: 8, Lo: 1}}
+	x.Record(0, q)
+	x.Lookup(p, []int{0}, d)
+	if d[0] != 3 {
+		t.Fatalf("depth %d, want 3", d[0])
+	}
+	// Two fresh blocks evict the least recent: p's block 2, then q's last.
+	x.Record(0, []kvblock.Hash{{Hi: 9, Lo: 1}, {Hi: 9, Lo: 2}})
+	x.Lookup(p, []int{0}, d)
+	if d[0] != 2 {
+		t.Fatalf("depth %d after fresh prompt, want 2", d[0])
+	}
+	x.Lookup(q, []int{0}, d)
+	if d[0] != 2 {
+		t.Fatalf("depth of q %d after fresh prompt, want 2", d[0])
+	}
+}

@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench lint capacity clean
+.PHONY: all build test demo bench lint policy-report clean
 
 all: build
 
@@ -34,3 +34,9 @@ lint:
 
 clean:
 	rm -rf bin
+
+# Every policy on W1, W2, W6 over 3 seeds (about a minute on 2 cores);
+# rewrites docs/routing-report.md.
+policy-report:
+	mkdir -p docs
+	$(GO) run ./tools/policyreport --seeds 3 --out docs/routing-report.md

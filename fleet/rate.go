@@ -7,9 +7,9 @@ package fleet
 func RatePerReplica(workload string) float64 {
 	switch workload {
 	case "w1":
-		return 0.85
+		return 0.8
 	case "w2":
-		return 3
+		return 1.75
 	case "w6":
 		return 2.5
 	}

@@ -505,6 +505,13 @@ func (s *sim) deliver(rep *replica) {
 			rec.Outcome = results.OutcomeOK
 			rep.load.InFlight--
 			rep.load.InFlightPromptTokens -= rec.PromptTokens
+			if s.cfg.Index == IndexApproximate {
+				// The proxy has seen the whole exchange: the engine now holds
+				// the prompt and the answer (all but its last token), freed
+				// just now, so they are its most recently used blocks.
+				held := min(len(rs.hashes), (rec.PromptTokens+em.Output-1)/s.cfg.Engine.BlockSize)
+				s.idx.Record(rs.replica, rs.hashes[:held])
+			}
 			delete(s.reqs, uint64(em.ID))
 			// The engine has let go of the request: its hashes can be reused,
 			// unless the index's speculation queue may still hold them.

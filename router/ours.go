@@ -200,7 +200,7 @@ func (p *KVAware) Pick(req *Request, cands []Candidate) int {
 // previous turn unless that estimate exceeds the best by more than SessionSlack.
 // Ties go to fewer requests in flight, then at random.
 type CostModel struct {
-	Bound        float64 // 2
+	Bound        float64 // 3
 	KVHigh       float64 // 0.9
 	KVPenalty    float64 // 4
 	SessionSlack float64 // 0.25
@@ -217,7 +217,7 @@ const maxSessions = 1 << 20
 // NewCostModel returns cost_model with its defaults.
 func NewCostModel(o Options) *CostModel {
 	o = o.withDefaults()
-	p := &CostModel{Bound: 2, KVHigh: 0.9, KVPenalty: 4, SessionSlack: 0.25, opts: o, rng: subRNG(o.Seed, "cost_model")}
+	p := &CostModel{Bound: 3, KVHigh: 0.9, KVPenalty: 4, SessionSlack: 0.25, opts: o, rng: subRNG(o.Seed, "cost_model")}
 	if o.SessionAffinity {
 		p.sessions = make(map[uint64]int)
 	}

@@ -37,7 +37,7 @@ func TestBoundedLoadIsNeverExceeded(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
 				p, _ := New(name, Options{Seed: rapid.Uint64().Draw(t, "seed")})
-				bound := map[string]float64{"prefix_hash": 1.25, "cost_model": 2}[name]
+				bound := map[string]float64{"prefix_hash": 1.25, "cost_model": 3}[name]
 				for range 4 {
 					prompt := rapid.IntRange(1, 8000).Draw(t, "prompt")
 					c := genLoadedCands(t, prompt)

@@ -3,6 +3,7 @@ package kvblock
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 )
@@ -32,6 +33,9 @@ func Salt(model, lora, cacheSalt string) Hash {
 	return Hash{Hi: u.Hi, Lo: u.Lo}
 }
 
+// littleEndian reports whether uint32s are stored little-endian in memory.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
 // maxStackBlock is the largest block size hashed with a stack buffer.
 const maxStackBlock = 64
 
@@ -51,8 +55,14 @@ func hashInto(buf []byte, parent Hash, tokens []uint32) Hash {
 	binary.LittleEndian.PutUint64(buf[0:8], parent.Hi)
 	binary.LittleEndian.PutUint64(buf[8:16], parent.Lo)
 	b := buf[16:]
-	for i, t := range tokens {
-		binary.LittleEndian.PutUint32(b[4*i:], t)
+	if littleEndian && len(tokens) > 0 {
+		// Tokens are hashed as little-endian uint32s: on little-endian
+		// machines their memory already is that, so copy it in one go.
+		copy(b, unsafe.Slice((*byte)(unsafe.Pointer(&tokens[0])), 4*len(tokens)))
+	} else {
+		for i, t := range tokens {
+			binary.LittleEndian.PutUint32(b[4*i:], t)
+		}
 	}
 	u := xxh3.Hash128(buf)
 	return Hash{Hi: u.Hi, Lo: u.Lo}

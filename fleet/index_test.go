@@ -1,0 +1,82 @@
+package fleet
+
+import (
+	"testing"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
+)
+
+func TestEventFedIndexPredictsExactly(t *testing.T) {
+	c := smallConfig(t, "w1", 800)
+	c.Policy = "cost_model"
+	c.Index = IndexEvents
+	out, err := Simulate(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := out.Summary.Prediction
+	if p.Exact < 0.95 {
+		t.Fatalf("event-fed predictions exact for %.3f of requests, want >= 0.95 (%+v)", p.Exact, p)
+	}
+}
+
+func TestCacheAwareBeatsRoundRobinOnSharedPrompts(t *testing.T) {
+	run := func(policy string) (p99, hit float64) {
+		c := smallConfig(t, "w1", 1500)
+		c.Policy = policy
+		out, err := Simulate(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Summary.TTFT.P99, out.Summary.HitRate
+	}
+	rrP99, rrHit := run("round_robin")
+	for _, p := range []string{"cost_model", "kv_aware"} {
+		p99, hit := run(p)
+		if hit < 0.8 || hit <= rrHit || p99 > 0.6*rrP99 {
+			t.Errorf("%s: TTFT p99 %.0f ms, hit %.3f; round robin %.0f ms, %.3f", p, p99, hit, rrP99, rrHit)
+		}
+	}
+}
+
+func TestRefusedRequestsAreTakenBack(t *testing.T) {
+	c := smallConfig(t, "w6", 40)
+	c.Engine.MaxModelLen = 1500 // every w6 prompt + 1024 max tokens is too long
+	c.Workload.W6.InputMinTokens = 600
+	s, err := newSim(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.run(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range s.reps {
+		if n := s.idx.Blocks(i); n != 0 {
+			t.Fatalf("replica %d: index kept %d blocks of refused requests", i, n)
+		}
+	}
+	if s.finished != 40 {
+		t.Fatalf("%d of 40 requests ended", s.finished)
+	}
+}
+
+func TestRestartedEngineIsForgotten(t *testing.T) {
+	s, err := newSim(smallConfig(t, "w1", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := kvblock.AppendSegmentHashes(nil, kvblock.Salt("m", "", ""), []kvblock.Segment{{ID: 1, Len: 160}}, 16, -1)
+	s.idx.Record(0, hashes)
+	s.idx.Record(1, hashes)
+	// Replica 0's counters read higher than its engine's now: it restarted.
+	s.reps[0].queries = 1 << 40
+	s.live = 1
+	s.scrape(0)
+	s.scrape(1)
+	if s.idx.Blocks(0) != 0 || s.idx.Blocks(1) != 10 {
+		t.Fatalf("after replica 0 restarted: blocks %d and %d, want 0 and 10", s.idx.Blocks(0), s.idx.Blocks(1))
+	}
+	if !restarted(5, 4) || restarted(4, 4) || restarted(4, 5) {
+		t.Fatal("restart detection")
+	}
+}

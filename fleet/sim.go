@@ -148,8 +148,8 @@ type replica struct {
 	eng       *engine.Engine
 	load      router.Load
 	scrapedAt time.Duration
-	stepping  bool              // a step-end event is in the heap
-	pending   []engine.Emission // outputs of the step in progress
+	stepping  bool               // a step-end event is in the heap
+	pending   []engine.Emission  // outputs of the step in progress
 	kvBatches [][]engine.KVEvent // KV events on their way to the router, oldest first
 	queries   int64              // prefix-cache queries at the last scrape (restart detection)
 }

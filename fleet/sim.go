@@ -11,7 +11,6 @@ import (
 	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
-	"github.com/inferrail/inferrail/router/kvindex"
 	"github.com/inferrail/inferrail/workload"
 )
 
@@ -62,17 +61,17 @@ type Progress struct {
 	Done      bool
 }
 
-// IndexMode selects the KV index's source of truth.
-type IndexMode string
+// IndexMode selects the KV index's source of truth (see router.IndexMode).
+type IndexMode = router.IndexMode
 
 // The index modes.
 const (
-	IndexApproximate IndexMode = "approximate"
-	IndexEvents      IndexMode = "events"
+	IndexApproximate = router.IndexApproximate
+	IndexEvents      = router.IndexEvents
 )
 
 // IndexModes lists the valid index modes.
-func IndexModes() []string { return []string{string(IndexApproximate), string(IndexEvents)} }
+func IndexModes() []string { return router.IndexModes() }
 
 // DefaultConfig returns the defaults of `inferrail sim`: W1 on four default
 // engines, round robin, 100 ms scrapes, the default SLO.
@@ -174,17 +173,14 @@ type memoKey struct {
 type sim struct {
 	cfg      Config
 	src      workload.Source
-	pol      router.Policy
 	reps     []*replica
 	heap     eventHeap
 	reqs     map[uint64]*reqState
 	hashFree [][]kvblock.Hash // hash slices of finished requests, for reuse
 	records  []results.Record
 	itl      *results.Histogram
-	cands    []router.Candidate
-	idx      *kvindex.Index
-	repIDs   []int
-	depths   []int
+	rt       *router.Router
+	views    []router.Replica
 	salts    map[string]kvblock.Hash
 	memo     map[memoKey][]kvblock.Hash
 	segsBuf  []kvblock.Segment
@@ -221,44 +217,51 @@ func newSim(cfg Config) (*sim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
-	pol, err := router.New(cfg.Policy, router.Options{
-		Seed:                cfg.Seed,
-		BlockSize:           cfg.Engine.BlockSize,
-		Profile:             cfg.Engine.Latency,
-		MaxNumBatchedTokens: cfg.Engine.MaxNumBatchedTokens,
-		SessionAffinity:     cfg.SessionAffinity,
+	rt, err := router.NewRouter(router.Config{
+		Policy: cfg.Policy,
+		Options: router.Options{
+			Seed:                cfg.Seed,
+			BlockSize:           cfg.Engine.BlockSize,
+			Profile:             cfg.Engine.Latency,
+			MaxNumBatchedTokens: cfg.Engine.MaxNumBatchedTokens,
+			SessionAffinity:     cfg.SessionAffinity,
+		},
+		Index:                 cfg.Index,
+		SpeculationTTL:        cfg.SpeculationTTL,
+		DefaultCapacityBlocks: cfg.Engine.NumGPUBlocks,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, fmt.Errorf("router: %w", err)
 	}
 	s := &sim{
 		cfg:   cfg,
 		src:   src,
-		pol:   pol,
+		rt:    rt,
 		reqs:  make(map[uint64]*reqState),
 		itl:   results.NewHistogram(),
 		salts: make(map[string]kvblock.Hash),
 		memo:  make(map[memoKey][]kvblock.Hash),
 	}
 	s.reps = make([]*replica, cfg.Replicas)
-	s.idx = kvindex.New(kvindex.Config{DefaultCapacityBlocks: cfg.Engine.NumGPUBlocks})
-	s.repIDs = make([]int, cfg.Replicas)
-	s.depths = make([]int, cfg.Replicas)
+	s.views = make([]router.Replica, cfg.Replicas)
 	ecfg := cfg.Engine
 	ecfg.EnableKVEvents = cfg.Index == IndexEvents
 	for i := range s.reps {
-		s.repIDs[i] = i
-		s.idx.SetCapacity(i, cfg.Engine.NumGPUBlocks)
+		rt.SetCapacity(i, cfg.Engine.NumGPUBlocks)
 		eng, err := engine.New(ecfg)
 		if err != nil {
 			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
 		s.reps[i] = &replica{name: fmt.Sprintf("replica-%d", i), eng: eng}
+		s.views[i] = router.Replica{
+			Candidate: router.Candidate{Replica: i, Name: s.reps[i].name, KVCapacityBlocks: cfg.Engine.NumGPUBlocks},
+			Healthy:   true,
+			Models:    []string{wcfg.Model},
+		}
 		// Scrapes are spread over the interval, as independent scrapers are.
 		phase := cfg.ScrapeInterval * time.Duration(i) / time.Duration(cfg.Replicas)
 		s.heap.push(event{at: phase, kind: evScrape, replica: int32(i)})
 	}
-	s.cands = make([]router.Candidate, cfg.Replicas)
 	s.pullArrival()
 	return s, nil
 }
@@ -374,42 +377,22 @@ func (s *sim) arrive(rs *reqState) {
 		ID: w.ID, Model: w.Model, Session: w.Session, Priority: w.Priority,
 		PromptTokens: rec.PromptTokens, BlockHashes: hashes[:min(len(hashes), rec.PromptTokens/bs)],
 	}
-	prompt := rreq.BlockHashes
-	if s.cfg.Index == IndexEvents {
-		s.idx.Expire(s.now)
-	}
-	s.idx.Lookup(prompt, s.repIDs, s.depths)
-	// Engines always compute the last token: predictions stop one block short
-	// of a fully cached prompt.
-	maxPred := (rec.PromptTokens - 1) / bs
 	for i, r := range s.reps {
-		l := r.load
-		if l.Engine.Valid {
-			l.Engine.Age = s.now - r.scrapedAt
-		}
-		s.cands[i] = router.Candidate{
-			Replica: i, Name: r.name, Load: l,
-			PredictedCachedTokens: min(s.depths[i], maxPred) * bs,
-			KVCapacityBlocks:      s.cfg.Engine.NumGPUBlocks,
-			IndexedBlocks:         s.idx.Blocks(i),
+		v := &s.views[i]
+		v.Load = r.load
+		if v.Load.Engine.Valid {
+			v.Load.Engine.Age = s.now - r.scrapedAt
 		}
 	}
-	pick, err := router.Pick(s.pol, &rreq, s.cands)
+	d, err := s.rt.Route(s.now, &rreq, s.views)
 	if err != nil {
 		s.fail(rs)
 		return
 	}
-	c := s.cands[pick]
-	rep := s.reps[c.Replica]
+	rep := s.reps[d.Replica]
 	rec.Dispatch = s.now
-	rec.Replica = c.Replica
-	rec.PredictedCachedTokens = c.PredictedCachedTokens
-	var receipt kvindex.Receipt
-	if s.cfg.Index == IndexEvents {
-		receipt = s.idx.RecordSpeculative(c.Replica, prompt, s.now+s.cfg.SpeculationTTL)
-	} else {
-		receipt = s.idx.Record(c.Replica, prompt)
-	}
+	rec.Replica = d.Replica
+	rec.PredictedCachedTokens = d.PredictedCachedTokens
 	err = rep.eng.Add(s.now, engine.Request{
 		ID:           engine.RequestID(w.ID),
 		PromptTokens: rec.PromptTokens,
@@ -420,13 +403,13 @@ func (s *sim) arrive(rs *reqState) {
 	if err != nil {
 		// The engine refused it (too long, too large) before computing
 		// anything: the client gets an error and the index forgets the record.
-		s.idx.TakeBack(receipt)
+		s.rt.Abandon(d)
 		s.fail(rs)
 		return
 	}
-	rs.replica = c.Replica
+	rs.replica = d.Replica
 	rs.hashes = hashes
-	rs.predicted = c.PredictedCachedTokens
+	rs.predicted = d.PredictedCachedTokens
 	s.reqs[w.ID] = rs
 	rep.load.InFlight++
 	rep.load.Pending++
@@ -435,7 +418,7 @@ func (s *sim) arrive(rs *reqState) {
 	rep.load.InFlightPromptTokens += rec.PromptTokens
 	if !rep.stepping {
 		rep.stepping = true
-		s.heap.push(event{at: s.now, kind: evStepEnd, replica: int32(c.Replica)})
+		s.heap.push(event{at: s.now, kind: evStepEnd, replica: int32(d.Replica)})
 	}
 }
 
@@ -505,13 +488,10 @@ func (s *sim) deliver(rep *replica) {
 			rec.Outcome = results.OutcomeOK
 			rep.load.InFlight--
 			rep.load.InFlightPromptTokens -= rec.PromptTokens
-			if s.cfg.Index == IndexApproximate {
-				// The proxy has seen the whole exchange: the engine now holds
-				// the prompt and the answer (all but its last token), freed
-				// just now, so they are its most recently used blocks.
-				held := min(len(rs.hashes), (rec.PromptTokens+em.Output-1)/s.cfg.Engine.BlockSize)
-				s.idx.Record(rs.replica, rs.hashes[:held])
-			}
+			// The proxy has seen the whole exchange: the engine now holds the
+			// prompt and the answer (all but its last token).
+			held := min(len(rs.hashes), (rec.PromptTokens+em.Output-1)/s.cfg.Engine.BlockSize)
+			s.rt.Finished(rs.replica, rs.hashes[:held])
 			delete(s.reqs, uint64(em.ID))
 			// The engine has let go of the request: its hashes can be reused,
 			// unless the index's speculation queue may still hold them.
@@ -533,16 +513,7 @@ func (s *sim) applyKVEvents(i int) {
 	batch := rep.kvBatches[0]
 	rep.kvBatches[0] = nil
 	rep.kvBatches = rep.kvBatches[1:]
-	for _, ev := range batch {
-		switch ev.Kind {
-		case engine.BlockStored:
-			s.idx.Stored(i, ev.BlockHashes)
-		case engine.BlockRemoved:
-			s.idx.Removed(i, ev.BlockHashes)
-		case engine.AllBlocksCleared:
-			s.idx.Clear(i)
-		}
-	}
+	s.rt.KVEvents(i, batch)
 }
 
 // restarted reports whether an engine's prefix-cache counters went backwards
@@ -554,7 +525,7 @@ func (s *sim) scrape(i int) {
 	rep := s.reps[i]
 	m := rep.eng.Metrics()
 	if restarted(rep.queries, m.PrefixCacheQueries) {
-		s.idx.Clear(i)
+		s.rt.Restarted(i)
 	}
 	rep.queries = m.PrefixCacheQueries
 	rep.load.Engine = router.EngineLoad{Valid: true, Running: m.Running, Waiting: m.Waiting, KVCacheUsage: m.KVCacheUsage}

@@ -180,8 +180,8 @@ func TestRouterSeesScrapedLoadNoOlderThanTheInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := &spy{Policy: s.pol}
-	s.pol = sp
+	sp := &spy{Policy: s.rt.Policy()}
+	s.rt.SetPolicy(sp)
 	if err := s.run(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,182 @@
+package router
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/router/kvindex"
+)
+
+// IndexMode selects what the KV index learns from.
+type IndexMode string
+
+// The index modes.
+const (
+	// IndexApproximate learns from the router's own decisions: a routed
+	// prompt is recorded on its replica (and the whole exchange again when it
+	// completes), in a shadow LRU as large as the replica's KV cache.
+	IndexApproximate IndexMode = "approximate"
+	// IndexEvents learns from the engines' KV events (BlockStored,
+	// BlockRemoved, AllBlocksCleared); a decision is recorded speculatively
+	// until the events confirm it or SpeculationTTL passes.
+	IndexEvents IndexMode = "events"
+)
+
+// IndexModes lists the valid index modes.
+func IndexModes() []string { return []string{string(IndexApproximate), string(IndexEvents)} }
+
+// Config configures a Router.
+type Config struct {
+	// Policy names the routing policy (see Names).
+	Policy string
+	// Options configure the policy (seed, block size, engine profile).
+	Options Options
+	// Index picks the KV index's source of truth.
+	Index IndexMode
+	// SpeculationTTL bounds how long, in events mode, a decision stands in
+	// for the BlockStored events it predicts.
+	SpeculationTTL time.Duration
+	// DefaultCapacityBlocks is the KV capacity assumed for a replica whose
+	// capacity was never set.
+	DefaultCapacityBlocks int
+}
+
+// Router makes routing decisions: it filters the eligible replicas, asks the
+// KV index how much of the prompt each holds, lets the policy choose and
+// records the choice. It is not safe for concurrent use.
+type Router struct {
+	cfg    Config
+	pol    Policy
+	idx    *kvindex.Index
+	cands  []Candidate
+	ids    []int
+	depths []int
+}
+
+// Decision is where a request goes and what the router expects there.
+type Decision struct {
+	Replica               int
+	Name                  string
+	PredictedCachedTokens int
+	receipt               kvindex.Receipt
+}
+
+// NewRouter validates cfg and builds its policy and index.
+func NewRouter(cfg Config) (*Router, error) {
+	cfg.Options = cfg.Options.withDefaults()
+	if cfg.Index == "" {
+		cfg.Index = IndexApproximate
+	}
+	if cfg.Index != IndexApproximate && cfg.Index != IndexEvents {
+		return nil, fmt.Errorf("index: must be one of %s, got %q", strings.Join(IndexModes(), ", "), cfg.Index)
+	}
+	if cfg.SpeculationTTL < 0 {
+		return nil, fmt.Errorf("speculation ttl: must be zero or positive, got %v", cfg.SpeculationTTL)
+	}
+	pol, err := New(cfg.Policy, cfg.Options)
+	if err != nil {
+		return nil, err
+	}
+	return &Router{
+		cfg: cfg,
+		pol: pol,
+		idx: kvindex.New(kvindex.Config{DefaultCapacityBlocks: cfg.DefaultCapacityBlocks}),
+	}, nil
+}
+
+// Policy returns the router's policy.
+func (r *Router) Policy() Policy { return r.pol }
+
+// Index returns the router's KV index.
+func (r *Router) Index() *kvindex.Index { return r.idx }
+
+// SetCapacity tells the index a replica's KV cache size in blocks.
+func (r *Router) SetCapacity(replica, blocks int) { r.idx.SetCapacity(replica, blocks) }
+
+// Route picks a replica for req among reps at time now and records the
+// decision in the index. req.BlockHashes are the prompt's full blocks.
+func (r *Router) Route(now time.Duration, req *Request, reps []Replica) (Decision, error) {
+	r.cands = Eligible(req.Model, reps, r.cands[:0])
+	if len(r.cands) == 0 {
+		return Decision{}, ErrNoCandidates
+	}
+	if r.cfg.Index == IndexEvents {
+		r.idx.Expire(now)
+	}
+	r.ids = r.ids[:0]
+	for _, c := range r.cands {
+		r.ids = append(r.ids, c.Replica)
+	}
+	if cap(r.depths) < len(r.ids) {
+		r.depths = make([]int, len(r.ids))
+	}
+	r.depths = r.depths[:len(r.ids)]
+	r.idx.Lookup(req.BlockHashes, r.ids, r.depths)
+	// Engines always compute a prompt's last token: predictions stop one
+	// block short of a fully cached prompt.
+	bs := r.cfg.Options.BlockSize
+	maxPred := max(0, (req.PromptTokens-1)/bs)
+	for i := range r.cands {
+		c := &r.cands[i]
+		c.PredictedCachedTokens = min(r.depths[i], maxPred) * bs
+		c.IndexedBlocks = r.idx.Blocks(c.Replica)
+	}
+	i, err := Pick(r.pol, req, r.cands)
+	if err != nil {
+		return Decision{}, err
+	}
+	c := r.cands[i]
+	d := Decision{Replica: c.Replica, Name: c.Name, PredictedCachedTokens: c.PredictedCachedTokens}
+	if r.cfg.Index == IndexEvents {
+		d.receipt = r.idx.RecordSpeculative(c.Replica, req.BlockHashes, now+r.cfg.SpeculationTTL)
+	} else {
+		d.receipt = r.idx.Record(c.Replica, req.BlockHashes)
+	}
+	return d, nil
+}
+
+// Abandon takes a decision back: the attempt failed before the engine
+// computed the prompt, so the index must not believe it cached it.
+func (r *Router) Abandon(d Decision) { r.idx.TakeBack(d.receipt) }
+
+// Finished tells the router a request completed on replica; held names the
+// blocks the engine now holds for it (prompt and answer, full blocks only).
+// In approximate mode they become the replica's most recently used blocks,
+// as the engine freed them just now.
+func (r *Router) Finished(replica int, held []kvblock.Hash) {
+	if r.cfg.Index == IndexApproximate {
+		r.idx.Record(replica, held)
+	}
+}
+
+// KVEvents feeds a replica's KV events to the index (events mode; in
+// approximate mode they are ignored).
+func (r *Router) KVEvents(replica int, evs []engine.KVEvent) {
+	if r.cfg.Index != IndexEvents {
+		return
+	}
+	for _, ev := range evs {
+		switch ev.Kind {
+		case engine.BlockStored:
+			r.idx.Stored(replica, ev.BlockHashes)
+		case engine.BlockRemoved:
+			r.idx.Removed(replica, ev.BlockHashes)
+		case engine.AllBlocksCleared:
+			r.idx.Clear(replica)
+		}
+	}
+}
+
+// Restarted tells the router a replica's engine restarted with an empty cache
+// (its prefix-cache counters went backwards).
+func (r *Router) Restarted(replica int) { r.idx.Clear(replica) }
+
+// Forget drops everything known about a replica that left the fleet.
+func (r *Router) Forget(replica int) { r.idx.Forget(replica) }
+
+// SetPolicy replaces the router's policy, e.g. to wrap it with
+// instrumentation or to reload it.
+func (r *Router) SetPolicy(p Policy) { r.pol = p }

@@ -175,7 +175,7 @@ type sim struct {
 	src      workload.Source
 	reps     []*replica
 	heap     eventHeap
-	reqs     map[uint64]*reqState
+	reqs     reqTable
 	hashFree [][]kvblock.Hash // hash slices of finished requests, for reuse
 	records  []results.Record
 	itl      *results.Histogram
@@ -237,7 +237,7 @@ func newSim(cfg Config) (*sim, error) {
 		cfg:   cfg,
 		src:   src,
 		rt:    rt,
-		reqs:  make(map[uint64]*reqState),
+		reqs:  reqTable{sparse: make(map[uint64]*reqState)},
 		itl:   results.NewHistogram(),
 		salts: make(map[string]kvblock.Hash),
 		memo:  make(map[memoKey][]kvblock.Hash),
@@ -410,7 +410,7 @@ func (s *sim) arrive(rs *reqState) {
 	rs.replica = d.Replica
 	rs.hashes = hashes
 	rs.predicted = d.PredictedCachedTokens
-	s.reqs[w.ID] = rs
+	s.reqs.put(w.ID, rs)
 	rep.load.InFlight++
 	rep.load.Pending++
 	rep.load.PendingPromptTokens += rec.PromptTokens
@@ -469,7 +469,7 @@ func (s *sim) stepEnd(i int) error {
 // deliver applies the tokens of a step that ended now.
 func (s *sim) deliver(rep *replica) {
 	for _, em := range rep.pending {
-		rs := s.reqs[uint64(em.ID)]
+		rs := s.reqs.get(uint64(em.ID))
 		rec := &s.records[rs.rec]
 		if em.Output == 1 {
 			rec.FirstToken, rec.HasFirstToken = s.now, true
@@ -492,7 +492,7 @@ func (s *sim) deliver(rep *replica) {
 			// prompt and the answer (all but its last token).
 			held := min(len(rs.hashes), (rec.PromptTokens+em.Output-1)/s.cfg.Engine.BlockSize)
 			s.rt.Finished(rs.replica, rs.hashes[:held])
-			delete(s.reqs, uint64(em.ID))
+			s.reqs.del(uint64(em.ID))
 			// The engine has let go of the request: its hashes can be reused,
 			// unless the index's speculation queue may still hold them.
 			if s.cfg.Index != IndexEvents && len(s.hashFree) < 1024 {
@@ -558,4 +558,42 @@ func (s *sim) output(wall time.Duration) *Output {
 	sum.SimEvents = s.events
 	sum.SimWallS = math.Round(wall.Seconds()*1000) / 1000
 	return &Output{Summary: sum, Records: s.records, Engines: engines}
+}
+
+// reqTable finds in-flight requests by id: a slice for the dense ids that
+// workloads assign (1, 2, 3, ...), a map for any others.
+type reqTable struct {
+	dense  []*reqState
+	sparse map[uint64]*reqState
+}
+
+// maxDenseGap bounds how far past the dense slice an id may be to extend it.
+const maxDenseGap = 1 << 16
+
+func (t *reqTable) put(id uint64, rs *reqState) {
+	if id < uint64(len(t.dense))+maxDenseGap {
+		for uint64(len(t.dense)) <= id {
+			t.dense = append(t.dense, nil)
+		}
+		t.dense[id] = rs
+		return
+	}
+	t.sparse[id] = rs
+}
+
+func (t *reqTable) get(id uint64) *reqState {
+	if id < uint64(len(t.dense)) {
+		if rs := t.dense[id]; rs != nil {
+			return rs
+		}
+	}
+	return t.sparse[id]
+}
+
+func (t *reqTable) del(id uint64) {
+	if id < uint64(len(t.dense)) && t.dense[id] != nil {
+		t.dense[id] = nil
+		return
+	}
+	delete(t.sparse, id)
 }

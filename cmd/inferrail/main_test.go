@@ -43,6 +43,8 @@ func TestBadInputExitsTwoWithOneLine(t *testing.T) {
 		{[]string{"sim", "--replicas", "many"}, "--replicas"},
 		{[]string{"sim", "stray"}, "no arguments"},
 		{[]string{"sim", "--slo-ttft", "0s"}, "--slo-ttft"},
+		{[]string{"sim", "--index", "exact"}, "--index"},
+		{[]string{"sim", "--kv-event-delay", "-1ms"}, "--kv-event-delay"},
 	}
 	for _, c := range cases {
 		code, out, errOut := runCLI(c.args...)
@@ -142,6 +144,21 @@ func TestHelpHasExamples(t *testing.T) {
 		code, out, _ := runCLI(args...)
 		if code != 0 || !strings.Contains(out, "Examples:") {
 			t.Errorf("%v: exit %d, examples missing:\n%s", args, code, out)
+		}
+	}
+}
+
+func TestEveryPolicyAndIndexRuns(t *testing.T) {
+	for _, idx := range []string{"approximate", "events"} {
+		for _, p := range []string{"cost_model", "llmd", "sglang", "prefix_hash"} {
+			code, out, errOut := runCLI("sim", "--workload", "w2", "--requests", "150", "--policy", p, "--index", idx, "--json", "--session-affinity")
+			if code != 0 {
+				t.Fatalf("%s/%s: exit %d: %s", p, idx, code, errOut)
+			}
+			var s results.Summary
+			if err := json.Unmarshal([]byte(out), &s); err != nil || s.Completed != 150 || s.Policy != p {
+				t.Fatalf("%s/%s: %v %+v", p, idx, err, s)
+			}
 		}
 	}
 }

@@ -162,6 +162,7 @@ type reqState struct {
 	lastToken time.Duration
 	measured  bool
 	predicted int // cached tokens predicted on the chosen replica
+	decision  router.Decision
 }
 
 type memoKey struct {
@@ -410,6 +411,7 @@ func (s *sim) arrive(rs *reqState) {
 	rs.replica = d.Replica
 	rs.hashes = hashes
 	rs.predicted = d.PredictedCachedTokens
+	rs.decision = d
 	s.reqs.put(w.ID, rs)
 	rep.load.InFlight++
 	rep.load.Pending++
@@ -491,7 +493,8 @@ func (s *sim) deliver(rep *replica) {
 			// The proxy has seen the whole exchange: the engine now holds the
 			// prompt and the answer (all but its last token).
 			held := min(len(rs.hashes), (rec.PromptTokens+em.Output-1)/s.cfg.Engine.BlockSize)
-			s.rt.Finished(rs.replica, rs.hashes[:held])
+			s.rt.Finished(rs.decision, rs.hashes[:held])
+			rs.decision = router.Decision{}
 			s.reqs.del(uint64(em.ID))
 			// The engine has let go of the request: its hashes can be reused,
 			// unless the index's speculation queue may still hold them.

@@ -133,7 +133,8 @@ func (r *Router) Route(now time.Duration, req *Request, reps []Replica) (Decisio
 	if r.cfg.Index == IndexEvents {
 		d.receipt = r.idx.RecordSpeculative(c.Replica, req.BlockHashes, now+r.cfg.SpeculationTTL)
 	} else {
-		d.receipt = r.idx.Record(c.Replica, req.BlockHashes)
+		// The engine holds a running request's blocks: pin them until it ends.
+		d.receipt = r.idx.RecordPinned(c.Replica, req.BlockHashes)
 	}
 	return d, nil
 }
@@ -142,13 +143,15 @@ func (r *Router) Route(now time.Duration, req *Request, reps []Replica) (Decisio
 // computed the prompt, so the index must not believe it cached it.
 func (r *Router) Abandon(d Decision) { r.idx.TakeBack(d.receipt) }
 
-// Finished tells the router a request completed on replica; held names the
-// blocks the engine now holds for it (prompt and answer, full blocks only).
-// In approximate mode they become the replica's most recently used blocks,
-// as the engine freed them just now.
-func (r *Router) Finished(replica int, held []kvblock.Hash) {
+// Finished tells the router the request of decision d completed; held names
+// the blocks the engine now holds for it (prompt and answer, full blocks
+// only). In approximate mode the prompt's pins are released and the whole
+// exchange becomes the replica's most recently used blocks, as the engine
+// freed them just now, tail first.
+func (r *Router) Finished(d Decision, held []kvblock.Hash) {
 	if r.cfg.Index == IndexApproximate {
-		r.idx.Record(replica, held)
+		r.idx.Release(d.receipt)
+		r.idx.Record(d.Replica, held)
 	}
 }
 

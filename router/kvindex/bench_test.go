@@ -101,6 +101,43 @@ func BenchmarkRecord512(b *testing.B) {
 	})
 }
 
+// BenchmarkRecordPinnedRelease512 pins 512-block prompts on one replica at
+// capacity and releases them, as the router does for a request from routing
+// to completion: "insert" cycles through prompts the replica no longer holds
+// (512 inserts and 512 evictions each, the evictions at insertion since a
+// full replica has unpinned blocks), "touch" pins and releases one it holds,
+// and "inflight8" keeps 8 requests in flight, releasing the oldest as it
+// pins a new one. Compare with BenchmarkRecord512.
+func BenchmarkRecordPinnedRelease512(b *testing.B) {
+	b.Run("insert", func(b *testing.B) {
+		x, ps := recordFixture()
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			x.Release(x.RecordPinned(0, ps[i%len(ps)]))
+			i++
+		}
+	})
+	b.Run("touch", func(b *testing.B) {
+		x, ps := recordFixture()
+		b.ReportAllocs()
+		for b.Loop() {
+			x.Release(x.RecordPinned(0, ps[len(ps)-1]))
+		}
+	})
+	b.Run("inflight8", func(b *testing.B) {
+		x, ps := recordFixture()
+		var ring [8]Receipt
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			x.Release(ring[i%len(ring)])
+			ring[i%len(ring)] = x.RecordPinned(0, ps[i%len(ps)])
+			i++
+		}
+	})
+}
+
 // BenchmarkStored applies 16-block BlockStored events of fresh blocks to a
 // replica at capacity (each inserts 16 blocks and evicts 16).
 func BenchmarkStored(b *testing.B) {
@@ -178,8 +215,9 @@ func BenchmarkMemory(b *testing.B) {
 	}
 }
 
-// TestSteadyStateAllocs checks that Lookup, Record, Stored and speculative
-// records with their expiry do not allocate once the tables have grown.
+// TestSteadyStateAllocs checks that Lookup, Record, Stored, pinned records
+// with their release or take-back, and speculative records with their expiry
+// do not allocate once the tables have grown.
 func TestSteadyStateAllocs(t *testing.T) {
 	x, ps := recordFixture()
 	replicas := []int{0, 1, 2, 70}
@@ -198,6 +236,14 @@ func TestSteadyStateAllocs(t *testing.T) {
 	check("Record", func() { x.Record(0, ps[i%len(ps)]); i++ })
 	check("Stored", func() { x.Stored(0, ps[i%len(ps)][:16]); i++ })
 	now := time.Duration(0)
+	check("RecordPinned+Release", func() { x.Release(x.RecordPinned(0, ps[i%len(ps)])); i++ })
+	check("RecordPinned+TakeBack", func() { x.TakeBack(x.RecordPinned(0, ps[i%len(ps)])); i++ })
+	var ring [8]Receipt
+	check("RecordPinned in flight", func() {
+		x.Release(ring[i%len(ring)])
+		ring[i%len(ring)] = x.RecordPinned(0, ps[i%len(ps)])
+		i++
+	})
 	check("RecordSpeculative+Expire", func() {
 		x.RecordSpeculative(1, ps[i%len(ps)][:64], now+10)
 		x.Expire(now)

@@ -3,6 +3,8 @@ package kvindex
 import (
 	"fmt"
 	"math/bits"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
 )
 
 // check verifies the index's internal consistency: every replica's list,
@@ -20,6 +22,11 @@ func (x *Index) check() error {
 			return fmt.Errorf("replica %d: %w", r, err)
 		}
 		total += p.n
+		for _, g := range p.pins {
+			if g > x.gen {
+				return fmt.Errorf("replica %d: pinned receipt of generation %d, index at %d", r, g, x.gen)
+			}
+		}
 	}
 	t := &x.shared
 	live, pairs := 0, 0
@@ -80,8 +87,9 @@ func (x *Index) check() error {
 }
 
 func (p *replica) check() error {
-	if p.n > p.capacity {
-		return fmt.Errorf("%d blocks over capacity %d", p.n, p.capacity)
+	// Over capacity only with every block pinned.
+	if p.n > p.capacity && p.head != nilNode {
+		return fmt.Errorf("%d blocks over capacity %d with unpinned ones", p.n, p.capacity)
 	}
 	inList := make([]bool, len(p.nodes))
 	count := 0
@@ -98,14 +106,14 @@ func (p *replica) check() error {
 		if got := p.lookup(nd.h); got != id {
 			return fmt.Errorf("table: %v maps to %d, want %d", nd.h, got, id)
 		}
+		if nd.stamp&ownedBit != 0 {
+			return fmt.Errorf("list: node %d has a pinned node's stamp %x", id, nd.stamp)
+		}
 		prev = id
 		count++
 	}
 	if p.tail != prev {
 		return fmt.Errorf("list: tail %d, want %d", p.tail, prev)
-	}
-	if count != p.n {
-		return fmt.Errorf("list holds %d nodes, count says %d", count, p.n)
 	}
 	free := 0
 	for id := p.free; id != nilNode; id = p.nodes[id].next {
@@ -115,8 +123,31 @@ func (p *replica) check() error {
 		inList[id] = true
 		free++
 	}
-	if count+free != len(p.nodes) {
-		return fmt.Errorf("%d listed + %d free != %d in slab", count, free, len(p.nodes))
+	// Every other node of the slab is pinned, and found by its hash.
+	pinned := 0
+	var maxSince uint64
+	for id := range p.nodes {
+		if inList[id] {
+			continue
+		}
+		nd := &p.nodes[id]
+		if !nd.pinned() || nd.prev < 1 {
+			return fmt.Errorf("node %d in no list but not pinned (prev %d, next %d)", id, nd.prev, nd.next)
+		}
+		if nd.stamp&specBit != 0 || nd.stamp&^ownedBit == 0 {
+			return fmt.Errorf("pinned node %d: bad stamp %x", id, nd.stamp)
+		}
+		if got := p.lookup(nd.h); got != int32(id) {
+			return fmt.Errorf("table: pinned %v maps to %d, want %d", nd.h, got, id)
+		}
+		maxSince = max(maxSince, nd.stamp&^ownedBit)
+		pinned++
+	}
+	if pinned != p.npinned {
+		return fmt.Errorf("%d pinned nodes, count says %d", pinned, p.npinned)
+	}
+	if count+pinned != p.n {
+		return fmt.Errorf("list holds %d nodes and %d are pinned, count says %d", count, pinned, p.n)
 	}
 	used := 0
 	for _, s := range p.slots {
@@ -134,5 +165,55 @@ func (p *replica) check() error {
 	if p.n > 0 && 2*p.n > len(p.slots) {
 		return fmt.Errorf("table: %d in %d slots", p.n, len(p.slots))
 	}
+	// Pinned receipts: free slots are zero and listed once; a pinned node's
+	// pins belong to live receipts at or after the start of its pinned
+	// period.
+	isFree := make([]bool, len(p.pins))
+	for _, i := range p.pinFree {
+		if i < 0 || int(i) >= len(p.pins) || isFree[i] || p.pins[i] != 0 {
+			return fmt.Errorf("pins: bad free slot %d", i)
+		}
+		isFree[i] = true
+	}
+	var maxLive uint64
+	for i, g := range p.pins {
+		if !isFree[i] && g == 0 {
+			return fmt.Errorf("pins: slot %d neither live nor free", i)
+		}
+		maxLive = max(maxLive, g)
+	}
+	if maxSince > maxLive {
+		return fmt.Errorf("pins: a node pinned since generation %d, newest live pinned receipt %d", maxSince, maxLive)
+	}
 	return nil
+}
+
+// pinState returns, for replica r, its unpinned blocks from most to least
+// recent with their owners (as stamps), and its pinned blocks with their pin
+// counts and owners.
+func (x *Index) pinState(r int) (lru []nodeState, pinned map[kvblock.Hash]nodeState) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	pinned = map[kvblock.Hash]nodeState{}
+	p := x.get(r)
+	if p == nil {
+		return nil, pinned
+	}
+	for id := p.head; id != nilNode; id = p.nodes[id].next {
+		lru = append(lru, nodeState{h: p.nodes[id].h, owner: p.nodes[id].owner()})
+	}
+	for _, s := range p.slots {
+		if s.ref != 0 {
+			if nd := &p.nodes[s.ref-1]; nd.pinned() {
+				pinned[nd.h] = nodeState{h: nd.h, pins: int(nd.prev), owner: nd.owner()}
+			}
+		}
+	}
+	return lru, pinned
+}
+
+type nodeState struct {
+	h     kvblock.Hash
+	pins  int
+	owner uint64 // generation, with specBit when speculative; 0 when none
 }

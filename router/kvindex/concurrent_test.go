@@ -9,9 +9,10 @@ import (
 	"github.com/inferrail/inferrail/engine/kvblock"
 )
 
-// TestConcurrentUse records, looks up, forgets and more from several
-// goroutines at once (run it with -race), checking consistency as it goes
-// and, at the end, that the shared table is exactly the union of the
+// TestConcurrentUse records, pins, releases, looks up, forgets and more from
+// several goroutines at once (run it with -race), checking consistency as it
+// goes and, at the end, that once every pinned receipt is released nothing
+// is pinned, and that the shared table is exactly the union of the
 // replicas' LRUs.
 func TestConcurrentUse(t *testing.T) {
 	x := New(Config{DefaultCapacityBlocks: 64})
@@ -38,11 +39,16 @@ func TestConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
 			depths := make([]int, len(replicas))
-			var receipts []Receipt
+			var receipts, pinned []Receipt
+			defer func() {
+				for _, rc := range pinned {
+					x.Release(rc)
+				}
+			}()
 			for i := range ops {
 				r := replicas[rng.IntN(len(replicas))]
 				p := prompts[rng.IntN(len(prompts))]
-				switch rng.IntN(20) {
+				switch rng.IntN(24) {
 				case 0, 1, 2, 3:
 					receipts = append(receipts, x.Record(r, p))
 				case 4, 5:
@@ -63,6 +69,24 @@ func TestConcurrentUse(t *testing.T) {
 					x.Clear(r)
 				case 13:
 					x.SetCapacity(r, rng.IntN(96))
+				case 20, 21:
+					rc := x.RecordPinned(r, p)
+					receipts = append(receipts, rc)
+					pinned = append(pinned, rc)
+				case 22:
+					if len(pinned) > 0 {
+						k := rng.IntN(len(pinned))
+						x.Release(pinned[k])
+						if rng.IntN(4) == 0 { // keep it: a later release is a no-op
+							break
+						}
+						pinned[k] = pinned[len(pinned)-1]
+						pinned = pinned[:len(pinned)-1]
+					}
+				case 23:
+					if len(pinned) > 0 {
+						x.TakeBack(pinned[rng.IntN(len(pinned))])
+					}
 				case 14:
 					if w == 0 {
 						if err := x.check(); err != nil {
@@ -89,6 +113,18 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	if err := x.check(); err != nil {
 		t.Fatal(err)
+	}
+	for _, r := range replicas {
+		p := x.get(r)
+		if p == nil {
+			continue
+		}
+		if p.npinned != 0 || len(p.pins) != len(p.pinFree) {
+			t.Fatalf("replica %d: %d blocks and %d receipts still pinned after every release", r, p.npinned, len(p.pins)-len(p.pinFree))
+		}
+		if p.n > p.capacity {
+			t.Fatalf("replica %d: %d blocks over capacity %d with nothing pinned", r, p.n, p.capacity)
+		}
 	}
 	x.Expire(time.Hour)
 	if err := x.check(); err != nil {

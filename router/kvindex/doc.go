@@ -18,6 +18,17 @@
 // Stored and Removed, and the router bridges the delay before the first
 // event with RecordSpeculative entries that Stored confirms and Expire drops.
 //
+// Pinning follows vLLM's reference counts: a request the engine is running
+// holds its blocks, which are then out of the free queue and cannot be
+// evicted. RecordPinned records a routed prompt and pins its blocks on the
+// replica (a pin count per block and replica); Release, when the request
+// finishes, unpins them tail first, so that the ones no other request holds
+// rejoin the LRU as its most recent blocks, block 0 first. A pinned block is
+// in no list, its node keeping its pin count where the links were, so
+// eviction never passes over it. Capacity counts pinned blocks too, but
+// never evicts them: when every block is pinned, RecordPinned inserts over
+// capacity and the excess goes at the next Release.
+//
 // An Index is safe for concurrent use: Lookup, Blocks, Capacity and Bytes
 // take a read lock and never change recency, so lookups do not serialise
 // behind each other; everything else takes the write lock. Nothing depends

@@ -60,16 +60,20 @@ func New(cfg Config) *Index {
 	return x
 }
 
-// Receipt names the blocks one Record or RecordSpeculative inserted, for
-// TakeBack. It is a small value; the zero Receipt names nothing. A receipt
-// refers to the caller's hash slice rather than copying it, so the caller
-// must not modify that slice while the receipt may still be taken back (and,
+// Receipt names the blocks one Record, RecordPinned or RecordSpeculative
+// inserted, for TakeBack, and the pins a RecordPinned took, for Release. It
+// is a small value; the zero Receipt names nothing. A receipt refers to the
+// caller's hash slice rather than copying it, so the caller must not modify
+// that slice while the receipt may still be taken back or released (and,
 // for RecordSpeculative, until the record expires). A Record that inserted
 // nothing returns the zero Receipt and keeps no reference.
 type Receipt struct {
 	hashes  []kvblock.Hash
 	gen     uint64
-	replica int
+	replica int32
+	// pin is, for a RecordPinned, one plus the index of the replica's
+	// record of the receipt's pins (replica.pins); 0 otherwise.
+	pin int32
 }
 
 // checkReplica panics unless r is a valid replica id for a mutation.
@@ -102,7 +106,9 @@ func (x *Index) ensure(r int) *replica {
 }
 
 // SetCapacity declares or resizes replica's capacity in blocks (negative
-// means 0). Shrinking evicts its least recently used blocks.
+// means 0). Shrinking evicts its least recently used blocks, never pinned
+// ones: if the pinned blocks alone exceed the new capacity, the replica
+// keeps them (and nothing else) until Release frees the excess.
 func (x *Index) SetCapacity(replica, blocks int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -111,15 +117,22 @@ func (x *Index) SetCapacity(replica, blocks int) {
 	if p.n <= p.capacity {
 		return
 	}
-	for p.n > p.capacity {
-		x.dropNode(p, replica, p.tail)
-	}
+	x.trim(p, replica)
 	p.compact()
 	x.shared.maybeShrink()
 }
 
+// trim evicts replica r's least recently used unpinned blocks while it holds
+// more than its capacity.
+func (x *Index) trim(p *replica, r int) {
+	for p.n > p.capacity && p.tail != nilNode {
+		x.dropNode(p, r, p.tail)
+	}
+}
+
 // Forget drops everything about replica, capacity included: it left the
-// fleet.
+// fleet. Pins go with the blocks: Release and TakeBack of the replica's
+// receipts from before Forget are no-ops.
 func (x *Index) Forget(replica int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -132,7 +145,9 @@ func (x *Index) Forget(replica int) {
 }
 
 // Clear drops replica's blocks but keeps its capacity: it restarted, or its
-// engine reported AllBlocksCleared.
+// engine reported AllBlocksCleared. Pins go with the blocks: Release and
+// TakeBack of pinned receipts from before Clear are no-ops (they never unpin
+// blocks recorded after it).
 func (x *Index) Clear(replica int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -145,8 +160,11 @@ func (x *Index) Clear(replica int) {
 
 func (x *Index) clear(r int) {
 	p := x.reps[r]
-	for id := p.head; id != nilNode; id = p.nodes[id].next {
-		x.shared.remove(p.nodes[id].h, r)
+	// Pinned nodes are in no list: walk the table.
+	for _, s := range p.slots {
+		if s.ref != 0 {
+			x.shared.remove(p.nodes[s.ref-1].h, r)
+		}
 	}
 	p.reset()
 	x.shared.maybeShrink()
@@ -157,8 +175,12 @@ func (x *Index) clear(r int) {
 // if absent. Blocks are touched from last to first, so block 0 ends most
 // recent and, under capacity pressure, the replica loses a prompt's tail
 // blocks before its head (as vLLM frees a finished request's blocks tail
-// first). Over capacity, the replica's least recently used blocks are
-// evicted. A replica never seen before gets the default capacity.
+// first). Over capacity, the replica's least recently used unpinned blocks
+// are evicted; when every block it holds is pinned, a block Record would
+// insert is the least recently used unpinned one itself, so it is not
+// inserted. A replica never seen before gets the default capacity. Pinned
+// blocks that Record finds stay pinned (and their recency is settled when
+// they are released).
 //
 // A block Record finds already present becomes confirmed (no longer
 // speculative) and is no longer owned by any earlier receipt. The returned
@@ -168,6 +190,57 @@ func (x *Index) Record(replica int, hashes []kvblock.Hash) Receipt {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.record(replica, hashes, kindRecord)
+}
+
+// RecordPinned is Record for a request that the replica will now run, and
+// additionally pins every block of hashes on replica, as a running vLLM
+// request holds references on its blocks: a pinned block is never evicted
+// for capacity. Each occurrence of a hash in hashes takes one pin; a block
+// is pinned while it holds any, so a block that two receipts pinned needs
+// both released.
+//
+// Capacity counts pinned and unpinned blocks. A block RecordPinned must
+// insert evicts the least recently used unpinned block when the replica is
+// full; when every block is pinned it is inserted anyway and the replica
+// exceeds its capacity (a capacity of 0 included) until Release (or
+// TakeBack, Removed, Clear, Forget) brings it back: the engine will hold the
+// prompt's blocks while the request runs, whatever else it must drop.
+//
+// The returned receipt always names (replica, hashes) and the pins, whether
+// or not anything was inserted; pass it to Release when the request
+// finishes, or to TakeBack if the attempt failed before the engine computed
+// the prompt. Until then the caller must not modify hashes.
+func (x *Index) RecordPinned(replica int, hashes []kvblock.Hash) Receipt {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.record(replica, hashes, kindPinned)
+}
+
+// Release drops the pins that a RecordPinned took: the request finished.
+// Blocks whose pin count reaches zero become unpinned and most recently
+// used, released from the last block of the prompt to the first so that
+// block 0 ends the most recent (as vLLM frees a finished request's blocks
+// tail first); then, while the replica is over capacity, its least recently
+// used unpinned blocks are evicted (the prompt's own tail first if nothing
+// else was unpinned). Blocks removed (by Removed) since the RecordPinned
+// are ignored, even if something inserted them again.
+//
+// Releasing a receipt without pins, one already released or taken back, or
+// one whose replica was cleared or forgotten since, is a no-op. It takes
+// O(len(hashes)) time.
+func (x *Index) Release(r Receipt) {
+	if r.pin == 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	rep := int(r.replica)
+	p := x.get(rep)
+	if p == nil || !p.endPins(r) {
+		return
+	}
+	p.unpin(r.hashes, r.gen)
+	x.trim(p, rep)
 }
 
 // RecordSpeculative is Record for event-fed mode: the blocks it inserts are
@@ -192,7 +265,7 @@ func (x *Index) RecordSpeculative(replica int, hashes []kvblock.Hash, expires ti
 // replica. Each becomes most recently used there (touched from last to
 // first, as in Record), inserted if absent, confirmed if speculative, and no
 // longer owned by any receipt. A replica never seen before gets the default
-// capacity.
+// capacity. Pinned blocks stay pinned, as in Record.
 func (x *Index) Stored(replica int, hashes []kvblock.Hash) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -200,7 +273,9 @@ func (x *Index) Stored(replica int, hashes []kvblock.Hash) {
 }
 
 // Removed applies an engine's BlockRemoved event: replica no longer holds
-// the blocks. Unknown blocks are ignored.
+// the blocks. Unknown blocks are ignored. Pinned blocks are removed too (the
+// engine is the truth), pins and all: releasing the receipts that pinned
+// them ignores them, even once they are inserted again.
 func (x *Index) Removed(replica int, hashes []kvblock.Hash) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -216,20 +291,39 @@ func (x *Index) Removed(replica int, hashes []kvblock.Hash) {
 	}
 }
 
-// TakeBack undoes a Record or RecordSpeculative whose attempt failed before
+// TakeBack undoes a Record, RecordPinned or RecordSpeculative whose attempt failed before
 // the engine computed the prompt: it removes the blocks that record inserted
-// and that nothing (Record, RecordSpeculative, Stored) has touched since.
+// and that nothing (Record, RecordPinned, RecordSpeculative, Stored) has
+// touched since.
 // Blocks that were present before the record stay, with the recency the
 // record gave them. Taking back the zero Receipt, a receipt already taken
 // back, or one whose blocks have all been touched, evicted or cleared since
 // is a no-op.
+//
+// Taking back a RecordPinned's receipt first releases its pins, without
+// making room: then it removes the blocks it owns as above (pinned blocks
+// never: another receipt pinning a block has touched it), and then, while
+// the replica is over capacity, evicts its least recently used unpinned
+// blocks. Taking back a pinned receipt already released or taken back, or
+// whose replica was cleared or forgotten since, is a no-op.
 func (x *Index) TakeBack(r Receipt) {
 	if r.gen == 0 {
 		return
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.dropOwned(r.replica, r.hashes, r.gen, false)
+	rep := int(r.replica)
+	if r.pin == 0 {
+		x.dropOwned(rep, r.hashes, r.gen, false)
+		return
+	}
+	p := x.get(rep)
+	if p == nil || !p.endPins(r) {
+		return
+	}
+	p.unpin(r.hashes, r.gen)
+	x.dropOwned(rep, r.hashes, r.gen, false)
+	x.trim(p, rep)
 }
 
 // Expire drops the speculative blocks of every RecordSpeculative whose
@@ -253,8 +347,8 @@ func (x *Index) Expire(now time.Duration) {
 	x.nextExpiry.Store(next)
 }
 
-// dropOwned removes replica's nodes among hashes that record gen owns; only
-// the speculative ones when specOnly.
+// dropOwned removes replica's unpinned nodes among hashes that record gen
+// owns; only the speculative ones when specOnly.
 func (x *Index) dropOwned(replica int, hashes []kvblock.Hash, gen uint64, specOnly bool) {
 	p := x.get(replica)
 	if p == nil {
@@ -262,7 +356,7 @@ func (x *Index) dropOwned(replica int, hashes []kvblock.Hash, gen uint64, specOn
 	}
 	for _, h := range hashes {
 		id := p.lookup(h)
-		if id == nilNode {
+		if id == nilNode || p.nodes[id].pinned() {
 			continue
 		}
 		if s := p.nodes[id].stamp; s&^specBit == gen && (!specOnly || s&specBit != 0) {
@@ -277,6 +371,7 @@ const (
 	kindRecord recordKind = iota
 	kindSpeculative
 	kindStored
+	kindPinned
 )
 
 // record inserts or touches hashes on replica r from last to first.
@@ -291,23 +386,40 @@ func (x *Index) record(r int, hashes []kvblock.Hash, kind recordKind) Receipt {
 			stamp |= specBit
 		}
 	}
+	pin := kind == kindPinned
 	owned := false
 	for i := len(hashes) - 1; i >= 0; i-- {
 		h := hashes[i]
 		id := p.lookup(h)
 		if id == nilNode {
-			if p.capacity == 0 {
-				continue
-			}
+			// Make room by evicting the least recently used unpinned block.
+			// With none (every block pinned), an unpinned block would be
+			// evicted as soon as inserted; a pinned one goes over capacity.
 			if p.n >= p.capacity {
-				x.dropNode(p, r, p.tail)
+				if p.tail != nilNode {
+					x.dropNode(p, r, p.tail)
+				} else if !pin {
+					continue
+				}
 			}
-			p.add(h, stamp)
+			p.add(h, stamp, pin)
 			x.shared.add(h, r)
 			owned = owned || stamp != 0
 			continue
 		}
 		nd := &p.nodes[id]
+		if nd.pinned() {
+			// Out of the LRU list, so touching it changes no recency (its
+			// release will). It stays owned only by the record that
+			// inserted it, and only while that record alone touches it.
+			if pin {
+				nd.prev++
+			}
+			if !pin || nd.stamp&^ownedBit != gen {
+				nd.stamp &^= ownedBit
+			}
+			continue
+		}
 		switch {
 		case nd.stamp == stamp:
 			// Inserted by this very record (a repeated hash), or unowned
@@ -318,12 +430,19 @@ func (x *Index) record(r int, hashes []kvblock.Hash, kind recordKind) Receipt {
 		default:
 			nd.stamp = 0
 		}
-		p.touch(id)
+		if pin {
+			p.pin(id, gen)
+		} else {
+			p.touch(id)
+		}
+	}
+	if pin {
+		return Receipt{hashes: hashes, gen: gen, replica: int32(r), pin: p.newPins(gen)}
 	}
 	if !owned {
 		return Receipt{}
 	}
-	return Receipt{hashes: hashes, gen: gen, replica: r}
+	return Receipt{hashes: hashes, gen: gen, replica: int32(r)}
 }
 
 // dropNode removes node id of replica r from the replica and the shared table.
@@ -471,6 +590,7 @@ func (x *Index) Bytes() int64 {
 		n += int64(unsafe.Sizeof(*p))
 		n += int64(cap(p.nodes)) * int64(unsafe.Sizeof(node{}))
 		n += int64(cap(p.slots)) * int64(unsafe.Sizeof(rslot{}))
+		n += int64(cap(p.pins))*8 + int64(cap(p.pinFree))*4
 	}
 	return n
 }

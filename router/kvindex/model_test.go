@@ -1,6 +1,8 @@
 package kvindex
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -10,17 +12,26 @@ import (
 )
 
 // The reference model: per replica a slice of blocks, most recent first,
-// searched linearly. Obviously correct, obviously slow.
+// searched linearly. Obviously correct, obviously slow. Pinned blocks stay
+// in the slice (where they sit there is meaningless: a release makes them
+// most recent) and eviction skips them. Each pinned receipt remembers which
+// incarnation of each block it pinned, rather than the index's generation
+// test.
 
 type mnode struct {
 	h     kvblock.Hash
 	owner uint64 // generation of the owning record, 0 when none
 	spec  bool
+	pins  int
+	inc   uint64 // incarnation: a block removed and inserted again is another
 }
 
 type mrep struct {
 	capacity int
 	lru      []mnode // most recently used first
+	// live maps each live pinned receipt's generation to the incarnation
+	// of the block it pinned at each position of its hashes.
+	live map[uint64][]uint64
 }
 
 type mexpiry struct {
@@ -34,11 +45,13 @@ type mreceipt struct {
 	replica int
 	gen     uint64 // 0 when the record owned nothing
 	hashes  []kvblock.Hash
+	pinned  bool
 }
 
 type model struct {
 	defCap int
 	gen    uint64
+	inc    uint64
 	reps   map[int]*mrep
 	queue  []mexpiry
 }
@@ -47,7 +60,7 @@ func newModel(defCap int) *model { return &model{defCap: defCap, reps: map[int]*
 
 func (m *model) ensure(r int) *mrep {
 	if m.reps[r] == nil {
-		m.reps[r] = &mrep{capacity: m.defCap}
+		m.reps[r] = &mrep{capacity: m.defCap, live: map[uint64][]uint64{}}
 	}
 	return m.reps[r]
 }
@@ -58,16 +71,35 @@ func (p *mrep) find(h kvblock.Hash) int {
 
 func (p *mrep) remove(j int) { p.lru = slices.Delete(p.lru, j, j+1) }
 
+// trim evicts the least recently used unpinned blocks while over capacity.
 func (p *mrep) trim() {
-	if len(p.lru) > p.capacity {
-		p.lru = p.lru[:p.capacity]
+	for len(p.lru) > p.capacity {
+		j := len(p.lru) - 1
+		for j >= 0 && p.lru[j].pins > 0 {
+			j--
+		}
+		if j < 0 {
+			return
+		}
+		p.remove(j)
 	}
+}
+
+func (p *mrep) toFront(j int, n mnode) {
+	p.remove(j)
+	p.lru = slices.Insert(p.lru, 0, n)
+}
+
+func (p *mrep) clear() {
+	p.lru = nil
+	p.live = map[uint64][]uint64{}
 }
 
 const (
 	opRecord = iota
 	opSpeculative
 	opStored
+	opPinned
 )
 
 func (m *model) record(r int, hashes []kvblock.Hash, kind int, expires time.Duration) mreceipt {
@@ -77,14 +109,25 @@ func (m *model) record(r int, hashes []kvblock.Hash, kind int, expires time.Dura
 		m.gen++
 		gen = m.gen
 	}
-	spec := kind == opSpeculative
+	spec, pin := kind == opSpeculative, kind == opPinned
+	var incs []uint64
+	if pin {
+		incs = make([]uint64, len(hashes))
+	}
 	owned := false
 	for i := len(hashes) - 1; i >= 0; i-- {
 		h := hashes[i]
 		j := p.find(h)
 		if j < 0 {
-			// Insert as most recent, then evict the least recent over capacity.
-			p.lru = slices.Insert(p.lru, 0, mnode{h: h, owner: gen, spec: spec})
+			// Insert as most recent, then evict the least recent unpinned
+			// blocks over capacity.
+			m.inc++
+			n := mnode{h: h, owner: gen, spec: spec, inc: m.inc}
+			if pin {
+				n.pins = 1
+				incs[i] = n.inc
+			}
+			p.lru = slices.Insert(p.lru, 0, n)
 			p.trim()
 			owned = owned || (gen != 0 && len(p.lru) > 0 && p.lru[0].h == h)
 			continue
@@ -101,8 +144,15 @@ func (m *model) record(r int, hashes []kvblock.Hash, kind int, expires time.Dura
 		default:
 			n.owner, n.spec = 0, false
 		}
-		p.remove(j)
-		p.lru = slices.Insert(p.lru, 0, n)
+		if pin {
+			n.pins++
+			incs[i] = n.inc
+		}
+		p.toFront(j, n)
+	}
+	if pin {
+		p.live[gen] = incs
+		return mreceipt{replica: r, gen: gen, hashes: hashes, pinned: true}
 	}
 	if !owned {
 		return mreceipt{replica: r}
@@ -122,6 +172,48 @@ func (m *model) dropOwned(r int, hashes []kvblock.Hash, gen uint64, specOnly boo
 		if j := p.find(h); j >= 0 && p.lru[j].owner == gen && (!specOnly || p.lru[j].spec) {
 			p.remove(j)
 		}
+	}
+}
+
+// release ends pinned receipt rc, unpinning from the last block to the
+// first the incarnations it pinned that are still there; it reports whether
+// rc was live.
+func (m *model) release(rc mreceipt, trim bool) bool {
+	p := m.reps[rc.replica]
+	if !rc.pinned || p == nil || p.live[rc.gen] == nil {
+		return false
+	}
+	incs := p.live[rc.gen]
+	delete(p.live, rc.gen)
+	for i := len(rc.hashes) - 1; i >= 0; i-- {
+		j := p.find(rc.hashes[i])
+		if j < 0 || p.lru[j].inc != incs[i] {
+			continue
+		}
+		n := p.lru[j]
+		if n.pins == 0 {
+			panic("model: a live receipt's pin is missing")
+		}
+		if n.pins--; n.pins > 0 {
+			p.lru[j] = n
+			continue
+		}
+		p.toFront(j, n)
+	}
+	if trim {
+		p.trim()
+	}
+	return true
+}
+
+func (m *model) takeBack(rc mreceipt) {
+	if !rc.pinned {
+		m.dropOwned(rc.replica, rc.hashes, rc.gen, false)
+		return
+	}
+	if m.release(rc, false) {
+		m.dropOwned(rc.replica, rc.hashes, rc.gen, false)
+		m.reps[rc.replica].trim()
 	}
 }
 
@@ -145,6 +237,36 @@ func (m *model) removed(r int, hashes []kvblock.Hash) {
 			}
 		}
 	}
+}
+
+// compare checks that replica r's unpinned blocks are the model's, in the
+// same order with the same owners, and its pinned blocks the model's with
+// the same pin counts and owners.
+func (m *model) compare(x *Index, r int) error {
+	lru, pinned := x.pinState(r)
+	var wantLRU []nodeState
+	wantPinned := map[kvblock.Hash]nodeState{}
+	if p := m.reps[r]; p != nil {
+		for _, n := range p.lru {
+			owner := n.owner
+			if n.spec {
+				owner |= specBit
+			}
+			s := nodeState{h: n.h, pins: n.pins, owner: owner}
+			if n.pins == 0 {
+				wantLRU = append(wantLRU, s)
+			} else {
+				wantPinned[n.h] = s
+			}
+		}
+	}
+	if !slices.Equal(lru, wantLRU) {
+		return fmt.Errorf("LRU %v, model %v", lru, wantLRU)
+	}
+	if !maps.Equal(pinned, wantPinned) {
+		return fmt.Errorf("pinned %v, model %v", pinned, wantPinned)
+	}
+	return nil
 }
 
 func (m *model) depth(r int, hashes []kvblock.Hash) int {
@@ -220,7 +342,7 @@ func TestIndexMatchesModel(t *testing.T) {
 
 		for step := range rapid.IntRange(1, 60).Draw(t, "steps") {
 			var hs []kvblock.Hash
-			switch op := rapid.IntRange(0, 10).Draw(t, "op"); op {
+			switch op := rapid.IntRange(0, 14).Draw(t, "op"); op {
 			case 0, 1, 2:
 				r, p := replica.Draw(t, "r"), prompt(t)
 				hs = p
@@ -238,7 +360,7 @@ func TestIndexMatchesModel(t *testing.T) {
 				}
 				i := rapid.IntRange(0, len(receipts)-1).Draw(t, "receipt")
 				x.TakeBack(receipts[i])
-				m.dropOwned(mreceipts[i].replica, mreceipts[i].hashes, mreceipts[i].gen, false)
+				m.takeBack(mreceipts[i])
 			case 5:
 				r, p := replica.Draw(t, "r"), prompt(t)
 				hs = p
@@ -260,7 +382,7 @@ func TestIndexMatchesModel(t *testing.T) {
 				} else {
 					x.Clear(r)
 					if p := m.reps[r]; p != nil {
-						p.lru = nil
+						p.clear()
 					}
 				}
 			case 9, 10:
@@ -269,12 +391,30 @@ func TestIndexMatchesModel(t *testing.T) {
 				p := m.ensure(r)
 				p.capacity = max(c, 0)
 				p.trim()
+			case 11, 12:
+				r, p := replica.Draw(t, "r"), prompt(t)
+				hs = p
+				receipts = append(receipts, x.RecordPinned(r, p))
+				mreceipts = append(mreceipts, m.record(r, p, opPinned, 0))
+			case 13, 14:
+				if len(receipts) == 0 {
+					continue
+				}
+				i := rapid.IntRange(0, len(receipts)-1).Draw(t, "receipt")
+				x.Release(receipts[i])
+				m.release(mreceipts[i], true)
 			}
-			if n := len(receipts); n > 0 && (receipts[n-1].gen == 0) != (mreceipts[n-1].gen == 0) {
-				t.Fatalf("step %d: receipt %+v, model owned %v", step, receipts[n-1], mreceipts[n-1].gen != 0)
+			if n := len(receipts); n > 0 && ((receipts[n-1].gen == 0) != (mreceipts[n-1].gen == 0) ||
+				(receipts[n-1].pin != 0) != mreceipts[n-1].pinned) {
+				t.Fatalf("step %d: receipt %+v, model owned %v pinned %v", step, receipts[n-1], mreceipts[n-1].gen != 0, mreceipts[n-1].pinned)
 			}
 			if err := x.check(); err != nil {
 				t.Fatalf("step %d: %v", step, err)
+			}
+			for _, r := range testReplicas {
+				if err := m.compare(x, r); err != nil {
+					t.Fatalf("step %d: replica %d: %v", step, r, err)
+				}
 			}
 			if hs != nil {
 				lookups = append(lookups, hs)

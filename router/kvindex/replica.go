@@ -2,20 +2,48 @@ package kvindex
 
 import "github.com/inferrail/inferrail/engine/kvblock"
 
-// node is one block held by one replica: a link in the replica's LRU list.
+// node is one block held by one replica. An unpinned node is a link in the
+// replica's LRU list; a pinned node is in no list (as vLLM keeps blocks that
+// running requests reference out of its free queue) and reuses its links
+// for its pin count.
 type node struct {
-	h          kvblock.Hash
-	prev, next int32 // towards the MRU head, towards the LRU tail; next links the free list
-	// stamp is the generation of the Record or RecordSpeculative that owns
-	// the node (inserted it and nothing touched it since), 0 when none, with
-	// specBit set while the node is speculative.
+	h kvblock.Hash
+	// prev, next: towards the MRU head and towards the LRU tail while the
+	// node is in the LRU list; next links the free list while the node is
+	// free. While the node is pinned, next is pinnedNode and prev its pin
+	// count (at least 1).
+	prev, next int32
+	// stamp, for a node in the LRU list: the generation of the Record,
+	// RecordPinned or RecordSpeculative that owns the node (inserted it and
+	// nothing touched it since), 0 when none, with specBit set while the
+	// node is speculative. For a pinned node: the generation at which its
+	// current pinned period began (the RecordPinned that took its first
+	// pin), with ownedBit set when that record also owns the node. A pinned
+	// node is never speculative, and its owner can only be that record: any
+	// later touch ends ownership.
 	stamp uint64
 }
 
 const (
-	nilNode = -1
-	specBit = 1 << 63
+	nilNode    = -1
+	pinnedNode = -2 // next of a pinned node
+	specBit    = 1 << 63
+	ownedBit   = 1 << 62 // generations stay far below 2^62
 )
+
+func (nd *node) pinned() bool { return nd.next == pinnedNode }
+
+// owner returns the stamp the node would have in the LRU list: the owning
+// record's generation (with specBit when speculative), or 0.
+func (nd *node) owner() uint64 {
+	if !nd.pinned() {
+		return nd.stamp
+	}
+	if nd.stamp&ownedBit != 0 {
+		return nd.stamp &^ ownedBit
+	}
+	return 0
+}
 
 // rslot is one slot of a replica's table from block hash to node: the low 32
 // bits of the hash's Lo (the home index and a tag) and the node's index plus
@@ -25,17 +53,26 @@ type rslot struct {
 	ref uint32
 }
 
-// replica is one replica's shadow LRU: at most capacity nodes in a slab,
-// linked from the most recently used (head) to the least (tail), found by
-// hash through an open-addressing table at most half full.
+// replica is one replica's shadow LRU: its nodes in a slab, the unpinned
+// ones linked from the most recently used (head) to the least (tail), all
+// found by hash through an open-addressing table at most half full. It holds
+// at most capacity nodes, except that pinned nodes are never evicted: when
+// it holds more, every node is pinned (the LRU list is empty).
 type replica struct {
 	capacity   int
-	n          int
+	n          int // nodes, pinned ones included
+	npinned    int
 	head, tail int32
 	free       int32
 	nodes      []node
 	slots      []rslot
 	mask       uint32
+	// pins holds the replica's live pinned receipts: slot i holds the
+	// generation of the RecordPinned whose Receipt.pin is i+1, or 0 when
+	// the slot is free (its index then on pinFree). A receipt's pins are
+	// held exactly while its slot holds its generation.
+	pins    []uint64
+	pinFree []int32
 }
 
 func newReplica(capacity int) *replica {
@@ -61,8 +98,11 @@ func (p *replica) lookup(h kvblock.Hash) int32 {
 }
 
 // add inserts h, known to be absent, as the most recently used node with
-// the given stamp. The replica must have room (n < capacity).
-func (p *replica) add(h kvblock.Hash, stamp uint64) {
+// the given stamp, or as a node pinned once when pinned (stamp is then the
+// pinning record's generation, and the node is owned by it). Eviction is the
+// caller's business: add never evicts, and grows the slab past the capacity
+// if it must.
+func (p *replica) add(h kvblock.Hash, stamp uint64, pinned bool) {
 	if 2*(p.n+1) > len(p.slots) {
 		size := max(minTableSize, 2*len(p.slots))
 		p.rehash(size)
@@ -73,36 +113,111 @@ func (p *replica) add(h kvblock.Hash, stamp uint64) {
 	} else {
 		if len(p.nodes) == cap(p.nodes) {
 			// Grow the slab by doubling, but never past the capacity, so
-			// that a full replica's slab is exactly its capacity.
-			nodes := make([]node, len(p.nodes), min(max(16, 2*len(p.nodes)), p.capacity))
+			// that a full replica's slab is exactly its capacity; past it
+			// (pinned blocks over capacity) by a quarter.
+			l := len(p.nodes)
+			c := min(max(16, 2*l), p.capacity)
+			if l >= p.capacity {
+				c = l + max(16, l/4)
+			}
+			nodes := make([]node, l, c)
 			copy(nodes, p.nodes)
 			p.nodes = nodes
 		}
 		p.nodes = p.nodes[:len(p.nodes)+1]
 		id = int32(len(p.nodes) - 1)
 	}
-	p.nodes[id] = node{h: h, prev: nilNode, next: nilNode, stamp: stamp}
-	p.pushFront(id)
+	if pinned {
+		p.nodes[id] = node{h: h, prev: 1, next: pinnedNode, stamp: stamp | ownedBit}
+		p.npinned++
+	} else {
+		p.nodes[id] = node{h: h, prev: nilNode, next: nilNode, stamp: stamp}
+		p.pushFront(id)
+	}
 	p.tabInsert(h, id)
 	p.n++
 }
 
-// drop removes node id.
+// drop removes node id, pinned or not.
 func (p *replica) drop(id int32) {
 	p.tabDelete(p.nodes[id].h, id)
-	p.unlink(id)
+	if p.nodes[id].pinned() {
+		p.npinned--
+	} else {
+		p.unlink(id)
+	}
 	p.nodes[id] = node{next: p.free}
 	p.free = id
 	p.n--
 }
 
-// touch makes node id the most recently used.
+// touch makes node id, which must be unpinned, the most recently used.
 func (p *replica) touch(id int32) {
 	if p.head == id {
 		return
 	}
 	p.unlink(id)
 	p.pushFront(id)
+}
+
+// pin takes node id, which must be unpinned, out of the LRU list with one
+// pin, starting a pinned period at generation gen. The node must not be
+// owned (a record that pins a node it did not insert has just touched it).
+func (p *replica) pin(id int32, gen uint64) {
+	p.unlink(id)
+	nd := &p.nodes[id]
+	nd.prev, nd.next, nd.stamp = 1, pinnedNode, gen
+	p.npinned++
+}
+
+// unpin releases the pins that the receipt of generation gen took on hashes,
+// from the last block to the first: a block whose count reaches zero becomes
+// the most recently used, so block 0 ends the most recent. A block holds
+// that receipt's pin only if it has been pinned since before (or at) gen:
+// a block removed and inserted again since is another block.
+func (p *replica) unpin(hashes []kvblock.Hash, gen uint64) {
+	for i := len(hashes) - 1; i >= 0; i-- {
+		id := p.lookup(hashes[i])
+		if id == nilNode {
+			continue
+		}
+		nd := &p.nodes[id]
+		if !nd.pinned() || nd.stamp&^ownedBit > gen {
+			continue
+		}
+		if nd.prev--; nd.prev > 0 {
+			continue
+		}
+		nd.stamp = nd.owner()
+		p.npinned--
+		p.pushFront(id)
+	}
+}
+
+// newPins records a live pinned receipt of generation gen and returns its
+// Receipt.pin.
+func (p *replica) newPins(gen uint64) int32 {
+	if k := len(p.pinFree); k > 0 {
+		i := p.pinFree[k-1]
+		p.pinFree = p.pinFree[:k-1]
+		p.pins[i] = gen
+		return i + 1
+	}
+	p.pins = append(p.pins, gen)
+	return int32(len(p.pins))
+}
+
+// endPins ends the pinned receipt r and reports whether it was live (its
+// pins held): false when it was released, taken back, or its replica
+// cleared or forgotten since.
+func (p *replica) endPins(r Receipt) bool {
+	i := int(r.pin) - 1
+	if i < 0 || i >= len(p.pins) || p.pins[i] != r.gen {
+		return false
+	}
+	p.pins[i] = 0
+	p.pinFree = append(p.pinFree, int32(i))
+	return true
 }
 
 func (p *replica) pushFront(id int32) {
@@ -133,11 +248,14 @@ func (p *replica) unlink(id int32) {
 
 // tabInsert maps h to id; h must be absent and the table must have room.
 func (p *replica) tabInsert(h kvblock.Hash, id int32) {
-	lo := uint32(h.Lo)
+	p.tabPut(rslot{lo: uint32(h.Lo), ref: uint32(id) + 1})
+}
+
+func (p *replica) tabPut(s rslot) {
 	slots, mask := p.slots, p.mask
-	for i := lo & mask; ; i = (i + 1) & mask {
+	for i := s.lo & mask; ; i = (i + 1) & mask {
 		if slots[i].ref == 0 {
-			slots[i] = rslot{lo: lo, ref: uint32(id) + 1}
+			slots[i] = s
 			return
 		}
 	}
@@ -166,18 +284,23 @@ func (p *replica) tabDelete(h kvblock.Hash, id int32) {
 
 // rehash rebuilds the table with size slots.
 func (p *replica) rehash(size int) {
+	old := p.slots
 	p.slots = make([]rslot, size)
 	p.mask = uint32(size - 1)
-	for id := p.head; id != nilNode; id = p.nodes[id].next {
-		p.tabInsert(p.nodes[id].h, id)
+	for _, s := range old {
+		if s.ref != 0 {
+			p.tabPut(s)
+		}
 	}
 }
 
-// reset drops every node but keeps the slab and table for reuse.
+// reset drops every node and every pinned receipt but keeps the slab and
+// tables for reuse.
 func (p *replica) reset() {
 	p.nodes = p.nodes[:0]
 	clear(p.slots)
-	p.head, p.tail, p.free, p.n = nilNode, nilNode, nilNode, 0
+	p.head, p.tail, p.free, p.n, p.npinned = nilNode, nilNode, nilNode, 0, 0
+	p.pins, p.pinFree = p.pins[:0], p.pinFree[:0]
 }
 
 // compact moves the nodes into a slab and table sized for the current
@@ -193,14 +316,26 @@ func (p *replica) compact() {
 		nodes[k].prev, nodes[k].next = k-1, k+1
 		k++
 	}
+	p.head, p.tail = nilNode, nilNode
 	if k > 0 {
 		nodes[k-1].next = nilNode
 		p.head, p.tail = 0, k-1
+	}
+	// The pinned nodes, in no list, are found through the table.
+	for _, s := range p.slots {
+		if s.ref != 0 && p.nodes[s.ref-1].pinned() {
+			nodes[k] = p.nodes[s.ref-1]
+			k++
+		}
 	}
 	p.nodes, p.free = nodes, nilNode
 	size := minTableSize
 	for size < 2*p.n {
 		size *= 2
 	}
-	p.rehash(size)
+	p.slots = make([]rslot, size)
+	p.mask = uint32(size - 1)
+	for id := range p.nodes {
+		p.tabInsert(p.nodes[id].h, int32(id))
+	}
 }

@@ -186,8 +186,12 @@ func (p *KVAware) Pick(req *Request, cands []Candidate) int {
 //	steps  = max(1, ceil(tokens / max_num_batched_tokens))
 //	step   = step_fixed + decode_seq*decoding + decode_ctx_token*decoding_ctx
 //	ttft   = steps*step + prefill_token*tokens + prefill_pair*u*(c + u/2)
+//	cost   = ttft + PlaceWeight * fullness * P(u, c)
 //
-// where pending_prefill_tokens, decoding (in flight minus pending) and
+// where P(u, c) is this request's own prefill time and fullness the share of
+// the replica's KV capacity the index holds: a miss on a full cache evicts
+// prefixes that later requests will miss, so new prefixes go where there is
+// room. pending_prefill_tokens, decoding (in flight minus pending) and
 // decoding_ctx (their prompt tokens) are the gateway's own exact counters.
 // Guards keep a hot prefix from melting one replica:
 //   - bounded load: candidates whose in-flight count would exceed
@@ -204,6 +208,11 @@ type CostModel struct {
 	KVHigh       float64 // 0.9
 	KVPenalty    float64 // 4
 	SessionSlack float64 // 0.25
+	// PlaceWeight charges a choice for the cached prefixes it will evict:
+	// PlaceWeight * fullness * the request's own prefill time, where
+	// fullness is the share of the replica's KV capacity the index holds.
+	// It spreads new prefixes over the replicas whose caches have room.
+	PlaceWeight float64 // 0.5
 
 	opts     Options
 	rng      *rand.Rand
@@ -217,7 +226,7 @@ const maxSessions = 1 << 20
 // NewCostModel returns cost_model with its defaults.
 func NewCostModel(o Options) *CostModel {
 	o = o.withDefaults()
-	p := &CostModel{Bound: 3, KVHigh: 0.9, KVPenalty: 4, SessionSlack: 0.25, opts: o, rng: subRNG(o.Seed, "cost_model")}
+	p := &CostModel{Bound: 3, KVHigh: 0.9, KVPenalty: 4, SessionSlack: 0.25, PlaceWeight: 0.5, opts: o, rng: subRNG(o.Seed, "cost_model")}
 	if o.SessionAffinity {
 		p.sessions = make(map[uint64]int)
 	}
@@ -247,6 +256,11 @@ func (p *CostModel) Pick(req *Request, cands []Candidate) int {
 	for i := range cands {
 		c := &cands[i]
 		e := p.EstimateTTFT(req.PromptTokens, c)
+		if p.PlaceWeight > 0 && c.KVCapacityBlocks > 0 {
+			cached := min(c.PredictedCachedTokens, req.PromptTokens)
+			full := math.Min(1, float64(c.IndexedBlocks)/float64(c.KVCapacityBlocks))
+			e += p.PlaceWeight * full * float64(p.opts.Profile.PrefillTime(req.PromptTokens-cached, cached)) / 1e6
+		}
 		if u := c.Load.Engine.KVCacheUsage; c.Load.Engine.Valid && u > p.KVHigh {
 			e *= 1 + (p.KVPenalty-1)*math.Min(1, (u-p.KVHigh)/(1-p.KVHigh))
 		}

@@ -188,10 +188,10 @@ func (p *KVAware) Pick(req *Request, cands []Candidate) int {
 //	ttft   = steps*step + prefill_token*tokens + prefill_pair*u*(c + u/2)
 //	cost   = ttft + PlaceWeight * fullness * P(u, c)
 //
-// where P(u, c) is this request's own prefill time and fullness the share of
-// the replica's KV capacity the index holds: a miss on a full cache evicts
-// prefixes that later requests will miss, so new prefixes go where there is
-// room. pending_prefill_tokens, decoding (in flight minus pending) and
+// where P(u, c) is this request's own prefill time and fullness how much
+// more of its KV capacity the index holds on this replica than on the
+// emptiest candidate: a miss on a fuller cache evicts prefixes that later
+// requests will miss, so new prefixes go where there is room. pending_prefill_tokens, decoding (in flight minus pending) and
 // decoding_ctx (their prompt tokens) are the gateway's own exact counters.
 // Guards keep a hot prefix from melting one replica:
 //   - bounded load: candidates whose in-flight count would exceed
@@ -210,7 +210,8 @@ type CostModel struct {
 	SessionSlack float64 // 0.25
 	// PlaceWeight charges a choice for the cached prefixes it will evict:
 	// PlaceWeight * fullness * the request's own prefill time, where
-	// fullness is the share of the replica's KV capacity the index holds.
+	// fullness is the share of its KV capacity the index holds on the
+	// replica beyond what it holds on the emptiest candidate.
 	// It spreads new prefixes over the replicas whose caches have room.
 	PlaceWeight float64 // 0.5
 
@@ -251,6 +252,10 @@ func (p *CostModel) EstimateTTFT(prompt int, c *Candidate) float64 {
 
 func (p *CostModel) Pick(req *Request, cands []Candidate) int {
 	bound := LoadBound(p.Bound, cands)
+	minIndexed := math.MaxInt
+	for i := range cands {
+		minIndexed = min(minIndexed, cands[i].IndexedBlocks)
+	}
 	p.est = p.est[:0]
 	best, ties := -1, 0
 	for i := range cands {
@@ -258,7 +263,7 @@ func (p *CostModel) Pick(req *Request, cands []Candidate) int {
 		e := p.EstimateTTFT(req.PromptTokens, c)
 		if p.PlaceWeight > 0 && c.KVCapacityBlocks > 0 {
 			cached := min(c.PredictedCachedTokens, req.PromptTokens)
-			full := math.Min(1, float64(c.IndexedBlocks)/float64(c.KVCapacityBlocks))
+			full := math.Min(1, float64(c.IndexedBlocks-minIndexed)/float64(c.KVCapacityBlocks))
 			e += p.PlaceWeight * full * float64(p.opts.Profile.PrefillTime(req.PromptTokens-cached, cached)) / 1e6
 		}
 		if u := c.Load.Engine.KVCacheUsage; c.Load.Engine.Valid && u > p.KVHigh {

@@ -11,7 +11,8 @@ var _ Policy = (*Dynamo)(nil)
 //	credit  = c·decay·m                               (device-tier overlap only)
 //	decay   = 1 / (1 + d·((P − Pmin)/B)/T)             (1 when d = 0)
 //	raw     = (P + PromptTokens)/B                     (active + incoming prompt blocks)
-//	decode  = ceil(Load.InFlightPromptTokens/B) + T    (active + incoming blocks)
+//	decode  = ActiveBlocks + T − m                      (active + incoming blocks;
+//	          ceil(Load.InFlightPromptTokens/B) + T when ActiveBlocks is 0)
 //	cost    = scale·max(0, raw − credit) + decode + w_req·Load.InFlight
 //
 // with P = Load.PendingPrefillTokens (the router-tracked active prefill
@@ -30,10 +31,13 @@ var _ Policy = (*Dynamo)(nil)
 //   - Dynamo's active decode blocks are the distinct blocks of the worker's
 //     active sequences (a prefix shared by several requests counts once), and
 //     the incoming request adds only the blocks it does not share with them.
-//     Our gateway only has the sum of in-flight prompt tokens, so shared
-//     prefixes are counted once per request and the request adds all its T
-//     blocks. Output blocks are not tracked (Dynamo tracks them only when
-//     enabled).
+//     With the approximate index we have the same distinct count
+//     (Candidate.ActiveBlocks, the blocks in-flight requests pin) and the
+//     request adds T - m (the blocks it does not find cached there, a close
+//     stand-in for "not shared with active sequences"). Without it (events
+//     mode) we fall back to the sum of in-flight prompt tokens, where shared
+//     prefixes count once per request and the request adds all T blocks.
+//     Output blocks are not tracked (Dynamo tracks them only when enabled).
 //   - There are no host, disk or shared-cache tiers in our fleet, so their
 //     credits (0.75, 0.25, shared multiplier) are always zero.
 //   - Temperature > 0 (softmax sampling), busy thresholds, queueing and
@@ -79,7 +83,14 @@ func (p *Dynamo) cost(prompt int, c *Candidate, minPending int) float64 {
 	}
 	credit := p.OverlapCredit * decay * float64(m)
 	raw := float64(pending+prompt) / bs
-	decode := float64(peerCeilDiv(c.Load.InFlightPromptTokens, p.blockSize) + t)
+	var decode float64
+	if c.ActiveBlocks > 0 {
+		// Distinct active blocks, and the request adds the ones it does not
+		// find (cached blocks it shares count once, as in Dynamo).
+		decode = float64(c.ActiveBlocks + t - m)
+	} else {
+		decode = float64(peerCeilDiv(c.Load.InFlightPromptTokens, p.blockSize) + t)
+	}
 	return p.PrefillLoadScale*max(0, raw-credit) + decode + p.ActiveRequestWeight*float64(max(0, c.Load.InFlight))
 }
 

@@ -763,3 +763,20 @@ func BenchmarkPeerAIBrix(b *testing.B) {
 func BenchmarkPeerPreble(b *testing.B) {
 	benchPeer(b, func(o Options) Policy { return NewPreble(o) })
 }
+
+func TestDynamoUsesDistinctActiveBlocks(t *testing.T) {
+	p := NewDynamo(Options{Seed: 1})
+	req := &Request{PromptTokens: 1600} // T = 100 blocks
+	// Replica 0 holds the prompt (m = 99) and runs requests sharing it: 300
+	// distinct active blocks, though their prompts sum to 6,400 blocks.
+	hot := Candidate{Replica: 0, PredictedCachedTokens: 1584, ActiveBlocks: 300, Load: Load{InFlight: 4, InFlightPromptTokens: 4 * 25600}}
+	cold := Candidate{Replica: 1, ActiveBlocks: 150, Load: Load{InFlight: 1, InFlightPromptTokens: 2400}}
+	// hot: prefill max(0, 100-99) = 1, decode 300 + 1 = 301 -> 302
+	// cold: prefill 100, decode 150 + 100 = 250 -> 350
+	if got := p.Pick(req, []Candidate{hot, cold}); got != 0 {
+		t.Fatalf("picked %d; shared active prefixes must count once", got)
+	}
+	if c := p.cost(1600, &hot, 0); c != 302 {
+		t.Fatalf("hot cost %v, want 302", c)
+	}
+}

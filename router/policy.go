@@ -65,6 +65,10 @@ type Candidate struct {
 	// IndexedBlocks is how many blocks the KV index holds for the replica
 	// (the size of its "tree", in SGLang's terms).
 	IndexedBlocks int
+	// ActiveBlocks is the distinct KV blocks of the replica's requests in
+	// flight, a prefix they share counted once (0 when the index does not
+	// track them: in events mode).
+	ActiveBlocks int
 }
 
 // Policy picks one of the candidates (by index into cands) for req. cands is

@@ -123,6 +123,7 @@ func (r *Router) Route(now time.Duration, req *Request, reps []Replica) (Decisio
 		c := &r.cands[i]
 		c.PredictedCachedTokens = min(r.depths[i], maxPred) * bs
 		c.IndexedBlocks = r.idx.Blocks(c.Replica)
+		c.ActiveBlocks = r.idx.PinnedBlocks(c.Replica)
 	}
 	i, err := Pick(r.pol, req, r.cands)
 	if err != nil {

@@ -594,3 +594,19 @@ func (x *Index) Bytes() int64 {
 	}
 	return n
 }
+
+// PinnedBlocks returns how many distinct blocks RecordPinned receipts
+// currently pin on replica: the KV footprint of its requests in flight, a
+// prefix shared by several of them counted once.
+func (x *Index) PinnedBlocks(replica int) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if replica < 0 || replica > MaxReplica {
+		return 0
+	}
+	p := x.get(replica)
+	if p == nil {
+		return 0
+	}
+	return p.npinned
+}

@@ -186,3 +186,22 @@ func TestSetCapacityKeepsPinned(t *testing.T) {
 		t.Fatalf("after release: %d blocks, depth %d; want 3 and 3", got, d)
 	}
 }
+
+func TestPinnedBlocksCountsDistinctActiveBlocks(t *testing.T) {
+	x := New(Config{DefaultCapacityBlocks: 100})
+	a := pinHashes(1, 10)
+	b := append(append([]kvblock.Hash(nil), a[:6]...), pinHashes(2, 4)...) // shares 6 blocks with a
+	ra := x.RecordPinned(0, a)
+	rb := x.RecordPinned(0, b)
+	if got := x.PinnedBlocks(0); got != 14 {
+		t.Fatalf("pinned %d distinct blocks, want 14", got)
+	}
+	x.Release(ra)
+	if got := x.PinnedBlocks(0); got != 10 {
+		t.Fatalf("after releasing a: %d, want 10", got)
+	}
+	x.Release(rb)
+	if got, other := x.PinnedBlocks(0), x.PinnedBlocks(7); got != 0 || other != 0 {
+		t.Fatalf("after releasing both: %d (unknown replica %d)", got, other)
+	}
+}

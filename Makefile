@@ -17,10 +17,10 @@ test:
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./router/... ./fleet/...
 
-# W1 on the default fleet under two baseline policies.
+# W1 on the default fleet under two baseline policies and cost_model.
 demo: build
-	@for p in round_robin least_request; do \
-		./$(BIN) sim --workload w1 --policy $$p --requests 2000 || exit 1; echo; \
+	@for p in round_robin least_request cost_model; do \
+		./$(BIN) sim --workload w1 --policy $$p --requests 3000 --warmup 120s || exit 1; echo; \
 	done
 
 # Hot-path benchmarks (hashing, engine step, policies, summaries, workloads,

@@ -107,9 +107,11 @@ func TestNewRouterRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// BenchmarkRoute measures one full routing decision: eligibility, index
-// lookup of a 512-block prompt over every replica, the policy, and recording
-// the decision, on an index that already holds other prompts.
+// BenchmarkRoute measures the router's work for one request: the routing
+// decision (eligibility, index lookup of a 512-block prompt over every
+// replica, the policy, recording and pinning the decision) and its
+// completion (releasing the pins, recording the exchange), on an index that
+// already holds 32 such prompts, a full 16,384-block replica's worth.
 func BenchmarkRoute(b *testing.B) {
 	for _, pol := range []string{"round_robin", "cost_model", "llmd"} {
 		for _, n := range []int{8, 64} {
@@ -121,12 +123,16 @@ func BenchmarkRoute(b *testing.B) {
 					prompts[i] = promptOf(uint64(i+1), 8192)
 				}
 				for i := range 4 * n {
-					r.Route(0, prompts[i%len(prompts)], reps)
+					p := prompts[i%len(prompts)]
+					d, _ := r.Route(0, p, reps)
+					r.Finished(d, p.BlockHashes)
 				}
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
-					r.Route(time.Duration(i), prompts[i%len(prompts)], reps)
+					p := prompts[i%len(prompts)]
+					d, _ := r.Route(time.Duration(i), p, reps)
+					r.Finished(d, p.BlockHashes)
 					i++
 				}
 			})

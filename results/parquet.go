@@ -20,6 +20,10 @@ type Row struct {
 	// Seed is the run's seed; seeds of 2^63 and above keep their bits and
 	// read as negative.
 	Seed int64 `parquet:"seed"`
+	// RateRPS and FleetSize are the run's offered load and replica count
+	// (set by comparisons, whose runs differ in them; 0 otherwise).
+	RateRPS   float64 `parquet:"rate_rps"`
+	FleetSize int32   `parquet:"fleet_size"`
 
 	ID      uint64 `parquet:"id"`
 	Session uint64 `parquet:"session"`

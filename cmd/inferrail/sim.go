@@ -31,6 +31,7 @@ type simFlags struct {
 	seed           uint64
 	profile        string
 	scrapeInterval time.Duration
+	slo            string
 	sloTTFT        time.Duration
 	sloTPOT        time.Duration
 	index          string
@@ -71,24 +72,10 @@ robin sustains on the default engine profile).`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.workload, "workload", "w1", "workload: "+strings.Join(workload.Names(), ", "))
-	fl.StringVar(&f.workloadFile, "workload-file", "", "YAML file with workload parameters (its workload key selects the workload)")
+	f.register(cmd, "the run")
 	fl.StringVar(&f.policy, "policy", "round_robin", "routing policy: "+strings.Join(router.Names(), ", "))
-	fl.IntVar(&f.replicas, "replicas", 4, "number of engines in the fleet")
-	fl.Float64Var(&f.rate, "rate", 0, "offered load in requests per second (default: the workload's per-replica rate x replicas)")
-	fl.IntVar(&f.requests, "requests", 0, "requests to simulate (default 2000, or unlimited with --duration)")
-	fl.DurationVar(&f.duration, "duration", 0, "stop arrivals after this much virtual time, e.g. 10m")
-	fl.DurationVar(&f.warmup, "warmup", 0, "leave requests arriving before this virtual time out of the summary")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload and the router; the same seed gives the same result")
-	fl.StringVar(&f.profile, "profile", "", "engine profile YAML (scheduler limits, KV blocks, latency model); default: an 8B model on one 24 GB GPU")
-	fl.DurationVar(&f.scrapeInterval, "scrape-interval", 100*time.Millisecond, "how often the router reads each engine's metrics")
-	fl.StringVar(&f.index, "index", "approximate", "KV index: approximate (learns from routing decisions) or events (fed by the engines' KV events)")
-	fl.DurationVar(&f.kvEventDelay, "kv-event-delay", 50*time.Millisecond, "how late KV events reach the router (--index events)")
-	fl.DurationVar(&f.speculationTTL, "speculation-ttl", 2*time.Second, "how long a routing decision stands in for the KV events it predicts (--index events)")
 	fl.BoolVar(&f.affinity, "session-affinity", false, "cost_model keeps a session on its previous replica unless that is 25% slower")
-	fl.DurationVar(&f.sloTTFT, "slo-ttft", 2*time.Second, "SLO: time to first token at p99")
-	fl.DurationVar(&f.sloTPOT, "slo-tpot", 100*time.Millisecond, "SLO: time per output token at p99")
-	fl.StringArrayVar(&f.sets, "set", nil, "override one workload parameter, as yaml.path=value (repeatable)")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object on stdout (progress stays on stderr)")
 	fl.StringVar(&f.out, "out", "", "directory to write summary.json and requests.parquet into")
 	return cmd
@@ -96,6 +83,28 @@ robin sustains on the default engine profile).`,
 
 // defaultRequests is the run length when neither --requests nor --duration is given.
 const defaultRequests = 2000
+
+// register adds the flags that describe the traffic, the fleet and the SLO,
+// shared by sim, compare and capacity.
+func (f *simFlags) register(cmd *cobra.Command, what string) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.workload, "workload", "w1", "workload: "+strings.Join(workload.Names(), ", "))
+	fl.StringVar(&f.workloadFile, "workload-file", "", "YAML file with workload parameters (its workload key selects the workload)")
+	fl.StringArrayVar(&f.sets, "set", nil, "override one workload parameter, as yaml.path=value (repeatable)")
+	fl.IntVar(&f.replicas, "replicas", 4, "number of engines in the fleet")
+	fl.Float64Var(&f.rate, "rate", 0, "offered load in requests per second (default: the workload's per-replica rate x replicas)")
+	fl.IntVar(&f.requests, "requests", 0, "requests per simulation (default 2000, or unlimited with --duration)")
+	fl.DurationVar(&f.duration, "duration", 0, "stop arrivals after this much virtual time, e.g. 10m")
+	fl.DurationVar(&f.warmup, "warmup", 0, "leave requests arriving before this virtual time out of "+what)
+	fl.StringVar(&f.profile, "profile", "", "engine profile YAML (scheduler limits, KV blocks, latency model); default: an 8B model on one 24 GB GPU")
+	fl.DurationVar(&f.scrapeInterval, "scrape-interval", 100*time.Millisecond, "how often the router reads each engine's metrics")
+	fl.StringVar(&f.index, "index", "approximate", "KV index: approximate (learns from routing decisions) or events (fed by the engines' KV events)")
+	fl.DurationVar(&f.kvEventDelay, "kv-event-delay", 50*time.Millisecond, "how late KV events reach the router (--index events)")
+	fl.DurationVar(&f.speculationTTL, "speculation-ttl", 2*time.Second, "how long a routing decision stands in for the KV events it predicts (--index events)")
+	fl.DurationVar(&f.sloTTFT, "slo-ttft", 2*time.Second, "SLO: time to first token at p99")
+	fl.DurationVar(&f.sloTPOT, "slo-tpot", 100*time.Millisecond, "SLO: time per output token at p99")
+	fl.StringVar(&f.slo, "slo", "", "SLO as ttft_p99=DURATION,tpot_p99=DURATION (overrides --slo-ttft and --slo-tpot)")
+}
 
 // config turns flags into a validated fleet configuration; every error is a usage error.
 func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
@@ -165,11 +174,20 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 	if f.warmup < 0 {
 		return cfg, usagef("--warmup: must be zero or positive, got %v", f.warmup)
 	}
-	if _, err := router.New(f.policy, router.Options{}); err != nil {
-		return cfg, usagef("--policy: %w", err)
+	if f.policy != "" {
+		if _, err := router.New(f.policy, router.Options{}); err != nil {
+			return cfg, usagef("--policy: %w", err)
+		}
 	}
 	if f.scrapeInterval <= 0 {
 		return cfg, usagef("--scrape-interval: must be positive, got %v", f.scrapeInterval)
+	}
+	if f.slo != "" {
+		slo, err := parseSLO(f.slo)
+		if err != nil {
+			return cfg, usagef("--slo: %w", err)
+		}
+		f.sloTTFT, f.sloTPOT = slo.TTFTP99, slo.TPOTP99
 	}
 	if f.sloTTFT <= 0 || f.sloTPOT <= 0 {
 		return cfg, usagef("--slo-ttft and --slo-tpot: must be positive, got %v and %v", f.sloTTFT, f.sloTPOT)
@@ -194,7 +212,9 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 	cfg.SpeculationTTL = f.speculationTTL
 	cfg.SessionAffinity = f.affinity
 	cfg.Workload = wl
-	cfg.Policy = f.policy
+	if f.policy != "" {
+		cfg.Policy = f.policy
+	}
 	cfg.Replicas = f.replicas
 	cfg.Warmup = f.warmup
 	cfg.ScrapeInterval = f.scrapeInterval
@@ -274,4 +294,28 @@ func writeRun(dir string, cfg fleet.Config, out *fleet.Output) error {
 		return fmt.Errorf("write requests: %w", err)
 	}
 	return nil
+}
+
+// parseSLO reads "ttft_p99=2s,tpot_p99=100ms"; a key left out keeps its default.
+func parseSLO(s string) (results.SLO, error) {
+	slo := results.DefaultSLO()
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return slo, fmt.Errorf("want ttft_p99=DURATION,tpot_p99=DURATION, got %q", part)
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil || d <= 0 {
+			return slo, fmt.Errorf("%s: want a positive duration such as 2s or 100ms, got %q", k, v)
+		}
+		switch strings.TrimSpace(k) {
+		case "ttft_p99":
+			slo.TTFTP99 = d
+		case "tpot_p99":
+			slo.TPOTP99 = d
+		default:
+			return slo, fmt.Errorf("unknown key %q (allowed: ttft_p99, tpot_p99)", k)
+		}
+	}
+	return slo, nil
 }

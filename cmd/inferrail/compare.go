@@ -1,0 +1,331 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/inferrail/inferrail/compare"
+	"github.com/inferrail/inferrail/fleet"
+	"github.com/inferrail/inferrail/router"
+)
+
+// compareFlags are the flags of compare and capacity on top of the shared ones.
+type compareFlags struct {
+	simFlags
+	policies    string
+	seeds       int
+	firstSeed   uint64
+	rates       string
+	parallel    int
+	title       string
+	maxReplicas int
+}
+
+// Defaults of compare and capacity runs.
+const (
+	compareRequests = 5000
+	compareMaxWarm  = 2 * time.Minute
+)
+
+func (f *compareFlags) registerCompare(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.policies, "policies", "all", "comma-separated policies, or all: "+strings.Join(router.Names(), ", "))
+	fl.IntVar(&f.seeds, "seeds", 3, "repetitions, each with its own request stream shared by every policy")
+	fl.Uint64Var(&f.firstSeed, "first-seed", 1, "seed of the first repetition; the others follow it")
+	fl.IntVar(&f.parallel, "parallel", 0, "simulations run at once (default: all cores); results do not depend on it")
+	fl.StringVar(&f.out, "out", "", "directory for results.json, requests.parquet, report.md and the charts")
+	fl.StringVar(&f.title, "title", "", "report title (default: the workload's name)")
+}
+
+// spec builds and checks a comparison before anything runs.
+func (f *compareFlags) spec(cmd *cobra.Command) (compare.Spec, error) {
+	cfg, err := f.config(cmd)
+	if err != nil {
+		return compare.Spec{}, err
+	}
+	fl := cmd.Flags()
+	if !fl.Changed("requests") && !fl.Changed("duration") && f.workloadFile == "" {
+		cfg.Workload.Requests = compareRequests
+	}
+	if !fl.Changed("warmup") {
+		cfg.Warmup = defaultWarmup(cfg.Workload.Requests, cfg.Workload.Duration, cfg.Workload.Rate)
+	}
+	if f.seeds < 1 {
+		return compare.Spec{}, usagef("--seeds: must be at least 1, got %d", f.seeds)
+	}
+	s := compare.Spec{Base: cfg, Policies: compare.PolicyList(f.policies), Parallel: f.parallel, KeepRecords: true}
+	for i := range f.seeds {
+		s.Seeds = append(s.Seeds, f.firstSeed+uint64(i))
+	}
+	if f.rates != "" {
+		for _, r := range strings.Split(f.rates, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
+			if err != nil || !(v > 0) {
+				return compare.Spec{}, usagef("--rates: want positive requests per second separated by commas, got %q", r)
+			}
+			s.Rates = append(s.Rates, v)
+		}
+	}
+	if err := s.Validate(); err != nil {
+		return compare.Spec{}, usageError{err}
+	}
+	return s, nil
+}
+
+// defaultWarmup leaves the first tenth of a run out, at most two minutes.
+func defaultWarmup(requests int, duration time.Duration, rate float64) time.Duration {
+	length := duration
+	if requests > 0 && rate > 0 {
+		if d := time.Duration(float64(requests) / rate * float64(time.Second)); length == 0 || d < length {
+			length = d
+		}
+	}
+	return min(compareMaxWarm, length/10).Round(time.Second)
+}
+
+func newCompareCmd(stdout, stderr io.Writer) *cobra.Command {
+	var f compareFlags
+	cmd := &cobra.Command{
+		Use:   "compare",
+		Short: "Run several routing policies on the same requests and seeds, and write a report",
+		Long: `compare gives every policy the same request stream and arrival times (one per
+seed), each on a cold fleet, runs the simulations in parallel, and writes to --out:
+results.json (one summary per policy x rate x seed), requests.parquet (every
+request, with policy, seed, rate and fleet-size columns), report.md and PNG charts.
+--rates sweeps offered load. Runs default to 5,000 requests with the first tenth
+(at most 2 minutes) left out.`,
+		Example: `  inferrail compare --workload w1 --policies round_robin,least_request,cost_model --seeds 3 --out runs/w1
+  inferrail compare --workload w6 --policies all --rates 6,8,10,12 --out runs/w6-sweep`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := f.spec(cmd)
+			if err != nil {
+				return err
+			}
+			if f.out == "" {
+				return usagef("--out: give a directory for the results")
+			}
+			if err := compare.CheckWritable(f.out); err != nil {
+				return usagef("--out: %w", err)
+			}
+			bar := newCountBar(stderr, "simulating")
+			s.Progress = bar.update
+			start := time.Now()
+			pts, err := compare.Run(cmd.Context(), s)
+			bar.finish()
+			if err != nil {
+				return err
+			}
+			title := f.title
+			if title == "" {
+				title = "Routing policies on " + s.Base.Workload.Workload
+			}
+			files, err := compare.Write(f.out, s, pts, nil, compare.Meta{Title: title, Version: version(), Command: commandLine(cmd)})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "%d simulations in %s\n", len(pts), time.Since(start).Round(100*time.Millisecond))
+			return printComparison(stdout, f.out, s, pts, files)
+		},
+	}
+	f.register(cmd, "every summary")
+	f.registerCompare(cmd)
+	cmd.Flags().StringVar(&f.rates, "rates", "", "offered loads to sweep, in requests per second, comma-separated (the first is the main comparison)")
+	return cmd
+}
+
+func printComparison(w io.Writer, dir string, s compare.Spec, pts []compare.Point, files []string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "policy\trate\tseed\tttft p50 ms\tttft p99 ms\thit\tslo\tgoodput/s")
+	for _, p := range pts {
+		m := p.Summary
+		fmt.Fprintf(tw, "%s\t%.2f\t%d\t%.0f\t%.0f\t%.3f\t%.3f\t%.2f\n", p.Policy, p.Rate, p.Seed, m.TTFT.P50, m.TTFT.P99, m.HitRate, m.SLOAttainment, m.GoodputRPS)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "wrote %s in %s\n", strings.Join(files, ", "), dir)
+	return nil
+}
+
+func newCapacityCmd(stdout, stderr io.Writer) *cobra.Command {
+	var f compareFlags
+	cmd := &cobra.Command{
+		Use:   "capacity",
+		Short: "Find how many replicas each policy needs to serve a load within the SLO",
+		Long: `capacity searches, for each policy, the fewest replicas (1 to --max-replicas)
+whose TTFT p99 and TPOT p99 (medians over the seeds) meet the SLO at --rate, with
+every request completed, and reports the GPUs each policy saves against the best
+cache-blind baseline (round_robin, random, least_request, p2c). Without --rate the
+load is what 8 default replicas serve at about 70% under round robin.`,
+		Example: `  inferrail capacity --workload w1 --policies round_robin,least_request,cost_model --slo ttft_p99=2s,tpot_p99=100ms
+  inferrail capacity --workload w2 --rate 14 --max-replicas 16 --out runs/w2-capacity`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("rate") {
+				// The base config's rate is replaced below; keep validation happy.
+				f.rate = 0
+			}
+			s, err := f.spec(cmd)
+			if err != nil {
+				return err
+			}
+			rate := fleet.DefaultRate(s.Base.Workload.Workload, 8)
+			if cmd.Flags().Changed("rate") {
+				rate = f.rate
+			}
+			cs := compare.CapacitySpec{Base: s.Base, Policies: s.Policies, Seeds: s.Seeds, Rate: rate, MaxReplicas: f.maxReplicas, Parallel: f.parallel}
+			if !cmd.Flags().Changed("warmup") {
+				cs.Base.Warmup = defaultWarmup(cs.Base.Workload.Requests, cs.Base.Workload.Duration, rate)
+			}
+			if err := cs.Validate(); err != nil {
+				return usageError{err}
+			}
+			if f.out != "" {
+				if err := compare.CheckWritable(f.out); err != nil {
+					return usagef("--out: %w", err)
+				}
+			}
+			bar := newCountBar(stderr, "searching")
+			cs.Progress = bar.update
+			res, err := compare.Capacity(cmd.Context(), cs)
+			bar.finish()
+			if err != nil {
+				return err
+			}
+			rep := &compare.CapacityReport{Spec: cs, Results: res}
+			if f.out != "" {
+				title := f.title
+				if title == "" {
+					title = "Capacity on " + cs.Base.Workload.Workload
+				}
+				if _, err := compare.Write(f.out, compare.Spec{Base: cs.Base, Seeds: cs.Seeds}, nil, rep, compare.Meta{Title: title, Version: version(), Command: commandLine(cmd)}); err != nil {
+					return err
+				}
+			}
+			return printCapacity(stdout, rep)
+		},
+	}
+	f.register(cmd, "every summary")
+	f.registerCompare(cmd)
+	cmd.Flags().IntVar(&f.maxReplicas, "max-replicas", 16, "largest fleet to try")
+	return cmd
+}
+
+func printCapacity(w io.Writer, rep *compare.CapacityReport) error {
+	base := rep.Baseline()
+	baseN := 0
+	for _, r := range rep.Results {
+		if r.Policy == base {
+			baseN = r.Replicas
+		}
+	}
+	slo := rep.Spec.Base.SLO
+	fmt.Fprintf(w, "%s at %.2f req/s, SLO TTFT p99 <= %v and TPOT p99 <= %v, seeds %d-%d:\n",
+		rep.Spec.Base.Workload.Workload, rep.Spec.Rate, slo.TTFTP99, slo.TPOTP99, rep.Spec.Seeds[0], rep.Spec.Seeds[len(rep.Spec.Seeds)-1])
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "policy\treplicas\tsaved vs "+orNone(base)+"\tper four GPUs")
+	for _, r := range rep.Results {
+		need := strconv.Itoa(r.Replicas)
+		saved, per4 := "-", "-"
+		if r.Replicas == 0 {
+			need = fmt.Sprintf("> %d", rep.Spec.MaxReplicas)
+		} else if baseN > 0 {
+			saved = strconv.Itoa(baseN - r.Replicas)
+			per4 = strconv.FormatFloat(float64(baseN-r.Replicas)/float64(baseN)*4, 'f', 2, 64)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Policy, need, saved, per4)
+	}
+	return tw.Flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(no baseline)"
+	}
+	return s
+}
+
+// version names the build: the VCS revision when the binary has one.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "+dirty"
+	}
+	return rev
+}
+
+// commandLine rebuilds the command as typed, from the flags that were set.
+func commandLine(cmd *cobra.Command) string {
+	parts := []string{cmd.CommandPath()}
+	cmd.Flags().Visit(func(fl *pflag.Flag) {
+		if fl.Name == "parallel" {
+			return // does not change the results
+		}
+		if sv, ok := fl.Value.(pflag.SliceValue); ok {
+			for _, v := range sv.GetSlice() {
+				parts = append(parts, "--"+fl.Name+"="+v)
+			}
+			return
+		}
+		parts = append(parts, "--"+fl.Name+"="+fl.Value.String())
+	})
+	return strings.Join(parts, " ")
+}
+
+// countBar draws "label [####....] done/total" on stderr for runs over a second.
+type countBar struct {
+	w     io.Writer
+	label string
+	start time.Time
+	last  time.Time
+	drawn bool
+}
+
+func newCountBar(w io.Writer, label string) *countBar {
+	now := time.Now()
+	return &countBar{w: w, label: label, start: now, last: now}
+}
+
+func (b *countBar) update(done, total int) {
+	now := time.Now()
+	if now.Sub(b.start) < time.Second || (now.Sub(b.last) < 200*time.Millisecond && done < total) {
+		return
+	}
+	b.last, b.drawn = now, true
+	const width = 30
+	n := width * done / max(total, 1)
+	fmt.Fprintf(b.w, "\r%s [%s%s] %d/%d simulations, %s ", b.label, strings.Repeat("#", n), strings.Repeat(".", width-n), done, total, now.Sub(b.start).Round(100*time.Millisecond))
+}
+
+func (b *countBar) finish() {
+	if b.drawn {
+		fmt.Fprintln(b.w)
+	}
+}

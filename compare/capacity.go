@@ -1,0 +1,185 @@
+package compare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/inferrail/inferrail/fleet"
+	"github.com/inferrail/inferrail/results"
+)
+
+// CapacitySpec asks, per policy, for the fewest replicas that meet the SLO
+// at one offered load.
+type CapacitySpec struct {
+	// Base is the run every point starts from; its Policy, Seed, Replicas
+	// and workload rate are replaced. Base.SLO is the objective.
+	Base     fleet.Config
+	Policies []string
+	Seeds    []uint64
+	// Rate is the offered load in requests per second.
+	Rate float64
+	// MaxReplicas bounds the search.
+	MaxReplicas int
+	Parallel    int
+	Progress    func(done, total int)
+}
+
+// SizePoint is one fleet size evaluated for a policy: medians over seeds.
+type SizePoint struct {
+	Replicas  int
+	TTFTP99Ms float64
+	TPOTP99Ms float64
+	// Met: every request completed and the medians over seeds of TTFT p99
+	// and TPOT p99 are within the SLO.
+	Met bool
+}
+
+// CapacityResult is one policy's answer.
+type CapacityResult struct {
+	Policy string
+	// Replicas is the fewest replicas meeting the SLO, 0 if none up to MaxReplicas.
+	Replicas int
+	// Points are the fleet sizes evaluated, ascending.
+	Points []SizePoint
+}
+
+// Validate checks the spec before any simulation starts.
+func (s *CapacitySpec) Validate() error {
+	var errs []error
+	if !(s.Rate > 0) {
+		errs = append(errs, fmt.Errorf("rate: must be a positive number of requests per second, got %v", s.Rate))
+	}
+	if s.MaxReplicas < 1 || s.MaxReplicas > fleet.MaxReplicas {
+		errs = append(errs, fmt.Errorf("max-replicas: must be between 1 and %d, got %d", fleet.MaxReplicas, s.MaxReplicas))
+	}
+	sp := Spec{Base: s.Base, Policies: s.Policies, Seeds: s.Seeds, Rates: []float64{s.Rate}, Parallel: s.Parallel}
+	if s.Rate > 0 {
+		if err := sp.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Capacity finds, for every policy, the fewest replicas in
+// [1, MaxReplicas] that meet the SLO at Rate, by binary search (latency
+// falls as replicas are added). Every probe runs all seeds; probes of
+// different policies run in parallel. Results follow Spec order.
+func Capacity(ctx context.Context, s CapacitySpec) ([]CapacityResult, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	run := func(ctx context.Context, jobs []job, progress func(int, int)) ([]Point, error) {
+		return runJobs(ctx, s.Base, jobs, s.Parallel, false, progress)
+	}
+	return capacity(ctx, s, run)
+}
+
+// runner runs a batch of simulations; capacity's tests replace it.
+type runner func(ctx context.Context, jobs []job, progress func(int, int)) ([]Point, error)
+
+func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult, error) {
+	type state struct {
+		lo, hi int // the answer is in [lo, hi]; hi meets the SLO once known
+		known  bool
+		done   bool
+		points map[int]SizePoint
+	}
+	st := make([]*state, len(s.Policies))
+	for i := range st {
+		st[i] = &state{lo: 1, hi: s.MaxReplicas, points: map[int]SizePoint{}}
+	}
+	done, total := 0, 0
+	progress := func(int, int) {
+		done++
+		if s.Progress != nil {
+			s.Progress(done, total)
+		}
+	}
+	for {
+		// Each unresolved policy probes one fleet size this round: first the
+		// largest, to see whether the SLO can be met at all, then midpoints.
+		var jobs []job
+		var probes []int // policy index per job group
+		for i, x := range st {
+			if x.done {
+				continue
+			}
+			n := x.hi
+			if x.known {
+				n = (x.lo + x.hi) / 2
+			}
+			probes = append(probes, i)
+			for _, seed := range s.Seeds {
+				jobs = append(jobs, job{policy: s.Policies[i], seed: seed, rate: s.Rate, replicas: n})
+			}
+		}
+		if len(jobs) == 0 {
+			break
+		}
+		total = done + len(jobs)
+		pts, err := run(ctx, jobs, progress)
+		if err != nil {
+			return nil, err
+		}
+		for g, i := range probes {
+			group := pts[g*len(s.Seeds) : (g+1)*len(s.Seeds)]
+			p := evaluate(group, s.Base.SLO)
+			x := st[i]
+			x.points[p.Replicas] = p
+			switch {
+			case !x.known && !p.Met:
+				x.done, x.hi = true, 0 // not even MaxReplicas meets it
+			case !x.known:
+				x.known = true
+			case p.Met:
+				x.hi = p.Replicas
+			default:
+				x.lo = p.Replicas + 1
+			}
+			if x.known && x.lo >= x.hi {
+				x.done = true
+			}
+		}
+	}
+	out := make([]CapacityResult, len(s.Policies))
+	for i, x := range st {
+		r := CapacityResult{Policy: s.Policies[i], Replicas: x.hi}
+		for _, p := range x.points {
+			r.Points = append(r.Points, p)
+		}
+		slices.SortFunc(r.Points, func(a, b SizePoint) int { return a.Replicas - b.Replicas })
+		out[i] = r
+	}
+	return out, nil
+}
+
+// evaluate reduces one fleet size's seeds to a point.
+func evaluate(group []Point, slo results.SLO) SizePoint {
+	ttft := make([]float64, len(group))
+	tpot := make([]float64, len(group))
+	complete := true
+	for i, p := range group {
+		ttft[i] = p.Summary.TTFT.P99
+		tpot[i] = p.Summary.TPOT.P99
+		complete = complete && p.Summary.Completed == p.Summary.Requests
+	}
+	sp := SizePoint{Replicas: group[0].Replicas, TTFTP99Ms: median(ttft), TPOTP99Ms: median(tpot)}
+	def := results.DefaultSLO()
+	if slo.TTFTP99 == 0 {
+		slo.TTFTP99 = def.TTFTP99
+	}
+	if slo.TPOTP99 == 0 {
+		slo.TPOTP99 = def.TPOTP99
+	}
+	sp.Met = complete && sp.TTFTP99Ms <= ms(slo.TTFTP99) && sp.TPOTP99Ms <= ms(slo.TPOTP99)
+	return sp
+}
+
+// median of xs (upper median for even counts); xs is reordered.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}

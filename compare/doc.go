@@ -1,0 +1,10 @@
+// Package compare runs the same traffic through several routing policies,
+// seeds and offered loads, and answers the operator's question: how many
+// GPUs does each policy need to serve this traffic within the SLO?
+//
+// Start with Spec and Run (compare.go): every policy x seed x rate is one
+// cold-fleet simulation (package fleet) run in parallel, returned in a fixed
+// order whatever the parallelism. Capacity (capacity.go) searches, per
+// policy, the fewest replicas that meet the SLO at a rate. Write (output.go)
+// stores results.json, requests.parquet and the report (package report).
+package compare

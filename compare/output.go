@@ -1,0 +1,194 @@
+package compare
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/inferrail/inferrail/report"
+	"github.com/inferrail/inferrail/results"
+)
+
+// Meta describes a comparison for its report.
+type Meta struct {
+	Title   string
+	Version string
+	Command string
+}
+
+// CheckWritable makes dir and proves a file can be written there, so that
+// an unwritable --out fails before any simulation runs.
+func CheckWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".inferrail-write-check-*")
+	if err != nil {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	return errors.Join(f.Close(), os.Remove(name))
+}
+
+// Write stores a comparison in dir: results.json (one summary per policy x
+// rate x seed), requests.parquet (every request, with policy, seed, rate
+// and fleet size columns, when the points kept their records), report.md and
+// its charts. caps may be nil.
+func Write(dir string, s Spec, pts []Point, caps *CapacityReport, meta Meta) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	files := []string{"results.json"}
+	if err := writeJSON(filepath.Join(dir, "results.json"), Summaries(pts)); err != nil {
+		return nil, err
+	}
+	var rows []results.Row
+	for _, p := range pts {
+		if p.Records == nil {
+			continue
+		}
+		rs := results.RowsFromRecords(p.Records, s.Base.Workload.Workload, p.Policy, p.Seed)
+		for i := range rs {
+			rs[i].RateRPS = p.Rate
+			rs[i].FleetSize = int32(p.Replicas)
+		}
+		rows = append(rows, rs...)
+	}
+	if rows != nil {
+		if err := results.WriteParquetFile(filepath.Join(dir, "requests.parquet"), rows); err != nil {
+			return nil, fmt.Errorf("write requests.parquet: %w", err)
+		}
+		files = append(files, "requests.parquet")
+	}
+	in, err := reportInput(s, pts, caps, meta)
+	if err != nil {
+		return nil, err
+	}
+	charts, err := report.Write(dir, in)
+	if err != nil {
+		return nil, fmt.Errorf("write report: %w", err)
+	}
+	files = append(files, "report.md")
+	return append(files, charts...), nil
+}
+
+func writeJSON(path string, v any) error {
+	var b bytes.Buffer
+	if err := results.WriteJSON(&b, v); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// CapacityReport is a capacity search with its question.
+type CapacityReport struct {
+	Spec    CapacitySpec
+	Results []CapacityResult
+}
+
+// Baseline returns the cache-blind policy needing the fewest replicas (ties:
+// the first in spec order), or "" when none was searched or none met the SLO.
+func (c *CapacityReport) Baseline() string {
+	best, n := "", 0
+	for _, r := range c.Results {
+		if IsCacheBlind(r.Policy) && r.Replicas > 0 && (n == 0 || r.Replicas < n) {
+			best, n = r.Policy, r.Replicas
+		}
+	}
+	return best
+}
+
+func (c *CapacityReport) toReport() *report.Capacity {
+	out := &report.Capacity{
+		Workload:    c.Spec.Base.Workload.Workload,
+		RateRPS:     c.Spec.Rate,
+		MaxReplicas: c.Spec.MaxReplicas,
+		Baseline:    c.Baseline(),
+	}
+	for _, r := range c.Results {
+		row := report.CapacityRow{Policy: r.Policy, Replicas: r.Replicas}
+		for _, p := range r.Points {
+			row.Points = append(row.Points, report.CapacityPoint{Replicas: p.Replicas, TTFTP99Ms: p.TTFTP99Ms, TPOTP99Ms: p.TPOTP99Ms, Met: p.Met})
+		}
+		out.Rows = append(out.Rows, row)
+	}
+	return out
+}
+
+func yamlOf(v any) (string, error) {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("render yaml: %w", err)
+	}
+	return string(b), nil
+}
+
+func reportInput(s Spec, pts []Point, caps *CapacityReport, meta Meta) (report.Input, error) {
+	base := s.Base
+	if caps != nil && len(pts) == 0 {
+		base = caps.Spec.Base
+	}
+	wy, err := yamlOf(base.Workload)
+	if err != nil {
+		return report.Input{}, err
+	}
+	py, err := yamlOf(base.Engine)
+	if err != nil {
+		return report.Input{}, err
+	}
+	seeds := s.Seeds
+	if caps != nil && len(pts) == 0 {
+		seeds = caps.Spec.Seeds
+	}
+	in := report.Input{Setup: report.Setup{
+		Title:          meta.Title,
+		Workload:       base.Workload.Workload,
+		WorkloadYAML:   wy,
+		ProfileYAML:    py,
+		Replicas:       base.Replicas,
+		Seeds:          slices.Clone(seeds),
+		Requests:       base.Workload.Requests,
+		Warmup:         base.Warmup,
+		ScrapeInterval: base.ScrapeInterval,
+		Index:          string(base.Index),
+		Version:        meta.Version,
+		Command:        meta.Command,
+		SLO:            base.SLO,
+	}}
+	main := s.rates()[0]
+	for _, p := range pts {
+		r := report.Run{Policy: p.Policy, Seed: p.Seed, RateRPS: p.Rate, Replicas: p.Replicas, Summary: p.Summary}
+		if p.Rate == main {
+			r.TTFTms = ttfts(p.Records, base.Warmup)
+			in.Runs = append(in.Runs, r)
+		}
+		if len(s.rates()) > 1 {
+			r.TTFTms = nil
+			in.Sweep = append(in.Sweep, r)
+		}
+	}
+	if caps != nil {
+		in.Capacity = caps.toReport()
+	}
+	return in, nil
+}
+
+// ttfts returns the TTFTs in ms of the measured requests that got a first token.
+func ttfts(recs []results.Record, warmup interface{ Nanoseconds() int64 }) []float64 {
+	var out []float64
+	for i := range recs {
+		r := &recs[i]
+		if r.HasFirstToken && r.Arrival.Nanoseconds() >= warmup.Nanoseconds() {
+			out = append(out, float64(r.TTFT().Nanoseconds())/1e6)
+		}
+	}
+	return out
+}

@@ -1,0 +1,39 @@
+// Package report turns simulation results into a benchmark report: a
+// markdown document, report.md, with PNG charts beside it.
+//
+// Start at Input (report.go): the Setup of the experiment, the main
+// comparison (Runs: one results.Summary per policy and seed, all at one
+// offered rate and fleet size), and the optional load sweep (Sweep) and
+// capacity search (Capacity). Write renders everything into a directory;
+// Markdown writes report.md's text alone; Capacity.GPUsSaved is the
+// arithmetic behind the capacity table.
+//
+// The report has a Setup section (fleet, engine profile and workload YAML,
+// seeds, SLO, version and the command to reproduce), a Results table with
+// the median over seeds of every policy, the charts, a Load sweep and a
+// Capacity section when the input has them, and a Reading section of
+// statements generated from the numbers: the lowest TTFT p99 and its factor
+// against round_robin and the best cache-blind policy, whether the gap
+// between the top two policies is within seed noise, hit rates, SLO misses
+// and capacity savings.
+//
+// Charts (charts.go) are drawn with gonum.org/v1/plot at 8x5 inches:
+// ttft_cdf.png, ttft_bars.png, hit_rate.png, replica_requests.png,
+// replica_busy.png, sweep_ttft_p99.png, sweep_goodput.png and capacity.png.
+// Each policy keeps one color (and line dash) in every chart, and legends
+// sit outside the plotting area so they never cover data.
+//
+// Policies appear everywhere in the caller's order: the order of first
+// appearance in Input.Runs, then any further policy of Input.Sweep.
+// Aggregates over seeds are medians (interpolated for an even count) with
+// min and max for spreads.
+//
+// The tests build synthetic inputs (3 and 12 policies); report.md of the
+// 3-policy one is golden in testdata/report.md (regenerate with
+// go test ./report -update), and go test ./report -args -out DIR writes the
+// synthetic reports and charts under DIR for a look.
+//
+// Output is deterministic: the same Input gives byte-identical report.md and
+// PNG files. Nothing depends on map iteration order, the clock or the
+// environment.
+package report

@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench lint policy-report clean
+.PHONY: all build test demo bench lint policy-report report clean
 
 all: build
 
@@ -40,3 +40,14 @@ clean:
 policy-report:
 	mkdir -p docs
 	$(GO) run ./tools/policyreport --seeds 3 --out docs/routing-report.md
+
+# The committed benchmark reports, regenerated from scratch (about 10 minutes
+# on 2 cores): every policy on W1 (with a load sweep), W2 and W6 over 3 seeds,
+# and the replicas each policy needs on W1 and W2.
+report: build
+	rm -rf docs/benchmarks
+	./$(BIN) compare --workload w1 --policies all --seeds 3 --rates 3.2,2.4,4,4.8 --out docs/benchmarks/w1 --title "W1: shared system prompts"
+	./$(BIN) compare --workload w2 --policies all --seeds 3 --out docs/benchmarks/w2 --title "W2: multi-turn chat"
+	./$(BIN) compare --workload w6 --policies all --seeds 3 --out docs/benchmarks/w6 --title "W6: no shared prefixes"
+	./$(BIN) capacity --workload w1 --policies all --seeds 3 --out docs/benchmarks/w1-capacity --title "W1: replicas needed at 6.4 req/s"
+	./$(BIN) capacity --workload w2 --policies all --seeds 3 --out docs/benchmarks/w2-capacity --title "W2: replicas needed at 14 req/s"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/inferrail/inferrail/report"
 	"github.com/inferrail/inferrail/results"
+	"github.com/inferrail/inferrail/workload"
 )
 
 // Meta describes a comparison for its report.
@@ -136,7 +137,7 @@ func reportInput(s Spec, pts []Point, caps *CapacityReport, meta Meta) (report.I
 	if caps != nil && len(pts) == 0 {
 		base = caps.Spec.Base
 	}
-	wy, err := yamlOf(base.Workload)
+	wy, err := workloadYAML(base.Workload)
 	if err != nil {
 		return report.Input{}, err
 	}
@@ -191,4 +192,26 @@ func ttfts(recs []results.Record, warmup interface{ Nanoseconds() int64 }) []flo
 		}
 	}
 	return out
+}
+
+// workloadYAML renders a workload configuration with only the parameter
+// section of the selected workload, and without its seed (the report lists
+// the seeds of the runs).
+func workloadYAML(w workload.Config) (string, error) {
+	var doc yaml.Node
+	if err := doc.Encode(w); err != nil {
+		return "", fmt.Errorf("render workload: %w", err)
+	}
+	if doc.Kind == yaml.MappingNode {
+		kept := doc.Content[:0]
+		for i := 0; i+1 < len(doc.Content); i += 2 {
+			k := doc.Content[i].Value
+			if (slices.Contains(workload.Names(), k) && k != w.Workload) || k == "seed" {
+				continue
+			}
+			kept = append(kept, doc.Content[i], doc.Content[i+1])
+		}
+		doc.Content = kept
+	}
+	return yamlOf(&doc)
 }

@@ -24,7 +24,9 @@ func Markdown(w io.Writer, in Input, charts []string) error {
 	var b strings.Builder
 	writeHeader(&b, in, aggs)
 	writeSetup(&b, in, order)
-	writeResults(&b, in, aggs)
+	if len(in.Runs) > 0 {
+		writeResults(&b, in, aggs)
+	}
 	writeCharts(&b, in, aggs, charts)
 	if len(in.Sweep) > 0 {
 		writeSweep(&b, sweep)
@@ -119,6 +121,13 @@ func plural(n int, one, many string) string {
 
 func writeHeader(b *strings.Builder, in Input, aggs []policyAgg) {
 	fmt.Fprintf(b, "# %s\n\n", title(in))
+	if len(in.Runs) == 0 && in.Capacity != nil {
+		c := in.Capacity
+		fmt.Fprintf(b, "Capacity search: the fewest replicas each of %s needs to meet the SLO at %s offered on workload %s, searching fleets of 1 to %s replicas over %s. Latencies are in milliseconds.\n\n",
+			plural(len(c.Rows), "routing policy", "routing policies"), joinRates([]float64{c.RateRPS}), code(orDash(c.Workload)),
+			fmtInt(c.MaxReplicas), plural(len(seedsOf(in)), "seed", "seeds"))
+		return
+	}
 	minSeeds, maxSeeds := 0, 0
 	for i, a := range aggs {
 		if i == 0 || len(a.Runs) < minSeeds {
@@ -174,8 +183,17 @@ func writeSetup(b *strings.Builder, in Input, order []string) {
 	} else {
 		row("Workload", "—")
 	}
-	row("Fleet", joinInts(fleetSize(in), " replicas"))
-	row("Offered load", joinRates(mainRates(in)))
+	if len(in.Runs) == 0 && in.Capacity != nil {
+		row("Fleet", "1 to "+fmtInt(in.Capacity.MaxReplicas)+" replicas (searched)")
+		row("Offered load", joinRates([]float64{in.Capacity.RateRPS}))
+		order = nil
+		for _, r := range in.Capacity.Rows {
+			order = append(order, r.Policy)
+		}
+	} else {
+		row("Fleet", joinInts(fleetSize(in), " replicas"))
+		row("Offered load", joinRates(mainRates(in)))
+	}
 	prof := profileName(s)
 	if prof != "" {
 		prof = code(prof)

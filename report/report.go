@@ -118,7 +118,7 @@ func Write(dir string, in Input) ([]string, error) {
 
 // validate rejects inputs no report can be made from.
 func validate(in Input) error {
-	if len(in.Runs) == 0 {
+	if len(in.Runs) == 0 && in.Capacity == nil {
 		return errors.New("report: no runs")
 	}
 	for i, r := range in.Runs {

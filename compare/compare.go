@@ -191,10 +191,22 @@ feed:
 }
 
 // PolicyList parses a comma-separated list of policies; "all" expands to
-// every policy.
+// every policy: the cache-blind baselines, ours, then the peers'.
 func PolicyList(s string) []string {
 	if strings.TrimSpace(s) == "all" {
-		return router.Names()
+		order := []string{"round_robin", "random", "least_request", "p2c", "prefix_hash", "kv_aware", "cost_model", "llmd", "dynamo", "sglang", "aibrix", "preble"}
+		var all []string
+		for _, p := range order {
+			if slices.Contains(router.Names(), p) {
+				all = append(all, p)
+			}
+		}
+		for _, p := range router.Names() {
+			if !slices.Contains(all, p) {
+				all = append(all, p)
+			}
+		}
+		return all
 	}
 	var out []string
 	for _, p := range strings.Split(s, ",") {

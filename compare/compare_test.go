@@ -10,6 +10,7 @@ import (
 
 	"github.com/inferrail/inferrail/fleet"
 	"github.com/inferrail/inferrail/results"
+	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/workload"
 )
 
@@ -156,3 +157,22 @@ func TestCapacityOnARealFleetIsMonotoneInLoad(t *testing.T) {
 		t.Fatalf("replicas needed: %d at 4 req/s, %d at 16 req/s", low, high)
 	}
 }
+
+func TestPolicyListAllCoversEveryPolicyOnce(t *testing.T) {
+	all := PolicyList("all")
+	if all[0] != "round_robin" || len(all) != len(routerNames()) {
+		t.Fatalf("all = %v", all)
+	}
+	seen := map[string]bool{}
+	for _, p := range all {
+		if seen[p] {
+			t.Fatalf("%s twice", p)
+		}
+		seen[p] = true
+	}
+	if got := PolicyList(" p2c, cost_model ,"); !reflect.DeepEqual(got, []string{"p2c", "cost_model"}) {
+		t.Fatalf("list parsing: %v", got)
+	}
+}
+
+func routerNames() []string { return router.Names() }

@@ -47,7 +47,7 @@ policy-report:
 report: build
 	rm -rf docs/benchmarks
 	./$(BIN) compare --workload w1 --policies all --seeds 3 --rates 3.2,2.4,4,4.8 --out docs/benchmarks/w1 --title "W1: shared system prompts"
-	./$(BIN) compare --workload w2 --policies all --seeds 3 --out docs/benchmarks/w2 --title "W2: multi-turn chat"
+	./$(BIN) compare --workload w2 --policies all --seeds 3 --warmup 120s --out docs/benchmarks/w2 --title "W2: multi-turn chat"
 	./$(BIN) compare --workload w6 --policies all --seeds 3 --out docs/benchmarks/w6 --title "W6: no shared prefixes"
 	./$(BIN) capacity --workload w1 --policies all --seeds 3 --out docs/benchmarks/w1-capacity --title "W1: replicas needed at 6.4 req/s"
-	./$(BIN) capacity --workload w2 --policies all --seeds 3 --out docs/benchmarks/w2-capacity --title "W2: replicas needed at 14 req/s"
+	./$(BIN) capacity --workload w2 --policies all --seeds 3 --requests 12000 --warmup 120s --out docs/benchmarks/w2-capacity --title "W2: replicas needed at 14 req/s"

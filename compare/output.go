@@ -38,15 +38,24 @@ func CheckWritable(dir string) error {
 
 // Write stores a comparison in dir: results.json (one summary per policy x
 // rate x seed), requests.parquet (every request, with policy, seed, rate
-// and fleet size columns, when the points kept their records), report.md and
-// its charts. caps may be nil.
+// and fleet size columns, when the points kept their records), capacity.json
+// (when caps is not nil), report.md and its charts.
 func Write(dir string, s Spec, pts []Point, caps *CapacityReport, meta Meta) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	files := []string{"results.json"}
-	if err := writeJSON(filepath.Join(dir, "results.json"), Summaries(pts)); err != nil {
-		return nil, err
+	var files []string
+	if len(pts) > 0 {
+		if err := writeJSON(filepath.Join(dir, "results.json"), Summaries(pts)); err != nil {
+			return nil, err
+		}
+		files = append(files, "results.json")
+	}
+	if caps != nil {
+		if err := writeJSON(filepath.Join(dir, "capacity.json"), caps.summary()); err != nil {
+			return nil, err
+		}
+		files = append(files, "capacity.json")
 	}
 	var rows []results.Row
 	for _, p := range pts {
@@ -214,4 +223,58 @@ func workloadYAML(w workload.Config) (string, error) {
 		doc.Content = kept
 	}
 	return yamlOf(&doc)
+}
+
+// capacityJSON is capacity.json: the question and, per policy, the answer and
+// every fleet size evaluated.
+type capacityJSON struct {
+	Workload     string           `json:"workload"`
+	RateRPS      float64          `json:"rate_rps"`
+	MaxReplicas  int              `json:"max_replicas"`
+	Seeds        []uint64         `json:"seeds"`
+	SLOTTFTP99Ms float64          `json:"slo_ttft_p99_ms"`
+	SLOTPOTP99Ms float64          `json:"slo_tpot_p99_ms"`
+	Baseline     string           `json:"baseline"`
+	Policies     []capacityPolicy `json:"policies"`
+}
+
+type capacityPolicy struct {
+	Policy   string `json:"policy"`
+	Replicas int    `json:"replicas"` // 0: the SLO is not met up to max_replicas
+	// Saved is the baseline's replicas minus this policy's (when both met the SLO).
+	Saved  *int            `json:"gpus_saved,omitempty"`
+	Points []capacityPoint `json:"points"`
+}
+
+type capacityPoint struct {
+	Replicas  int     `json:"replicas"`
+	TTFTP99Ms float64 `json:"ttft_p99_ms"`
+	TPOTP99Ms float64 `json:"tpot_p99_ms"`
+	Met       bool    `json:"met"`
+}
+
+func (c *CapacityReport) summary() capacityJSON {
+	slo := c.Spec.Base.SLO
+	out := capacityJSON{
+		Workload: c.Spec.Base.Workload.Workload, RateRPS: c.Spec.Rate, MaxReplicas: c.Spec.MaxReplicas,
+		Seeds: c.Spec.Seeds, SLOTTFTP99Ms: ms(slo.TTFTP99), SLOTPOTP99Ms: ms(slo.TPOTP99), Baseline: c.Baseline(),
+	}
+	baseN := 0
+	for _, r := range c.Results {
+		if r.Policy == out.Baseline {
+			baseN = r.Replicas
+		}
+	}
+	for _, r := range c.Results {
+		p := capacityPolicy{Policy: r.Policy, Replicas: r.Replicas}
+		if baseN > 0 && r.Replicas > 0 {
+			saved := baseN - r.Replicas
+			p.Saved = &saved
+		}
+		for _, pt := range r.Points {
+			p.Points = append(p.Points, capacityPoint{pt.Replicas, pt.TTFTP99Ms, pt.TPOTP99Ms, pt.Met})
+		}
+		out.Policies = append(out.Policies, p)
+	}
+	return out
 }

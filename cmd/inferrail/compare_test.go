@@ -64,12 +64,32 @@ func TestCompareBadInputFailsBeforeRunning(t *testing.T) {
 	}
 }
 
-func TestCapacityPrintsReplicasPerPolicy(t *testing.T) {
-	code, out, errOut := runCLI("capacity", "--workload", "w6", "--policies", "round_robin,cost_model", "--seeds", "1", "--requests", "300", "--rate", "6", "--max-replicas", "6")
+func TestCapacityPrintsAndWritesReplicasPerPolicy(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cap")
+	code, out, errOut := runCLI("capacity", "--workload", "w6", "--policies", "round_robin,cost_model", "--seeds", "1", "--requests", "300", "--rate", "6", "--max-replicas", "6", "--out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if !strings.Contains(out, "round_robin") || !strings.Contains(out, "saved vs") {
 		t.Fatalf("stdout: %s", out)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "capacity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		RateRPS  float64 `json:"rate_rps"`
+		Policies []struct {
+			Policy   string `json:"policy"`
+			Replicas int    `json:"replicas"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil || c.RateRPS != 6 || len(c.Policies) != 2 || c.Policies[0].Replicas < 1 {
+		t.Fatalf("capacity.json: %v %+v", err, c)
+	}
+	for _, f := range []string{"report.md", "capacity.png"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
 	}
 }

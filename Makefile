@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench lint policy-report report clean
+.PHONY: all build test demo bench lint report clean
 
 all: build
 
@@ -35,19 +35,17 @@ lint:
 clean:
 	rm -rf bin
 
-# Every policy on W1, W2, W6 over 3 seeds (about a minute on 2 cores);
-# rewrites docs/routing-report.md.
-policy-report:
-	mkdir -p docs
-	$(GO) run ./tools/policyreport --seeds 3 --out docs/routing-report.md
-
 # The committed benchmark reports, regenerated from scratch (about 10 minutes
 # on 2 cores): every policy on W1 (with a load sweep), W2 and W6 over 3 seeds,
-# and the replicas each policy needs on W1 and W2.
+# the index-driven policies with the event-fed index on W1 and W2, and the
+# replicas each policy needs on W1 and W2.
 report: build
 	rm -rf docs/benchmarks
 	./$(BIN) compare --workload w1 --policies all --seeds 3 --rates 3.2,2.4,4,4.8 --out docs/benchmarks/w1 --title "W1: shared system prompts"
 	./$(BIN) compare --workload w2 --policies all --seeds 3 --warmup 120s --out docs/benchmarks/w2 --title "W2: multi-turn chat"
 	./$(BIN) compare --workload w6 --policies all --seeds 3 --out docs/benchmarks/w6 --title "W6: no shared prefixes"
+	./$(BIN) compare --workload w1 --policies kv_aware,cost_model,llmd,sglang --index events --seeds 3 --out docs/benchmarks/w1-events --title "W1 with the event-fed KV index"
+	./$(BIN) compare --workload w2 --policies kv_aware,cost_model,llmd,sglang --index events --seeds 3 --warmup 120s --out docs/benchmarks/w2-events --title "W2 with the event-fed KV index"
+	./$(BIN) compare --workload w6 --policies cost_model,sglang --index events --seeds 3 --out docs/benchmarks/w6-events --title "W6 with the event-fed KV index"
 	./$(BIN) capacity --workload w1 --policies all --seeds 3 --out docs/benchmarks/w1-capacity --title "W1: replicas needed at 6.4 req/s"
 	./$(BIN) capacity --workload w2 --policies all --seeds 3 --requests 12000 --warmup 120s --out docs/benchmarks/w2-capacity --title "W2: replicas needed at 14 req/s"

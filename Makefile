@@ -6,8 +6,10 @@ BIN := bin/inferrail
 
 all: build
 
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/inferrail
+	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o $(BIN) ./cmd/inferrail
 
 # The whole suite: vet, format check, tests (the router and fleet also under
 # the race detector). No benchmarks, no timing assertions.

@@ -254,8 +254,15 @@ func orNone(s string) string {
 	return s
 }
 
-// version names the build: the VCS revision when the binary has one.
+// buildVersion is stamped by `make build` (-ldflags -X main.buildVersion=...).
+var buildVersion string
+
+// version names the build: the stamped version, else the VCS revision when
+// the binary carries one, else "dev".
 func version() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "dev"

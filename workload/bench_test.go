@@ -38,10 +38,49 @@ func BenchmarkW1NextZipf(b *testing.B) {
 
 func BenchmarkW6Next(b *testing.B) { benchOpen(b, "w6") }
 
+func BenchmarkW4Next(b *testing.B) { benchOpen(b, "w4") }
+
+func BenchmarkW4NextRandomOrder(b *testing.B) {
+	c := mustConfig(b, "w4")
+	c.Requests = b.N
+	c.W4.Order = OrderRandom
+	src := mustNew(b, c)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, ok := src.Next(); !ok {
+			b.Fatal("source ran dry")
+		}
+	}
+}
+
+func BenchmarkW5Next(b *testing.B) { benchOpen(b, "w5") }
+
+// BenchmarkW6NextGamma is BenchmarkW6Next with bursty gamma arrivals.
+func BenchmarkW6NextGamma(b *testing.B) {
+	c := mustConfig(b, "w6")
+	c.Requests = b.N
+	c.Arrival = ArrivalParams{Process: ArrivalGamma, CV: 3}
+	src := mustNew(b, c)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, ok := src.Next(); !ok {
+			b.Fatal("source ran dry")
+		}
+	}
+}
+
 // BenchmarkW2 measures one request per op: session first turns from Next and
 // follow-ups from Done.
-func BenchmarkW2(b *testing.B) {
-	c := mustConfig(b, "w2")
+func BenchmarkW2(b *testing.B) { benchClosed(b, "w2") }
+
+// BenchmarkW3 measures one request per op: task first steps from Next and
+// later steps from Done.
+func BenchmarkW3(b *testing.B) { benchClosed(b, "w3") }
+
+func benchClosed(b *testing.B, name string) {
+	c := mustConfig(b, name)
 	c.Requests = b.N
 	src := mustNew(b, c)
 	b.ReportAllocs()

@@ -17,22 +17,52 @@ import (
 const (
 	// maxModelLenLimit bounds Config.MaxModelLen (and so every token count).
 	maxModelLenLimit = 1 << 30
-	// maxPromptSet bounds the number of pre-generated system prompts.
+	// maxPromptSet bounds the number of pre-generated system prompts,
+	// documents and benchmark prefixes.
 	maxPromptSet = 1 << 20
+	// maxBatchSize bounds w5.batch_size (a batch is generated at once).
+	maxBatchSize = 1 << 20
+	// maxBurstWindow bounds w5.burst_window.
+	maxBurstWindow = 24 * time.Hour
+	// maxArrivalCV bounds arrival.cv (gamma shape 1/cv² >= 1e-4).
+	maxArrivalCV = 100
+)
+
+// Arrival processes (ArrivalParams.Process).
+const (
+	// ArrivalPoisson draws exponential inter-arrival times.
+	ArrivalPoisson = "poisson"
+	// ArrivalGamma draws gamma inter-arrival times of a given cv.
+	ArrivalGamma = "gamma"
+)
+
+// Document orders of w4 (W4Params.Order).
+const (
+	// OrderRank places a prompt's documents most popular first.
+	OrderRank = "rank"
+	// OrderRandom places them in a uniformly random order.
+	OrderRandom = "random"
 )
 
 // Config selects and parameterises a workload. Start from DefaultConfig or
-// LoadConfig; New validates. Only the section of the selected workload (W1,
-// W2 or W6) is used and validated.
+// LoadConfig; New validates. Only the section of the selected workload (W1
+// to W6) is used and validated.
 type Config struct {
-	// Workload is the generator: "w1", "w2" or "w6" (see Names).
+	// Workload is the generator: "w1" to "w6" (see Names).
 	Workload string `yaml:"workload"`
 	// Seed seeds every random stream of the run. Default 1.
 	Seed uint64 `yaml:"seed"`
-	// Rate is the offered load in requests per second; arrivals are
-	// Poisson. For w2 it is the mean request rate: sessions start at
-	// Rate / mean turns per session. Default 10.
+	// Rate is the offered load in requests per second. Open-loop arrivals
+	// follow Arrival. For the closed-loop w2 and w3 it is the mean request
+	// rate: sessions (tasks) start at Rate / mean turns (steps) per session,
+	// the midpoint of turns_min..turns_max (steps_min..steps_max); sessions
+	// cut short by max_model_len make the real rate lower. For w5 batches
+	// start at Rate / w5.batch_size. Default 10.
 	Rate float64 `yaml:"rate"`
+	// Arrival is the inter-arrival distribution of every open-loop process:
+	// the requests of w1, w4 and w6 and the session, task and batch starts
+	// of w2, w3 and w5.
+	Arrival ArrivalParams `yaml:"arrival"`
 	// Requests stops the run after this many requests in total, 0 for no
 	// limit. Default 1000.
 	Requests int `yaml:"requests"`
@@ -51,13 +81,35 @@ type Config struct {
 	W1 W1Params `yaml:"w1"`
 	// W2 parameterises workload w2 (multi-turn chat).
 	W2 W2Params `yaml:"w2"`
+	// W3 parameterises workload w3 (agent loops).
+	W3 W3Params `yaml:"w3"`
+	// W4 parameterises workload w4 (RAG over popular documents).
+	W4 W4Params `yaml:"w4"`
+	// W5 parameterises workload w5 (few-shot evaluation batches).
+	W5 W5Params `yaml:"w5"`
 	// W6 parameterises workload w6 (no sharing).
 	W6 W6Params `yaml:"w6"`
 }
 
+// ArrivalParams is an open-loop arrival process: a renewal process whose
+// inter-arrival times have mean 1/rate. Poisson gaps are exponential (cv 1);
+// gamma gaps have shape k = 1/cv² and scale = mean/k, so cv > 1 is burstier
+// than Poisson (clumps of arrivals, then lulls) and cv < 1 smoother. Gamma
+// with cv 1 has the distribution of Poisson but not its random stream.
+type ArrivalParams struct {
+	// Process is "poisson" or "gamma". Default "poisson".
+	Process string `yaml:"process"`
+	// CV is the coefficient of variation (stddev / mean) of the gamma
+	// inter-arrival times, in (0, 100]; it must be 1 for poisson.
+	// Default 1.
+	CV float64 `yaml:"cv"`
+}
+
 // OutputParams is the output length distribution: log-normal with the given
 // median and sigma, rounded and clamped to [Min, MaxTokens]. Every request's
-// max_tokens is MaxTokens.
+// max_tokens is MaxTokens. w3 and w5 have short outputs of their own median
+// and sigma (w3.output_median_tokens, w5.output_median_tokens, ...) and use
+// only Min and MaxTokens from here.
 type OutputParams struct {
 	// Median is the median output length in tokens. Default 200.
 	Median float64 `yaml:"median"`
@@ -116,6 +168,114 @@ type W2Params struct {
 	ThinkMax time.Duration `yaml:"think_max"`
 }
 
+// W3Params parameterises w3: closed-loop agent tasks. A task's first step
+// sends [system prompt, task description]; every later step resends the
+// previous step's prompt followed by that step's output (the model's tool
+// call) and a fresh tool result. The next step arrives a tool latency after
+// the previous completes. A task's steps are drawn when it starts: a number
+// uniform in [steps_min, steps_max], cut to the steps whose prompt plus
+// max_tokens fit max_model_len (so a task may run fewer than steps_min); a
+// failed step, or a next arrival after duration, ends it early.
+type W3Params struct {
+	// AgentTypes is the number of agent types; each has one system prompt
+	// (lengths fixed per seed), chosen uniformly per task. Default 4.
+	AgentTypes int `yaml:"agent_types"`
+	// SystemMinTokens is the shortest system prompt. Default 1000.
+	SystemMinTokens int `yaml:"system_min_tokens"`
+	// SystemMaxTokens is the longest system prompt. Default 4000.
+	SystemMaxTokens int `yaml:"system_max_tokens"`
+	// TaskMinTokens is the shortest task description (fresh per task).
+	// Default 100.
+	TaskMinTokens int `yaml:"task_min_tokens"`
+	// TaskMaxTokens is the longest task description. Default 1000.
+	TaskMaxTokens int `yaml:"task_max_tokens"`
+	// ToolResultMinTokens is the shortest tool result (fresh per step,
+	// uniform). Default 50.
+	ToolResultMinTokens int `yaml:"tool_result_min_tokens"`
+	// ToolResultMaxTokens is the longest tool result. Default 2000.
+	ToolResultMaxTokens int `yaml:"tool_result_max_tokens"`
+	// OutputMedianTokens is the median step output (log-normal, clamped
+	// to [output.min, output.max_tokens]). Default 60.
+	OutputMedianTokens float64 `yaml:"output_median_tokens"`
+	// OutputSigma is the log-normal shape of step outputs. Default 0.6.
+	OutputSigma float64 `yaml:"output_sigma"`
+	// StepsMin is the fewest planned steps per task, at least 1.
+	// Default 3.
+	StepsMin int `yaml:"steps_min"`
+	// StepsMax is the most planned steps per task (uniform in
+	// [steps_min, steps_max]). Default 20.
+	StepsMax int `yaml:"steps_max"`
+	// ToolLatencyMin is the shortest delay between a step's completion and
+	// the next step's arrival, > 0. Default 200ms.
+	ToolLatencyMin time.Duration `yaml:"tool_latency_min"`
+	// ToolLatencyMax is the longest tool latency (uniform). Default 2s.
+	ToolLatencyMax time.Duration `yaml:"tool_latency_max"`
+}
+
+// W4Params parameterises w4: retrieval-augmented generation over a corpus
+// of documents with Zipf popularity. Each request is [system prompt,
+// docs_per_prompt distinct documents, fresh question]. With order "rank" the
+// documents are placed most popular first, so two requests that retrieved
+// the same most popular documents share the system prompt and those
+// documents as a prefix; "random" shuffles them, which keeps the documents
+// shared but mostly breaks the prefix after the system prompt.
+type W4Params struct {
+	// SystemTokens is the length of the one shared system prompt; 0 for
+	// none. Default 300.
+	SystemTokens int `yaml:"system_tokens"`
+	// Documents is the corpus size; document i (from 0) has popularity
+	// rank i+1. Default 1000.
+	Documents int `yaml:"documents"`
+	// DocMinTokens is the shortest document (lengths fixed per seed,
+	// uniform). Default 300.
+	DocMinTokens int `yaml:"doc_min_tokens"`
+	// DocMaxTokens is the longest document. Default 1500.
+	DocMaxTokens int `yaml:"doc_max_tokens"`
+	// PopularityZipf is the Zipf exponent of document popularity: rank r
+	// has weight 1/r^s; 0 is uniform. Default 1.0.
+	PopularityZipf float64 `yaml:"popularity_zipf"`
+	// DocsPerPrompt is the number of distinct documents per request, in
+	// [1, documents], drawn by popularity without replacement. Default 4.
+	DocsPerPrompt int `yaml:"docs_per_prompt"`
+	// Order is the order of a prompt's documents: "rank" (most popular
+	// first) or "random" (uniformly shuffled). Default "rank".
+	Order string `yaml:"order"`
+	// QuestionMinTokens is the shortest question. Default 20.
+	QuestionMinTokens int `yaml:"question_min_tokens"`
+	// QuestionMaxTokens is the longest question. Default 200.
+	QuestionMaxTokens int `yaml:"question_max_tokens"`
+}
+
+// W5Params parameterises w5: few-shot evaluation batches. Batch starts are
+// the open-loop arrival process at Rate / batch_size; a batch's requests
+// arrive uniformly within burst_window of its start and share one long
+// few-shot prefix, each followed by a fresh question. Requests are handed
+// out in arrival order, merged across overlapping batches.
+type W5Params struct {
+	// BatchSize is the number of requests per batch. Default 64.
+	BatchSize int `yaml:"batch_size"`
+	// BurstWindow is how long after its start a batch's requests arrive
+	// (uniform), in [0, 24h]; 0 puts them all at the start. Default 1s.
+	BurstWindow time.Duration `yaml:"burst_window"`
+	// Benchmarks is the number of few-shot prefixes (lengths fixed per
+	// seed), one chosen uniformly per batch and so reused across batches;
+	// 0 gives every batch a fresh prefix. Default 8.
+	Benchmarks int `yaml:"benchmarks"`
+	// PrefixMinTokens is the shortest few-shot prefix. Default 2000.
+	PrefixMinTokens int `yaml:"prefix_min_tokens"`
+	// PrefixMaxTokens is the longest few-shot prefix. Default 6000.
+	PrefixMaxTokens int `yaml:"prefix_max_tokens"`
+	// QuestionMinTokens is the shortest question. Default 50.
+	QuestionMinTokens int `yaml:"question_min_tokens"`
+	// QuestionMaxTokens is the longest question. Default 300.
+	QuestionMaxTokens int `yaml:"question_max_tokens"`
+	// OutputMedianTokens is the median answer (log-normal, clamped to
+	// [output.min, output.max_tokens]). Default 20.
+	OutputMedianTokens float64 `yaml:"output_median_tokens"`
+	// OutputSigma is the log-normal shape of answers. Default 0.5.
+	OutputSigma float64 `yaml:"output_sigma"`
+}
+
 // W6Params parameterises w6: every prompt is one fresh segment.
 type W6Params struct {
 	// InputMedianTokens is the median prompt length. Default 800.
@@ -129,7 +289,7 @@ type W6Params struct {
 }
 
 // Names returns the workload names New accepts.
-func Names() []string { return []string{"w1", "w2", "w6"} }
+func Names() []string { return []string{"w1", "w2", "w3", "w4", "w5", "w6"} }
 
 func knownWorkload(name string) bool {
 	for _, n := range Names() {
@@ -153,6 +313,7 @@ func DefaultConfig(workload string) (Config, error) {
 		Requests:    1000,
 		Model:       "sim-8b",
 		MaxModelLen: 32768,
+		Arrival:     ArrivalParams{Process: ArrivalPoisson, CV: 1},
 		Output:      OutputParams{Median: 200, Sigma: 0.9, Min: 8, MaxTokens: 1024},
 		W1: W1Params{
 			Prompts:           32,
@@ -173,6 +334,43 @@ func DefaultConfig(workload string) (Config, error) {
 			UserMaxTokens:    1000,
 			ThinkMin:         10 * time.Second,
 			ThinkMax:         20 * time.Second,
+		},
+		W3: W3Params{
+			AgentTypes:          4,
+			SystemMinTokens:     1000,
+			SystemMaxTokens:     4000,
+			TaskMinTokens:       100,
+			TaskMaxTokens:       1000,
+			ToolResultMinTokens: 50,
+			ToolResultMaxTokens: 2000,
+			OutputMedianTokens:  60,
+			OutputSigma:         0.6,
+			StepsMin:            3,
+			StepsMax:            20,
+			ToolLatencyMin:      200 * time.Millisecond,
+			ToolLatencyMax:      2 * time.Second,
+		},
+		W4: W4Params{
+			SystemTokens:      300,
+			Documents:         1000,
+			DocMinTokens:      300,
+			DocMaxTokens:      1500,
+			PopularityZipf:    1.0,
+			DocsPerPrompt:     4,
+			Order:             OrderRank,
+			QuestionMinTokens: 20,
+			QuestionMaxTokens: 200,
+		},
+		W5: W5Params{
+			BatchSize:          64,
+			BurstWindow:        time.Second,
+			Benchmarks:         8,
+			PrefixMinTokens:    2000,
+			PrefixMaxTokens:    6000,
+			QuestionMinTokens:  50,
+			QuestionMaxTokens:  300,
+			OutputMedianTokens: 20,
+			OutputSigma:        0.5,
 		},
 		W6: W6Params{
 			InputMedianTokens: 800,
@@ -276,6 +474,19 @@ func (c *Config) Validate() error {
 	k.positive("output.median", c.Output.Median)
 	k.nonNegative("output.sigma", c.Output.Sigma)
 	k.span("output.min", "output.max_tokens", c.Output.Min, c.Output.MaxTokens, 1, lim)
+	switch c.Arrival.Process {
+	case ArrivalPoisson:
+		if c.Arrival.CV != 1 {
+			k.fail("arrival.cv", "must be 1 with arrival.process %s (use %s for another cv), got %v",
+				ArrivalPoisson, ArrivalGamma, c.Arrival.CV)
+		}
+	case ArrivalGamma:
+		if !(c.Arrival.CV > 0 && c.Arrival.CV <= maxArrivalCV) {
+			k.fail("arrival.cv", "must be in (0, %d], got %v", maxArrivalCV, c.Arrival.CV)
+		}
+	default:
+		k.fail("arrival.process", "must be %s or %s, got %q", ArrivalPoisson, ArrivalGamma, c.Arrival.Process)
+	}
 	if len(k.errs) > 0 {
 		// Per-workload checks below rely on sane common fields.
 		return k.errs
@@ -306,6 +517,53 @@ func (c *Config) Validate() error {
 		}
 		if len(k.errs) == 0 {
 			k.fits(c, "w2.system_max_tokens + w2.user_max_tokens", p.SystemMaxTokens+p.UserMaxTokens)
+		}
+	case "w3":
+		p := &c.W3
+		k.count("w3.agent_types", p.AgentTypes, 1, maxPromptSet)
+		k.span("w3.system_min_tokens", "w3.system_max_tokens", p.SystemMinTokens, p.SystemMaxTokens, 1, lim)
+		k.span("w3.task_min_tokens", "w3.task_max_tokens", p.TaskMinTokens, p.TaskMaxTokens, 1, lim)
+		k.span("w3.tool_result_min_tokens", "w3.tool_result_max_tokens", p.ToolResultMinTokens, p.ToolResultMaxTokens, 1, lim)
+		k.positive("w3.output_median_tokens", p.OutputMedianTokens)
+		k.nonNegative("w3.output_sigma", p.OutputSigma)
+		k.span("w3.steps_min", "w3.steps_max", p.StepsMin, p.StepsMax, 1, maxModelLenLimit)
+		if p.ToolLatencyMin <= 0 {
+			k.fail("w3.tool_latency_min", "must be > 0 (a step arrives after its predecessor completes), got %v", p.ToolLatencyMin)
+		}
+		if p.ToolLatencyMax < p.ToolLatencyMin {
+			k.fail("w3.tool_latency_max", "must be at least w3.tool_latency_min (%v), got %v", p.ToolLatencyMin, p.ToolLatencyMax)
+		}
+		if len(k.errs) == 0 {
+			k.fits(c, "w3.system_max_tokens + w3.task_max_tokens", p.SystemMaxTokens+p.TaskMaxTokens)
+		}
+	case "w4":
+		p := &c.W4
+		k.count("w4.system_tokens", p.SystemTokens, 0, lim)
+		k.count("w4.documents", p.Documents, 1, maxPromptSet)
+		k.span("w4.doc_min_tokens", "w4.doc_max_tokens", p.DocMinTokens, p.DocMaxTokens, 1, lim)
+		k.nonNegative("w4.popularity_zipf", p.PopularityZipf)
+		k.count("w4.docs_per_prompt", p.DocsPerPrompt, 1, max(min(p.Documents, maxPromptSet), 1))
+		if p.Order != OrderRank && p.Order != OrderRandom {
+			k.fail("w4.order", "must be %s or %s, got %q", OrderRank, OrderRandom, p.Order)
+		}
+		k.span("w4.question_min_tokens", "w4.question_max_tokens", p.QuestionMinTokens, p.QuestionMaxTokens, 1, lim)
+		if len(k.errs) == 0 {
+			k.fits(c, "w4.system_tokens + w4.docs_per_prompt × w4.doc_max_tokens + w4.question_max_tokens",
+				p.SystemTokens+p.DocsPerPrompt*p.DocMaxTokens+p.QuestionMaxTokens)
+		}
+	case "w5":
+		p := &c.W5
+		k.count("w5.batch_size", p.BatchSize, 1, maxBatchSize)
+		if p.BurstWindow < 0 || p.BurstWindow > maxBurstWindow {
+			k.fail("w5.burst_window", "must be in [0, %v], got %v", maxBurstWindow, p.BurstWindow)
+		}
+		k.count("w5.benchmarks", p.Benchmarks, 0, maxPromptSet)
+		k.span("w5.prefix_min_tokens", "w5.prefix_max_tokens", p.PrefixMinTokens, p.PrefixMaxTokens, 1, lim)
+		k.span("w5.question_min_tokens", "w5.question_max_tokens", p.QuestionMinTokens, p.QuestionMaxTokens, 1, lim)
+		k.positive("w5.output_median_tokens", p.OutputMedianTokens)
+		k.nonNegative("w5.output_sigma", p.OutputSigma)
+		if len(k.errs) == 0 {
+			k.fits(c, "w5.prefix_max_tokens + w5.question_max_tokens", p.PrefixMaxTokens+p.QuestionMaxTokens)
 		}
 	case "w6":
 		p := &c.W6
@@ -390,6 +648,12 @@ func New(c Config) (Source, error) {
 		return newW1(&c), nil
 	case "w2":
 		return newW2(&c), nil
+	case "w3":
+		return newW3(&c), nil
+	case "w4":
+		return newW4(&c), nil
+	case "w5":
+		return newW5(&c), nil
 	default: // "w6", by Validate
 		return newW6(&c), nil
 	}

@@ -58,6 +58,31 @@ func TestLoadConfigSamples(t *testing.T) {
 	if c.W2.ThinkMin != 5*time.Second || c.W2.ThinkMax != 30*time.Second || c.Duration != 30*time.Minute || c.Requests != 0 {
 		t.Fatalf("durations not decoded: %+v", c)
 	}
+	c, err = LoadConfig("testdata/w3.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.W3.ToolLatencyMin != 200*time.Millisecond || c.W3.ToolLatencyMax != 2*time.Second {
+		t.Fatalf("w3 durations not decoded: %+v", c.W3)
+	}
+	c, err = LoadConfig("testdata/w4.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Arrival != (ArrivalParams{Process: ArrivalGamma, CV: 3}) {
+		t.Fatalf("arrival not decoded: %+v", c.Arrival)
+	}
+	// The samples spell out the defaults of w3, w4 and w5.
+	for _, name := range []string{"w3", "w4", "w5"} {
+		c, err := LoadConfig(filepath.Join("testdata", name+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := mustConfig(t, name)
+		if !reflect.DeepEqual([]any{c.W3, c.W4, c.W5}, []any{d.W3, d.W4, d.W5}) {
+			t.Fatalf("%s sample differs from the defaults:\n got %+v %+v %+v\nwant %+v %+v %+v", name, c.W3, c.W4, c.W5, d.W3, d.W4, d.W5)
+		}
+	}
 }
 
 func TestLoadConfigOverlay(t *testing.T) {
@@ -92,6 +117,9 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"workload: w1\nrate: 1\nrate: 2\n", "rate"},
 		{"workload: w1\n---\nworkload: w1\n", "more than one"},
 		{"workload: w2\nw2:\n  think_min: 3\n", "line 3"},
+		{"workload: w4\narrival:\n  shape: 2\n", "shape"},
+		{"workload: w4\narrival:\n  process: bursty\n", "arrival.process"},
+		{"workload: w5\nw5:\n  burst_window: 1\n", "line 3"},
 	} {
 		_, err := ParseConfig([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -139,6 +167,50 @@ func TestValidateNamesField(t *testing.T) {
 		{"w6", "w6.input_sigma", func(c *Config) { c.W6.InputSigma = -1 }},
 		{"w6", "w6.input_min_tokens", func(c *Config) { c.W6.InputMinTokens = 9000 }},
 		{"w6", "max_model_len", func(c *Config) { c.MaxModelLen = 9000 }},
+		{"w1", "arrival.process", func(c *Config) { c.Arrival.Process = "weibull" }},
+		{"w1", "arrival.process", func(c *Config) { c.Arrival.Process = "" }},
+		{"w1", "arrival.cv", func(c *Config) { c.Arrival.CV = 2 }}, // poisson
+		{"w1", "arrival.cv", func(c *Config) { c.Arrival = ArrivalParams{Process: ArrivalGamma, CV: 0} }},
+		{"w1", "arrival.cv", func(c *Config) { c.Arrival = ArrivalParams{Process: ArrivalGamma, CV: -1} }},
+		{"w1", "arrival.cv", func(c *Config) { c.Arrival = ArrivalParams{Process: ArrivalGamma, CV: math.NaN()} }},
+		{"w1", "arrival.cv", func(c *Config) { c.Arrival = ArrivalParams{Process: ArrivalGamma, CV: math.Inf(1)} }},
+		{"w1", "arrival.cv", func(c *Config) { c.Arrival = ArrivalParams{Process: ArrivalGamma, CV: 101} }},
+		{"w3", "w3.agent_types", func(c *Config) { c.W3.AgentTypes = 0 }},
+		{"w3", "w3.system_min_tokens", func(c *Config) { c.W3.SystemMinTokens = 4001 }},
+		{"w3", "w3.system_min_tokens", func(c *Config) { c.W3.SystemMinTokens = 0 }},
+		{"w3", "w3.task_min_tokens", func(c *Config) { c.W3.TaskMinTokens = 1001 }},
+		{"w3", "w3.task_max_tokens", func(c *Config) { c.W3.TaskMaxTokens = 40000 }},
+		{"w3", "w3.tool_result_min_tokens", func(c *Config) { c.W3.ToolResultMinTokens = 0 }},
+		{"w3", "w3.tool_result_min_tokens", func(c *Config) { c.W3.ToolResultMinTokens = 2001 }},
+		{"w3", "w3.output_median_tokens", func(c *Config) { c.W3.OutputMedianTokens = 0 }},
+		{"w3", "w3.output_sigma", func(c *Config) { c.W3.OutputSigma = -1 }},
+		{"w3", "w3.steps_min", func(c *Config) { c.W3.StepsMin = 0 }},
+		{"w3", "w3.steps_min", func(c *Config) { c.W3.StepsMin = 21 }},
+		{"w3", "w3.tool_latency_min", func(c *Config) { c.W3.ToolLatencyMin = 0 }},
+		{"w3", "w3.tool_latency_max", func(c *Config) { c.W3.ToolLatencyMax = time.Millisecond }},
+		{"w3", "max_model_len", func(c *Config) { c.MaxModelLen = 5000 }},
+		{"w4", "w4.system_tokens", func(c *Config) { c.W4.SystemTokens = -1 }},
+		{"w4", "w4.documents", func(c *Config) { c.W4.Documents = 0 }},
+		{"w4", "w4.doc_min_tokens", func(c *Config) { c.W4.DocMinTokens = 1501 }},
+		{"w4", "w4.doc_max_tokens", func(c *Config) { c.W4.DocMaxTokens = 0 }},
+		{"w4", "w4.popularity_zipf", func(c *Config) { c.W4.PopularityZipf = -0.5 }},
+		{"w4", "w4.popularity_zipf", func(c *Config) { c.W4.PopularityZipf = math.NaN() }},
+		{"w4", "w4.docs_per_prompt", func(c *Config) { c.W4.DocsPerPrompt = 0 }},
+		{"w4", "w4.docs_per_prompt", func(c *Config) { c.W4.Documents, c.W4.DocsPerPrompt = 3, 4 }},
+		{"w4", "w4.order", func(c *Config) { c.W4.Order = "popularity" }},
+		{"w4", "w4.question_min_tokens", func(c *Config) { c.W4.QuestionMinTokens = 201 }},
+		{"w4", "max_model_len", func(c *Config) { c.MaxModelLen = 7000 }},
+		{"w5", "w5.batch_size", func(c *Config) { c.W5.BatchSize = 0 }},
+		{"w5", "w5.batch_size", func(c *Config) { c.W5.BatchSize = 1<<20 + 1 }},
+		{"w5", "w5.burst_window", func(c *Config) { c.W5.BurstWindow = -time.Second }},
+		{"w5", "w5.burst_window", func(c *Config) { c.W5.BurstWindow = 25 * time.Hour }},
+		{"w5", "w5.benchmarks", func(c *Config) { c.W5.Benchmarks = -1 }},
+		{"w5", "w5.prefix_min_tokens", func(c *Config) { c.W5.PrefixMinTokens = 6001 }},
+		{"w5", "w5.prefix_min_tokens", func(c *Config) { c.W5.PrefixMinTokens = 0 }},
+		{"w5", "w5.question_min_tokens", func(c *Config) { c.W5.QuestionMinTokens = 301 }},
+		{"w5", "w5.output_median_tokens", func(c *Config) { c.W5.OutputMedianTokens = math.Inf(1) }},
+		{"w5", "w5.output_sigma", func(c *Config) { c.W5.OutputSigma = -0.1 }},
+		{"w5", "max_model_len", func(c *Config) { c.MaxModelLen = 7000 }},
 	} {
 		c := mustConfig(t, tc.workload)
 		tc.edit(&c)
@@ -175,6 +247,9 @@ func TestValidateIgnoresOtherSections(t *testing.T) {
 	c := mustConfig(t, "w6")
 	c.W1 = W1Params{}
 	c.W2 = W2Params{}
+	c.W3 = W3Params{}
+	c.W4 = W4Params{}
+	c.W5 = W5Params{}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("w6 config rejected for its unused sections: %v", err)
 	}

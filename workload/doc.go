@@ -10,14 +10,33 @@
 //
 //   - w1: shared system prompts. A fixed set of long system prompts, chosen
 //     uniformly or by Zipf popularity, each followed by a fresh question.
-//   - w2: multi-turn chat, closed loop. Sessions arrive as a Poisson process;
-//     each turn resends the whole conversation so far, and the next turn
-//     arrives a think time after the previous one completes.
+//   - w2: multi-turn chat, closed loop. Sessions start as an open-loop
+//     process; each turn resends the whole conversation so far, and the next
+//     turn arrives a think time after the previous one completes.
+//   - w3: agent loops, closed loop. A task is a session: an agent type's
+//     system prompt and a fresh task description, then steps that each
+//     resend the whole context plus the previous step's short output (a tool
+//     call) and a fresh tool result, a tool latency after the previous step
+//     completes. Steps are planned at the task's start and cut to
+//     max_model_len.
+//   - w4: RAG over popular documents. A shared system prompt, a few distinct
+//     documents of a corpus drawn by Zipf popularity and placed most popular
+//     first (or shuffled), and a fresh question.
+//   - w5: few-shot evaluation batches, bursty. Batches of requests arrive
+//     within a short window and share a long few-shot prefix (fresh per batch
+//     or one of a few benchmarks), each with a fresh question and a short
+//     answer; requests are handed out in arrival order.
 //   - w6: no sharing, the control. Every prompt is one fresh segment.
+//
+// Every open-loop process (the requests of w1, w4 and w6; the session, task
+// and batch starts of w2, w3 and w5) follows Config.Arrival: Poisson by
+// default, or gamma inter-arrival times of a chosen coefficient of variation
+// for bursty (cv > 1) or smooth (cv < 1) load.
 //
 // Start reading at Request and Source (request.go), then Config
 // (config.go): DefaultConfig or LoadConfig, then New. Generation is
 // deterministic: every generator owns its random streams, seeded from
 // Config.Seed and a per-purpose label, so the same Config yields the same
-// request stream bit for bit, and there is no global mutable state.
+// request stream bit for bit, and there is no global mutable state. The
+// default streams of w1, w2 and w6 are pinned by testdata/golden_streams.txt.
 package workload

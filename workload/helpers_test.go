@@ -3,6 +3,8 @@ package workload
 import (
 	"container/heap"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 // tb is what the helpers need of *testing.T and *rapid.T.
@@ -127,4 +129,11 @@ func simulate(t tb, src Source, service func(*Request) time.Duration, fail func(
 // serviceTime is a deterministic pseudo service time of 1..5s.
 func serviceTime(r *Request) time.Duration {
 	return time.Second + time.Duration(mix64(r.ID)%4000)*time.Millisecond
+}
+
+// genArrival draws a valid arrival process.
+func genArrival(t *rapid.T, c *Config) {
+	if rapid.Bool().Draw(t, "gamma") {
+		c.Arrival = ArrivalParams{Process: ArrivalGamma, CV: rapid.Float64Range(0.05, 10).Draw(t, "cv")}
+	}
 }

@@ -16,10 +16,12 @@ type Request struct {
 	Arrival time.Duration
 	// Model names the model the request asks for.
 	Model string
-	// Session is the chat session the request belongs to; 0 means none.
-	// W2 sessions number from 1 in creation order.
+	// Session is the closed-loop session the request belongs to: a w2
+	// chat session or a w3 agent task; 0 means none (open-loop requests,
+	// including w5 batches). Sessions number from 1 in creation order.
 	Session uint64
-	// Turn is the 0-based turn of the request in its session.
+	// Turn is the 0-based turn (w3: step) of the request in its session;
+	// 0 for open-loop requests.
 	Turn int
 	// Priority is the scheduling priority (the generators always use 0).
 	Priority int

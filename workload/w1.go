@@ -15,7 +15,7 @@ type w1 struct {
 	limit     int    // Config.Requests; 0 = none
 	n         uint64 // requests created
 
-	arr      poisson
+	arr      arrivals
 	ids      idGen
 	sys      []kvblock.Segment
 	cdf      []float64 // popularity CDF; nil = uniform
@@ -33,7 +33,7 @@ func newW1(c *Config) *w1 {
 		model:     c.Model,
 		maxTokens: c.Output.MaxTokens,
 		limit:     c.Requests,
-		arr:       poisson{r: newRand(c.Seed, "w1/arrivals"), rate: c.Rate, limit: c.Duration},
+		arr:       newArrivals(c, "w1/arrivals", c.Rate),
 		ids:       newIDGen(c.Seed, "w1/segment-ids"),
 		pick:      newRand(c.Seed, "w1/popularity"),
 		qr:        newRand(c.Seed, "w1/questions"),

@@ -14,7 +14,7 @@ type w6 struct {
 	limit     int    // Config.Requests; 0 = none
 	n         uint64 // requests created
 
-	arr      poisson
+	arr      arrivals
 	ids      idGen
 	lr       *rand.Rand
 	input    lengthDist
@@ -28,7 +28,7 @@ func newW6(c *Config) *w6 {
 		model:     c.Model,
 		maxTokens: c.Output.MaxTokens,
 		limit:     c.Requests,
-		arr:       poisson{r: newRand(c.Seed, "w6/arrivals"), rate: c.Rate, limit: c.Duration},
+		arr:       newArrivals(c, "w6/arrivals", c.Rate),
 		ids:       newIDGen(c.Seed, "w6/segment-ids"),
 		lr:        newRand(c.Seed, "w6/input-lengths"),
 		input:     newLengthDist(p.InputMedianTokens, p.InputSigma, p.InputMinTokens, p.InputMaxTokens),

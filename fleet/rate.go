@@ -10,6 +10,12 @@ func RatePerReplica(workload string) float64 {
 		return 0.8
 	case "w2":
 		return 1.75
+	case "w3":
+		return 0.5
+	case "w4":
+		return 1
+	case "w5":
+		return 5
 	case "w6":
 		return 2.5
 	}

@@ -22,6 +22,11 @@ type Config struct {
 	// Workload selects and parameterises the request stream (its Seed is
 	// replaced by Seed).
 	Workload workload.Config
+	// Source, when set, replaces Workload as the request stream (a trace
+	// replay): it is called once per run with the run's seed. SourceName
+	// names it in summaries.
+	Source     func(seed uint64) (workload.Source, error)
+	SourceName string
 	// Policy names the routing policy (router.Names).
 	Policy string
 	// Replicas is the number of engines in the fleet.
@@ -124,10 +129,12 @@ func (c *Config) Validate() error {
 	if err := c.Engine.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("profile: %w", err))
 	}
-	w := c.Workload
-	w.Seed = c.Seed
-	if err := w.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("workload: %w", err))
+	if c.Source == nil {
+		w := c.Workload
+		w.Seed = c.Seed
+		if err := w.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("workload: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -205,6 +212,10 @@ func Simulate(cfg Config) (*Output, error) {
 	if err := s.run(); err != nil {
 		return nil, err
 	}
+	// A replay that stopped on a bad record or an I/O error must say so.
+	if e, ok := s.src.(interface{ Err() error }); ok && e.Err() != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.SourceName, e.Err())
+	}
 	return s.output(time.Since(wall)), nil
 }
 
@@ -214,7 +225,13 @@ func newSim(cfg Config) (*sim, error) {
 	}
 	wcfg := cfg.Workload
 	wcfg.Seed = cfg.Seed
-	src, err := workload.New(wcfg)
+	var src workload.Source
+	var err error
+	if cfg.Source != nil {
+		src, err = cfg.Source(cfg.Seed)
+	} else {
+		src, err = workload.New(wcfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
@@ -553,10 +570,18 @@ func (s *sim) output(wall time.Duration) *Output {
 		SimulatedEnd: s.now,
 	})
 	sum.Workload = s.cfg.Workload.Workload
+	sum.RateRPS = s.cfg.Workload.Rate
+	if s.cfg.Source != nil {
+		// A replay offers what its arrivals offer.
+		sum.Workload = s.cfg.SourceName
+		sum.RateRPS = 0
+		if n := len(s.records); n > 1 && s.records[n-1].Arrival > 0 {
+			sum.RateRPS = math.Round(float64(n-1)/s.records[n-1].Arrival.Seconds()*1e4) / 1e4
+		}
+	}
 	sum.Policy = s.cfg.Policy
 	sum.Replicas = len(s.reps)
 	sum.Seed = s.cfg.Seed
-	sum.RateRPS = s.cfg.Workload.Rate
 	sum.SimulatedS = s.now.Seconds()
 	sum.SimEvents = s.events
 	sum.SimWallS = math.Round(wall.Seconds()*1000) / 1000

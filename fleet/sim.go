@@ -173,8 +173,8 @@ type reqState struct {
 }
 
 type memoKey struct {
-	salt kvblock.Hash
-	seg  kvblock.Segment
+	parent kvblock.Hash
+	seg    kvblock.Segment
 }
 
 // sim is one run's state.
@@ -198,8 +198,9 @@ type sim struct {
 	now      time.Duration
 }
 
-// memoLimit bounds the memo of shared leading segments' block hashes.
-const memoLimit = 4096
+// memoLimit bounds the memo of segments' block hashes (it is cleared when
+// full): about 40 MB with 512-token segments of 16-token blocks.
+const memoLimit = 1 << 16
 
 // Simulate runs one simulation to completion: every request the workload
 // creates is routed, served and recorded.
@@ -330,10 +331,14 @@ func (s *sim) run() error {
 }
 
 func (s *sim) progress(done bool) Progress {
+	target := s.cfg.Workload.Requests
+	if s.cfg.Source != nil {
+		target = 0 // a replay's length is known only at its end
+	}
 	return Progress{
 		Created:   len(s.records),
 		Finished:  s.finished,
-		Target:    s.cfg.Workload.Requests,
+		Target:    target,
 		Simulated: s.now,
 		Horizon:   s.cfg.Workload.Duration,
 		Done:      done,
@@ -362,20 +367,34 @@ func (s *sim) hashes(w *workload.Request) []kvblock.Hash {
 	} else {
 		out = make([]kvblock.Hash, 0, (w.PromptTokens()+w.OutputTokens)/bs)
 	}
-	if len(w.Prompt) < 2 || w.Prompt[0].Len < bs {
-		return kvblock.AppendSegmentHashes(out, salt, s.segsBuf, bs, -1)
-	}
-	key := memoKey{salt: salt, seg: w.Prompt[0]}
-	head, ok := s.memo[key]
-	if !ok {
-		if len(s.memo) >= memoLimit {
-			clear(s.memo)
+	// Prompts are chains of segments that recur (system prompts, documents,
+	// a trace's hash ids): the full blocks inside a segment depend only on
+	// the hash before it and the segment, so they are memoised per (parent,
+	// segment) while segments start on block boundaries.
+	parent, segs := salt, s.segsBuf
+	for i := 0; i < len(w.Prompt); i++ {
+		seg := segs[i]
+		full := seg.Len / bs
+		if full == 0 {
+			return kvblock.AppendSegmentHashesFrom(out, parent, segs[i:], bs, 0, -1)
 		}
-		head = kvblock.AppendSegmentHashes(nil, salt, w.Prompt[:1], bs, -1)
-		s.memo[key] = head
+		key := memoKey{parent: parent, seg: seg}
+		hs, ok := s.memo[key]
+		if !ok {
+			if len(s.memo) >= memoLimit {
+				clear(s.memo)
+			}
+			hs = kvblock.AppendSegmentHashesFrom(nil, parent, segs[i:i+1], bs, 0, -1)
+			s.memo[key] = hs
+		}
+		out = append(out, hs...)
+		parent = hs[len(hs)-1]
+		if seg.Len%bs != 0 {
+			// The segment ends inside a block: hash on from its last full block.
+			return kvblock.AppendSegmentHashesFrom(out, parent, segs[i:], bs, full, -1)
+		}
 	}
-	out = append(out, head...)
-	return kvblock.AppendSegmentHashesFrom(out, head[len(head)-1], s.segsBuf, bs, len(head), -1)
+	return kvblock.AppendSegmentHashesFrom(out, parent, segs[len(w.Prompt):], bs, 0, -1)
 }
 
 // arrive routes a request and hands it to the chosen engine.

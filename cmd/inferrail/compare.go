@@ -55,7 +55,7 @@ func (f *compareFlags) spec(cmd *cobra.Command) (compare.Spec, error) {
 	if !fl.Changed("requests") && !fl.Changed("duration") && f.workloadFile == "" {
 		cfg.Workload.Requests = compareRequests
 	}
-	if !fl.Changed("warmup") {
+	if !fl.Changed("warmup") && f.trace == "" {
 		cfg.Warmup = defaultWarmup(cfg.Workload.Requests, cfg.Workload.Duration, cfg.Workload.Rate)
 	}
 	if f.seeds < 1 {

@@ -49,9 +49,13 @@ func (b *progressBar) draw(p fleet.Progress, now time.Time) {
 	case p.Target > 0:
 		frac = float64(p.Finished) / float64(p.Target)
 	case p.Horizon > 0:
-		frac = min(1, float64(p.Simulated)/float64(p.Horizon))
+		frac = float64(p.Simulated) / float64(p.Horizon)
+	default:
+		// Unknown length (a trace replay): show activity, not a share.
+		frac = float64(p.Finished%1000) / 1000
 	}
 	const width = 30
+	frac = min(max(frac, 0), 1)
 	n := int(frac * width)
 	fmt.Fprintf(b.w, "\rsimulating [%s%s] %3.0f%% %d requests done, %s simulated in %s ",
 		strings.Repeat("#", n), strings.Repeat(".", width-n), frac*100, p.Finished,

@@ -16,6 +16,7 @@ import (
 	"github.com/inferrail/inferrail/fleet"
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/traces"
 	"github.com/inferrail/inferrail/workload"
 )
 
@@ -32,6 +33,13 @@ type simFlags struct {
 	profile        string
 	scrapeInterval time.Duration
 	slo            string
+	trace          string
+	traceFormat    string
+	speedup        float64
+	rateScale      float64
+	start, end     time.Duration
+	limit          int
+	skipBad        bool
 	sloTTFT        time.Duration
 	sloTPOT        time.Duration
 	index          string
@@ -104,6 +112,63 @@ func (f *simFlags) register(cmd *cobra.Command, what string) {
 	fl.DurationVar(&f.sloTTFT, "slo-ttft", 2*time.Second, "SLO: time to first token at p99")
 	fl.DurationVar(&f.sloTPOT, "slo-tpot", 100*time.Millisecond, "SLO: time per output token at p99")
 	fl.StringVar(&f.slo, "slo", "", "SLO as ttft_p99=DURATION,tpot_p99=DURATION (overrides --slo-ttft and --slo-tpot)")
+	fl.StringVar(&f.trace, "trace", "", "replay this trace file (or vLLM log directory) open-loop instead of a synthetic workload")
+	fl.StringVar(&f.traceFormat, "trace-format", "", "trace format: "+strings.Join(traces.Formats(), ", ")+" (default: detected)")
+	fl.Float64Var(&f.speedup, "speedup", 1, "play the trace this many times faster")
+	fl.Float64Var(&f.rateScale, "rate-scale", 1, "keep this share (0-1] of the trace's requests, chosen at random with the seed")
+	fl.DurationVar(&f.start, "start", 0, "replay the trace from this point of its own clock")
+	fl.DurationVar(&f.end, "end", 0, "replay the trace up to this point of its own clock (default: its end)")
+	fl.IntVar(&f.limit, "limit", 0, "replay at most this many requests of the trace")
+	fl.BoolVar(&f.skipBad, "skip-bad", false, "skip and count malformed trace records instead of stopping at the first")
+}
+
+// traceSource checks the trace flags and the file, and returns the factory
+// that opens a fresh replay for each run.
+func (f *simFlags) traceSource(cmd *cobra.Command, model string) (func(uint64) (workload.Source, error), string, error) {
+	fl := cmd.Flags()
+	for _, name := range []string{"workload", "workload-file", "set", "rate", "requests", "duration"} {
+		if fl.Changed(name) {
+			return nil, "", usagef("--%s: does not apply to --trace (the trace gives the requests and their times; see --speedup, --rate-scale, --start, --end, --limit)", name)
+		}
+	}
+	format := f.traceFormat
+	if format == "" {
+		d, err := traces.Detect(f.trace)
+		if err != nil {
+			return nil, "", usagef("--trace: %w (name it with --trace-format)", err)
+		}
+		format = d
+	}
+	opts := traces.ReplayOptions{Speedup: f.speedup, RateScale: f.rateScale, Start: f.start, End: f.end, Limit: f.limit, Model: model}
+	if err := opts.Validate(); err != nil {
+		return nil, "", usageError{err}
+	}
+	r, c, err := traces.Open(f.trace, format, traces.Options{SkipBad: f.skipBad})
+	if err != nil {
+		return nil, "", usagef("--trace: %w", err)
+	}
+	if _, err := r.Next(); err != nil {
+		c.Close()
+		return nil, "", usagef("--trace: %w", err)
+	}
+	c.Close()
+	path, skip := f.trace, f.skipBad
+	open := func(seed uint64) (workload.Source, error) {
+		r, c, err := traces.Open(path, format, traces.Options{SkipBad: skip})
+		if err != nil {
+			return nil, err
+		}
+		o := opts
+		o.Seed = seed
+		src, err := traces.NewSource(r, o)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		src.CloseAtEnd(c)
+		return src, nil
+	}
+	return open, "trace:" + filepath.Base(strings.TrimRight(path, "/")), nil
 }
 
 // config turns flags into a validated fleet configuration; every error is a usage error.
@@ -211,6 +276,13 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 	cfg.KVEventDelay = f.kvEventDelay
 	cfg.SpeculationTTL = f.speculationTTL
 	cfg.SessionAffinity = f.affinity
+	if f.trace != "" {
+		src, name, err := f.traceSource(cmd, wl.Model)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Source, cfg.SourceName = src, name
+	}
 	cfg.Workload = wl
 	if f.policy != "" {
 		cfg.Policy = f.policy

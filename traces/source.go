@@ -172,7 +172,7 @@ func (s *Source) request(rec *Record) *workload.Request {
 		Priority:     rec.Priority,
 		MaxTokens:    max(s.o.MaxTokens, out),
 		OutputTokens: out,
-		Output:       kvblock.Segment{ID: mix(s.salt ^ (s.nextID << 1 | 1)), Len: out},
+		Output:       kvblock.Segment{ID: mix(s.salt ^ (s.nextID<<1 | 1)), Len: out},
 	}
 	if s.o.Model != "" {
 		req.Model = s.o.Model

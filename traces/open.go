@@ -42,11 +42,12 @@ func Formats() []string {
 
 // Detect guesses a trace's format from its path: a directory holding
 // requests.jsonl is a vLLM log, .parquet is the project's parquet format, and
-// otherwise the first line decides: a JSON object with chat_id is Bailian, one
-// with hash_ids or input_length and timestamp is Mooncake, one with input_toks
-// is a vLLM requests.jsonl, one with conversations (or a JSON array) is
-// ShareGPT; a CSV header with ContextTokens is Azure, one with Request tokens
-// is BurstGPT. A .gz suffix is looked through.
+// otherwise the first line decides: a JSON object with chat_id is Bailian,
+// one with hash_ids or input_length (Mooncake's millisecond timestamps look
+// like Bailian's seconds, so the keys decide) is Mooncake, one with
+// input_toks is a vLLM requests.jsonl, one with conversations (or a JSON
+// array) is ShareGPT; a CSV header with ContextTokens is Azure, one with
+// Request tokens is BurstGPT. A .gz suffix is looked through.
 func Detect(path string) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -58,8 +59,7 @@ func Detect(path string) (string, error) {
 		}
 		return formatVLLMLog, nil
 	}
-	base := strings.ToLower(strings.TrimSuffix(path, ".gz"))
-	if strings.HasSuffix(base, ".parquet") {
+	if strings.HasSuffix(strings.ToLower(path), ".parquet") {
 		return formatParquet, nil
 	}
 	f, err := os.Open(path)
@@ -145,10 +145,12 @@ func detectContent(br *bufio.Reader) (string, error) {
 	return "", errors.New("neither JSON nor a CSV header of a known trace format")
 }
 
-// Open opens a trace file (a directory for vllm-log) in the given format,
-// or the one Detect finds when format is "". Files ending in .gz are
-// decompressed. The returned Closer releases the file; close it after the
-// last Next. Every reader it returns implements Counter.
+// Open opens a trace file in the given format, or the one Detect finds when
+// format is "". For vllm-log, path is the log's directory or its
+// requests.jsonl (meta.json is looked for beside it). Files ending in .gz
+// are decompressed (not parquet). The returned Closer releases the file;
+// close it after the last Next. Every reader it returns implements Counter.
+// A line longer than 64 MiB ends a JSON-lines read with an error.
 func Open(path, format string, opts Options) (Reader, io.Closer, error) {
 	if format == "" {
 		f, err := Detect(path)
@@ -159,15 +161,16 @@ func Open(path, format string, opts Options) (Reader, io.Closer, error) {
 	}
 	switch format {
 	case formatVLLMLog:
-		dir := path
+		requests, meta := filepath.Join(path, vllmRequestsFile), filepath.Join(path, vllmMetaFile)
 		if st, err := os.Stat(path); err == nil && !st.IsDir() {
-			dir = filepath.Dir(path)
+			// A requests.jsonl by another name: meta.json is beside it.
+			requests, meta = path, filepath.Join(filepath.Dir(path), vllmMetaFile)
 		}
-		r, _, err := NewVLLMLog(dir, opts)
+		r, _, err := openVLLM(requests, meta, opts)
 		if err != nil {
 			return nil, nil, err
 		}
-		return r, r.(io.Closer), nil
+		return r, r, nil
 	case formatParquet:
 		r, err := NewParquet(path, opts)
 		if err != nil {

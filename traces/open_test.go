@@ -3,8 +3,8 @@ package traces
 import (
 	"bytes"
 	"compress/gzip"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"

@@ -192,9 +192,13 @@ func (s *shareGPTReader) readConversation() error {
 		return nil
 	}
 	msgs := *conv.Conversations
+	counts := make([]int, len(msgs))
+	for i, m := range msgs {
+		counts[i] = s.tokenize(m.Value)
+	}
 	history, turn, parent := 0, 0, uint64(0)
 	for i, m := range msgs {
-		n := s.tokenize(m.Value)
+		n := counts[i]
 		history = min(history+min(max(n, 0), maxTokens+1), maxTokens+1)
 		if !isQuestion(m.From) || i+1 >= len(msgs) || !isAnswer(msgs[i+1].From) {
 			continue
@@ -208,7 +212,7 @@ func (s *shareGPTReader) readConversation() error {
 			rec.InputTokens, err = checkCount("input tokens", float64(history))
 		}
 		if err == nil {
-			rec.OutputTokens, err = checkCount("output tokens", float64(s.tokenize(msgs[i+1].Value)))
+			rec.OutputTokens, err = checkCount("output tokens", float64(counts[i+1]))
 		}
 		if err == nil {
 			err = rec.Validate()

@@ -13,44 +13,50 @@ import (
 // of its prompts a shared prefix cache could reuse.
 type Stats struct {
 	// Requests is how many records the trace has.
-	Requests int
+	Requests int `json:"requests"`
 	// DurationS is the span from the first arrival to the last, in seconds.
-	DurationS float64
+	DurationS float64 `json:"duration_s"`
 	// RateRPS is Requests / DurationS (0 when DurationS is 0).
-	RateRPS float64
+	RateRPS float64 `json:"rate_rps"`
 	// PeakRPS1s is the most requests arriving in any one-second window
 	// [t, t+1s).
-	PeakRPS1s float64
+	PeakRPS1s float64 `json:"peak_rps_1s"`
 	// Input and Output are the distributions of the prompt and completion
 	// lengths, in tokens.
-	Input, Output Dist
+	Input  Dist `json:"input_tokens"`
+	Output Dist `json:"output_tokens"`
 	// Sessions counts the distinct non-zero Session values.
-	Sessions int
+	Sessions int `json:"sessions"`
 	// TokensIn and TokensOut are the total prompt and completion tokens.
-	TokensIn, TokensOut int64
+	TokensIn  int64 `json:"tokens_in"`
+	TokensOut int64 `json:"tokens_out"`
 	// BlockSize is the block size, in tokens, of the records with block
 	// identity (BlockSize > 0 and HashIDs); 0 if none has it.
-	BlockSize int
+	BlockSize int `json:"block_size"`
 	// Reuse holds one entry per cache size asked of ComputeStats, in the
 	// order asked, then one for an unlimited cache.
-	Reuse []Reuse
+	Reuse []Reuse `json:"reuse"`
 }
 
 // Dist summarises a distribution of lengths. Percentiles are nearest-rank:
 // Pq is the smallest value with at least q% of the values at or below it.
 // All fields are 0 for an empty distribution.
 type Dist struct {
-	Mean, P50, P90, P99, Max float64
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
 }
 
 // Reuse is the prefix hit ratio of a shared cache of one size (see
 // ComputeStats for the exact definition).
 type Reuse struct {
 	// CacheTokens is the cache's capacity in tokens; 0 means unlimited.
-	CacheTokens int64
+	CacheTokens int64 `json:"cache_tokens"`
 	// HitRatio is the share of the prompt tokens of the requests with block
 	// identity that the cache would have held, in [0, 1].
-	HitRatio float64
+	HitRatio float64 `json:"hit_ratio"`
 }
 
 // ComputeStats reads r to its end and summarises it. It fails on the

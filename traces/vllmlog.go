@@ -267,7 +267,13 @@ func (v *VLLMReader) Close() error {
 // opts.Model when it names none. The Reader is a *VLLMReader: call its
 // NextEntry for the measured timings, and Close it when done.
 func NewVLLMLog(dir string, opts Options) (Reader, *VLLMMeta, error) {
-	meta, err := ReadVLLMMeta(filepath.Join(dir, vllmMetaFile))
+	return openVLLM(filepath.Join(dir, vllmRequestsFile), filepath.Join(dir, vllmMetaFile), opts)
+}
+
+// openVLLM opens a vLLM log's requests file and reads its meta file (nil
+// when absent).
+func openVLLM(requests, metaPath string, opts Options) (*VLLMReader, *VLLMMeta, error) {
+	meta, err := ReadVLLMMeta(metaPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		meta, err = nil, nil
 	}
@@ -277,12 +283,11 @@ func NewVLLMLog(dir string, opts Options) (Reader, *VLLMMeta, error) {
 	if meta != nil && meta.Model != "" {
 		opts.Model = meta.Model
 	}
-	path := filepath.Join(dir, vllmRequestsFile)
-	f, err := os.Open(path)
+	f, err := os.Open(requests)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open vllm log: %w", err)
 	}
-	v := NewVLLMRequests(f, path, opts)
+	v := NewVLLMRequests(f, requests, opts)
 	v.closer = f
 	return v, meta, nil
 }
@@ -291,11 +296,10 @@ func NewVLLMLog(dir string, opts Options) (Reader, *VLLMMeta, error) {
 // request with its measured timing, and meta.json (nil when absent). Any
 // malformed line fails the read.
 func ReadVLLMLog(dir string) ([]VLLMEntry, *VLLMMeta, error) {
-	r, meta, err := NewVLLMLog(dir, Options{})
+	v, meta, err := openVLLM(filepath.Join(dir, vllmRequestsFile), filepath.Join(dir, vllmMetaFile), Options{})
 	if err != nil {
 		return nil, nil, err
 	}
-	v := r.(*VLLMReader)
 	defer v.Close()
 	var out []VLLMEntry
 	for {

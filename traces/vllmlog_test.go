@@ -88,6 +88,21 @@ func TestVLLMLogWithoutMeta(t *testing.T) {
 	if _, _, err := NewVLLMLog(dir, Options{}); err == nil || !strings.Contains(err.Error(), "meta.json") {
 		t.Errorf("bad meta.json: %v", err)
 	}
+	// Open reads a requests file by another name, without meta.json beside it.
+	if err := os.Rename(filepath.Join(dir, "requests.jsonl"), filepath.Join(dir, "run1.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "meta.json")); err != nil {
+		t.Fatal(err)
+	}
+	r, c, err := Open(filepath.Join(dir, "run1.jsonl"), "", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if recs := mustReadAll(t, r); len(recs) != 3 {
+		t.Errorf("Open(run1.jsonl): %d records, want 3", len(recs))
+	}
 	if _, _, err := NewVLLMLog(t.TempDir(), Options{}); err == nil {
 		t.Error("no requests.jsonl: no error")
 	}

@@ -62,6 +62,7 @@ type Decision struct {
 	Name                  string
 	PredictedCachedTokens int
 	receipt               kvindex.Receipt
+	promptBlocks          int
 }
 
 // NewRouter validates cfg and builds its policy and index.
@@ -130,7 +131,7 @@ func (r *Router) Route(now time.Duration, req *Request, reps []Replica) (Decisio
 		return Decision{}, err
 	}
 	c := r.cands[i]
-	d := Decision{Replica: c.Replica, Name: c.Name, PredictedCachedTokens: c.PredictedCachedTokens}
+	d := Decision{Replica: c.Replica, Name: c.Name, PredictedCachedTokens: c.PredictedCachedTokens, promptBlocks: len(req.BlockHashes)}
 	if r.cfg.Index == IndexEvents {
 		d.receipt = r.idx.RecordSpeculative(c.Replica, req.BlockHashes, now+r.cfg.SpeculationTTL)
 	} else {
@@ -146,13 +147,17 @@ func (r *Router) Abandon(d Decision) { r.idx.TakeBack(d.receipt) }
 
 // Finished tells the router the request of decision d completed; held names
 // the blocks the engine now holds for it (prompt and answer, full blocks
-// only). In approximate mode the prompt's pins are released and the whole
-// exchange becomes the replica's most recently used blocks, as the engine
-// freed them just now, tail first.
+// only). In approximate mode the whole exchange becomes the replica's most
+// recently used blocks, as the engine freed them just now, tail first: the
+// answer's blocks are recorded, then the prompt's pins released (which makes
+// the prompt, block 0 last, the most recent), so under pressure the answer's
+// tail goes first and the prompt's head last.
 func (r *Router) Finished(d Decision, held []kvblock.Hash) {
 	if r.cfg.Index == IndexApproximate {
+		if d.promptBlocks < len(held) {
+			r.idx.Record(d.Replica, held[d.promptBlocks:])
+		}
 		r.idx.Release(d.receipt)
-		r.idx.Record(d.Replica, held)
 	}
 }
 

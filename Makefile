@@ -37,7 +37,7 @@ lint:
 clean:
 	rm -rf bin
 
-# The committed benchmark reports, regenerated from scratch (about 10 minutes
+# The committed benchmark reports, regenerated from scratch (about 4 minutes
 # on 2 cores): every policy on W1 (with a load sweep), W2 and W6 over 3 seeds,
 # the index-driven policies with the event-fed index on W1 and W2, and the
 # replicas each policy needs on W1 and W2.

@@ -123,14 +123,8 @@ func (e *Engine) Add(now time.Duration, req Request) error {
 	if _, dup := e.seqs[req.ID]; dup {
 		return fmt.Errorf("%w: %d", ErrDuplicateID, req.ID)
 	}
-	maxTok := max(req.MaxTokens, req.OutputTokens)
-	if req.PromptTokens+maxTok > e.cfg.MaxModelLen {
-		return fmt.Errorf("%w: %d prompt + %d max tokens > %d", ErrTooLong, req.PromptTokens, maxTok, e.cfg.MaxModelLen)
-	}
-	// The last sampled token is never fed back, so a request holds at most
-	// prompt+output-1 tokens of KV.
-	if need := e.blocksFor(req.PromptTokens + req.OutputTokens - 1); need > e.cfg.NumGPUBlocks {
-		return fmt.Errorf("%w: %d blocks needed, %d available", ErrTooLarge, need, e.cfg.NumGPUBlocks)
+	if err := e.cfg.Admissible(req.PromptTokens, req.OutputTokens, req.MaxTokens); err != nil {
+		return err
 	}
 	s := &seq{
 		id:      req.ID,
@@ -142,6 +136,23 @@ func (e *Engine) Add(now time.Duration, req Request) error {
 	}
 	e.seqs[req.ID] = s
 	e.waiting.pushBack(s)
+	return nil
+}
+
+// Admissible reports whether an engine with this configuration can ever
+// serve a request: prompt plus max_tokens (at least the output) within
+// MaxModelLen, and its KV footprint within the cache. The last sampled token
+// is never fed back, so a request holds at most prompt+output-1 tokens of KV.
+// A gateway that knows the engine's limits can refuse such a request before
+// routing it, as the engine would.
+func (c *Config) Admissible(prompt, output, maxTokens int) error {
+	maxTok := max(maxTokens, output)
+	if prompt+maxTok > c.MaxModelLen {
+		return fmt.Errorf("%w: %d prompt + %d max tokens > %d", ErrTooLong, prompt, maxTok, c.MaxModelLen)
+	}
+	if need := (prompt + output - 1 + c.BlockSize - 1) / c.BlockSize; need > c.NumGPUBlocks {
+		return fmt.Errorf("%w: %d blocks needed, %d available", ErrTooLarge, need, c.NumGPUBlocks)
+	}
 	return nil
 }
 

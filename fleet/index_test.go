@@ -39,7 +39,9 @@ func TestCacheAwareBeatsRoundRobinOnSharedPrompts(t *testing.T) {
 	}
 }
 
-func TestRefusedRequestsAreTakenBack(t *testing.T) {
+// Requests no engine could serve are refused before routing and leave
+// nothing in the index (the router's take-back path is tested in router).
+func TestRefusedRequestsLeaveNothingBehind(t *testing.T) {
 	c := smallConfig(t, "w6", 40)
 	c.Engine.MaxModelLen = 1500 // every w6 prompt + 1024 max tokens is too long
 	c.Workload.W6.InputMinTokens = 600

@@ -408,6 +408,12 @@ func (s *sim) arrive(rs *reqState) {
 		Arrival: w.Arrival, PromptTokens: w.PromptTokens(), Outcome: results.OutcomeFailed,
 	})
 	rec := &s.records[rs.rec]
+	// The gateway knows the engines' limits (vLLM publishes max_model_len)
+	// and refuses what no replica could serve before routing it.
+	if s.cfg.Engine.Admissible(rec.PromptTokens, w.OutputTokens, w.MaxTokens) != nil {
+		s.fail(rs)
+		return
+	}
 	hashes := s.hashes(w)
 	bs := s.cfg.Engine.BlockSize
 	rreq := router.Request{

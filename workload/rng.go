@@ -183,3 +183,28 @@ func newShortOutputs(c *Config, purpose string, median, sigma float64) outputs {
 }
 
 func (o *outputs) sample(ids *idGen) kvblock.Segment { return ids.segment(o.dist.sample(o.r)) }
+
+// openLoop numbers the arrivals of an open-loop workload and stops it at its
+// request limit or at the end of its arrival process; once stopped it stays
+// stopped.
+type openLoop struct {
+	arr      arrivals
+	limit    int    // Config.Requests; 0 = none
+	n        uint64 // requests created
+	finished bool
+}
+
+// nextArrival returns the next request's arrival and counts it in n.
+func (o *openLoop) nextArrival() (time.Duration, bool) {
+	if o.finished || (o.limit > 0 && o.n >= uint64(o.limit)) {
+		o.finished = true
+		return 0, false
+	}
+	at, ok := o.arr.next()
+	if !ok {
+		o.finished = true
+		return 0, false
+	}
+	o.n++
+	return at, true
+}

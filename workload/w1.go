@@ -10,21 +10,18 @@ import (
 
 // w1 generates shared-system-prompt requests: [system, question].
 type w1 struct {
+	openLoop
 	model     string
 	maxTokens int
-	limit     int    // Config.Requests; 0 = none
-	n         uint64 // requests created
 
-	arr      arrivals
-	ids      idGen
-	sys      []kvblock.Segment
-	cdf      []float64 // popularity CDF; nil = uniform
-	pick     *rand.Rand
-	qr       *rand.Rand
-	qmin     int
-	qmax     int
-	out      outputs
-	finished bool
+	ids  idGen
+	sys  []kvblock.Segment
+	cdf  []float64 // popularity CDF; nil = uniform
+	pick *rand.Rand
+	qr   *rand.Rand
+	qmin int
+	qmax int
+	out  outputs
 }
 
 func newW1(c *Config) *w1 {
@@ -32,8 +29,7 @@ func newW1(c *Config) *w1 {
 	s := &w1{
 		model:     c.Model,
 		maxTokens: c.Output.MaxTokens,
-		limit:     c.Requests,
-		arr:       newArrivals(c, "w1/arrivals", c.Rate),
+		openLoop:  openLoop{limit: c.Requests, arr: newArrivals(c, "w1/arrivals", c.Rate)},
 		ids:       newIDGen(c.Seed, "w1/segment-ids"),
 		pick:      newRand(c.Seed, "w1/popularity"),
 		qr:        newRand(c.Seed, "w1/questions"),
@@ -92,16 +88,10 @@ type w1Alloc struct {
 }
 
 func (s *w1) Next() (*Request, bool) {
-	if s.finished || (s.limit > 0 && s.n >= uint64(s.limit)) {
-		s.finished = true
-		return nil, false
-	}
-	at, ok := s.arr.next()
+	at, ok := s.nextArrival()
 	if !ok {
-		s.finished = true
 		return nil, false
 	}
-	s.n++
 	a := &w1Alloc{}
 	a.segs[0] = s.sys[s.choose()]
 	a.segs[1] = s.ids.segment(uniform(s.qr, s.qmin, s.qmax))

@@ -13,12 +13,10 @@ import (
 // replacement, and placed most popular first (order "rank") or shuffled
 // (order "random").
 type w4 struct {
+	openLoop
 	model     string
 	maxTokens int
-	limit     int    // Config.Requests; 0 = none
-	n         uint64 // requests created
 
-	arr    arrivals
 	ids    idGen
 	sys    kvblock.Segment   // Len 0: no system prompt
 	docs   []kvblock.Segment // the corpus, by popularity rank
@@ -32,9 +30,8 @@ type w4 struct {
 	qmax   int
 	out    outputs
 
-	chosen   []int     // scratch: the current request's documents, ascending
-	mass     []float64 // scratch: mass[j] = popularity of chosen[:j]
-	finished bool
+	chosen []int     // scratch: the current request's documents, ascending
+	mass   []float64 // scratch: mass[j] = popularity of chosen[:j]
 }
 
 func newW4(c *Config) *w4 {
@@ -42,8 +39,7 @@ func newW4(c *Config) *w4 {
 	s := &w4{
 		model:     c.Model,
 		maxTokens: c.Output.MaxTokens,
-		limit:     c.Requests,
-		arr:       newArrivals(c, "w4/arrivals", c.Rate),
+		openLoop:  openLoop{limit: c.Requests, arr: newArrivals(c, "w4/arrivals", c.Rate)},
 		ids:       newIDGen(c.Seed, "w4/segment-ids"),
 		cdf:       zipfCDF(p.Documents, p.PopularityZipf),
 		k:         p.DocsPerPrompt,
@@ -129,16 +125,10 @@ func (s *w4) free(j, i int) (int, int) {
 }
 
 func (s *w4) Next() (*Request, bool) {
-	if s.finished || (s.limit > 0 && s.n >= uint64(s.limit)) {
-		s.finished = true
-		return nil, false
-	}
-	at, ok := s.arr.next()
+	at, ok := s.nextArrival()
 	if !ok {
-		s.finished = true
 		return nil, false
 	}
-	s.n++
 	s.draw()
 	nsys := 0
 	if s.sys.Len > 0 {

@@ -9,17 +9,14 @@ import (
 
 // w6 generates requests that share nothing: each prompt is one fresh segment.
 type w6 struct {
+	openLoop
 	model     string
 	maxTokens int
-	limit     int    // Config.Requests; 0 = none
-	n         uint64 // requests created
 
-	arr      arrivals
-	ids      idGen
-	lr       *rand.Rand
-	input    lengthDist
-	out      outputs
-	finished bool
+	ids   idGen
+	lr    *rand.Rand
+	input lengthDist
+	out   outputs
 }
 
 func newW6(c *Config) *w6 {
@@ -27,8 +24,7 @@ func newW6(c *Config) *w6 {
 	return &w6{
 		model:     c.Model,
 		maxTokens: c.Output.MaxTokens,
-		limit:     c.Requests,
-		arr:       newArrivals(c, "w6/arrivals", c.Rate),
+		openLoop:  openLoop{limit: c.Requests, arr: newArrivals(c, "w6/arrivals", c.Rate)},
 		ids:       newIDGen(c.Seed, "w6/segment-ids"),
 		lr:        newRand(c.Seed, "w6/input-lengths"),
 		input:     newLengthDist(p.InputMedianTokens, p.InputSigma, p.InputMinTokens, p.InputMaxTokens),
@@ -43,16 +39,10 @@ type w6Alloc struct {
 }
 
 func (s *w6) Next() (*Request, bool) {
-	if s.finished || (s.limit > 0 && s.n >= uint64(s.limit)) {
-		s.finished = true
-		return nil, false
-	}
-	at, ok := s.arr.next()
+	at, ok := s.nextArrival()
 	if !ok {
-		s.finished = true
 		return nil, false
 	}
-	s.n++
 	a := &w6Alloc{}
 	a.segs[0] = s.ids.segment(s.input.sample(s.lr))
 	o := s.out.sample(&s.ids)

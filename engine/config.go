@@ -113,16 +113,18 @@ func DefaultConfig() Config {
 // Validate checks c once; every message names the YAML field and what is allowed.
 func (c *Config) Validate() error {
 	var errs []error
-	pos := func(name string, v int) {
-		if v <= 0 {
-			errs = append(errs, fmt.Errorf("%s: must be a positive integer, got %d", name, v))
+	// The upper bounds keep a typo from allocating more memory than any
+	// machine has (the block pool is allocated up front).
+	pos := func(name string, v, most int) {
+		if v <= 0 || v > most {
+			errs = append(errs, fmt.Errorf("%s: must be an integer from 1 to %d, got %d", name, most, v))
 		}
 	}
-	pos("block_size", c.BlockSize)
-	pos("num_gpu_blocks", c.NumGPUBlocks)
-	pos("max_num_seqs", c.MaxNumSeqs)
-	pos("max_num_batched_tokens", c.MaxNumBatchedTokens)
-	pos("max_model_len", c.MaxModelLen)
+	pos("block_size", c.BlockSize, 1024)
+	pos("num_gpu_blocks", c.NumGPUBlocks, 1<<24)
+	pos("max_num_seqs", c.MaxNumSeqs, 1<<20)
+	pos("max_num_batched_tokens", c.MaxNumBatchedTokens, 1<<24)
+	pos("max_model_len", c.MaxModelLen, 1<<26)
 	if c.LongPrefillTokenThreshold < 0 {
 		errs = append(errs, fmt.Errorf("long_prefill_token_threshold: must be 0 (off) or positive, got %d", c.LongPrefillTokenThreshold))
 	}

@@ -276,6 +276,7 @@ func TestParseConfig(t *testing.T) {
 	}
 	for _, bad := range []struct{ yaml, mention string }{
 		{"num_gpu_blocks: -1\n", "num_gpu_blocks"},
+		{"num_gpu_blocks: 1000000000\n", "num_gpu_blocks"},
 		{"latency:\n  prefill_token_us: 0\n", "latency.prefill_token_us"},
 		{"latency:\n  decode_seq_us: -3\n", "latency.decode_seq_us"},
 		{"bogus: 1\n", "bogus"},
@@ -511,4 +512,31 @@ func TestGoldenSmallPool(t *testing.T) {
 	if got != string(want) {
 		t.Fatalf("trace differs from %s; rerun with -update if the change is intended", path)
 	}
+}
+
+// FuzzParseConfig: any profile text is either a valid configuration or a
+// clear error, never a panic.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("num_gpu_blocks: 100\nlatency:\n  step_fixed_ms: 5\n"))
+	f.Add([]byte("block_size: [1]\n"))
+	f.Add([]byte("latency: {prefill_token_us: -1}\n"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error")
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("ParseConfig returned an invalid config: %v", err)
+		}
+		if c.NumGPUBlocks > 1<<16 {
+			return // valid, but too large to allocate on every fuzz input
+		}
+		if _, err := New(c); err != nil {
+			t.Fatalf("valid config refused by New: %v", err)
+		}
+	})
 }

@@ -1,0 +1,27 @@
+package workload
+
+import "testing"
+
+// FuzzParseConfig: any workload file is either a valid configuration from
+// which a source can be built, or an error; never a panic.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("workload: w1\nrequests: 10\n"))
+	f.Add([]byte("workload: w2\nw2:\n  turns_min: 0\n"))
+	f.Add([]byte("workload: w5\narrival: {process: gamma, cv: 3}\n"))
+	f.Add([]byte("bogus: 1\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			return
+		}
+		if c.Requests == 0 && c.Duration == 0 {
+			t.Fatal("a config without a limit was accepted")
+		}
+		if c.MaxModelLen > 1<<20 || c.Requests > 1<<20 {
+			return // valid but too big to generate in a fuzz run
+		}
+		if _, err := New(c); err != nil {
+			t.Fatalf("validated config refused by New: %v", err)
+		}
+	})
+}

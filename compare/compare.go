@@ -72,6 +72,9 @@ func (s *Spec) Validate() error {
 	if len(s.Seeds) == 0 {
 		errs = append(errs, errors.New("seeds: give at least one"))
 	}
+	if s.Base.Source != nil && len(s.Rates) > 1 {
+		errs = append(errs, errors.New("rates: a trace replay keeps its own arrival times (use --speedup)"))
+	}
 	for _, r := range s.Rates {
 		if !(r > 0) {
 			errs = append(errs, fmt.Errorf("rates: each must be a positive number of requests per second, got %v", r))
@@ -158,6 +161,9 @@ func runJobs(ctx context.Context, base fleet.Config, jobs []job, parallel int, k
 					// simulation; comparisons keep their outputs reproducible.
 					o.Summary.SimWallS = 0
 					out[i] = Point{Policy: j.policy, Seed: j.seed, Rate: j.rate, Replicas: j.replicas, Summary: o.Summary}
+					if c.Source != nil {
+						out[i].Rate = o.Summary.RateRPS // a replay offers what its trace offers
+					}
 					if keep {
 						out[i].Records = o.Records
 					}

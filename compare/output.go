@@ -176,7 +176,7 @@ func reportInput(s Spec, pts []Point, caps *CapacityReport, meta Meta) (report.I
 	main := s.rates()[0]
 	for _, p := range pts {
 		r := report.Run{Policy: p.Policy, Seed: p.Seed, RateRPS: p.Rate, Replicas: p.Replicas, Summary: p.Summary}
-		if p.Rate == main {
+		if p.Rate == main || base.Source != nil {
 			r.TTFTms = ttfts(p.Records, base.Warmup)
 			in.Runs = append(in.Runs, r)
 		}
@@ -184,6 +184,12 @@ func reportInput(s Spec, pts []Point, caps *CapacityReport, meta Meta) (report.I
 			r.TTFTms = nil
 			in.Sweep = append(in.Sweep, r)
 		}
+	}
+	if base.Source != nil {
+		// A trace replay: the trace, not a workload configuration, gives the requests.
+		in.Setup.Workload = base.SourceName
+		in.Setup.WorkloadYAML = ""
+		in.Setup.Requests = 0
 	}
 	if caps != nil {
 		in.Capacity = caps.toReport()

@@ -126,7 +126,7 @@ func (f *simFlags) register(cmd *cobra.Command, what string) {
 // that opens a fresh replay for each run.
 func (f *simFlags) traceSource(cmd *cobra.Command, model string) (func(uint64) (workload.Source, error), string, error) {
 	fl := cmd.Flags()
-	for _, name := range []string{"workload", "workload-file", "set", "rate", "requests", "duration"} {
+	for _, name := range []string{"workload", "workload-file", "set", "rate", "rates", "requests", "duration"} {
 		if fl.Changed(name) {
 			return nil, "", usagef("--%s: does not apply to --trace (the trace gives the requests and their times; see --speedup, --rate-scale, --start, --end, --limit)", name)
 		}

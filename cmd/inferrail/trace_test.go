@@ -74,3 +74,15 @@ func TestTraceBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestCompareOnATrace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cmp")
+	code, _, errOut := runCLI("compare", "--trace", sampleTrace, "--policies", "round_robin,cost_model", "--seeds", "2", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil || !strings.Contains(string(md), "trace:mooncake.jsonl") {
+		t.Fatalf("report does not name the trace: %v", err)
+	}
+}

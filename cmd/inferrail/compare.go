@@ -229,8 +229,12 @@ func printCapacity(w io.Writer, rep *compare.CapacityReport) error {
 		}
 	}
 	slo := rep.Spec.Base.SLO
-	fmt.Fprintf(w, "%s at %.2f req/s, SLO TTFT p99 <= %v and TPOT p99 <= %v, seeds %d-%d:\n",
-		rep.Spec.Base.Workload.Workload, rep.Spec.Rate, slo.TTFTP99, slo.TPOTP99, rep.Spec.Seeds[0], rep.Spec.Seeds[len(rep.Spec.Seeds)-1])
+	what := fmt.Sprintf("%s at %.2f req/s", rep.Spec.Base.Workload.Workload, rep.Spec.Rate)
+	if rep.Spec.Base.Source != nil {
+		what = rep.Spec.Base.SourceName + " at its own arrival times"
+	}
+	fmt.Fprintf(w, "%s, SLO TTFT p99 <= %v and TPOT p99 <= %v, seeds %d-%d:\n",
+		what, slo.TTFTP99, slo.TPOTP99, rep.Spec.Seeds[0], rep.Spec.Seeds[len(rep.Spec.Seeds)-1])
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "policy\treplicas\tsaved vs "+orNone(base)+"\tper four GPUs")
 	for _, r := range rep.Results {

@@ -51,7 +51,10 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `inferrail routes LLM requests to the replica that already holds most of their
 prompt in its KV cache, without letting any replica overload, and proves it by
 simulation: the real router code against virtual vLLM fleets.`,
-		Example:       "  inferrail sim --workload w1 --policy round_robin --replicas 4",
+		Example: `  inferrail sim --workload w1 --policy cost_model --replicas 4
+  inferrail compare --workload w1 --policies round_robin,cost_model --seeds 3 --out runs/w1
+  inferrail capacity --workload w1 --policies all --slo ttft_p99=2s,tpot_p99=100ms
+  inferrail trace stats ../shared/traces/mooncake/conversation_trace.jsonl`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

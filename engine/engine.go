@@ -50,7 +50,6 @@ type seq struct {
 	prompt      int
 	output      int
 	hashes      []kvblock.Hash
-	arrival     time.Duration
 	numComputed int
 	numOutput   int
 	numStored   int // leading blocks registered in the prefix cache
@@ -60,7 +59,6 @@ type seq struct {
 	state       seqState
 	done        bool
 	newTokens   int // scheduled in the current step
-	lastToken   time.Duration
 }
 
 func (s *seq) numTokens() int { return s.prompt + s.numOutput }
@@ -127,12 +125,11 @@ func (e *Engine) Add(now time.Duration, req Request) error {
 		return err
 	}
 	s := &seq{
-		id:      req.ID,
-		prompt:  req.PromptTokens,
-		output:  req.OutputTokens,
-		hashes:  req.BlockHashes,
-		arrival: now,
-		cached:  -1,
+		id:     req.ID,
+		prompt: req.PromptTokens,
+		output: req.OutputTokens,
+		hashes: req.BlockHashes,
+		cached: -1,
 	}
 	e.seqs[req.ID] = s
 	e.waiting.pushBack(s)
@@ -190,9 +187,6 @@ func (e *Engine) NextStep() (time.Duration, bool) {
 	}
 	return max(e.now, e.busyUntil), true
 }
-
-// Busy reports whether a step is in progress at time now.
-func (e *Engine) Busy(now time.Duration) bool { return now < e.busyUntil }
 
 // ResetPrefixCache drops every cached block, as vLLM's /reset_prefix_cache.
 // It fails (false) while any block is in use.

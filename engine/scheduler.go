@@ -196,7 +196,6 @@ func (e *Engine) Step(now time.Duration) *Result {
 			continue // a prefill chunk that did not reach the end of the sequence
 		}
 		s.numOutput++
-		s.lastToken = end
 		e.metrics.GenerationTokens++
 		em := Emission{ID: s.id, Output: s.numOutput, CachedTokens: s.cached, Preemptions: s.preemptions}
 		if s.numOutput >= s.output {

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"github.com/inferrail/inferrail/engine/kvblock"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -48,15 +49,6 @@ func NewPrefixHash(Options) *PrefixHash {
 
 func (*PrefixHash) Name() string { return "prefix_hash" }
 
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xBF58476D1CE4E5B9
-	x ^= x >> 27
-	x *= 0x94D049BB133111EB
-	x ^= x >> 31
-	return x
-}
-
 func (p *PrefixHash) build(cands []Candidate) {
 	same := len(p.members) == len(cands)
 	for i := 0; same && i < len(cands); i++ {
@@ -70,7 +62,7 @@ func (p *PrefixHash) build(cands []Candidate) {
 	for i, c := range cands {
 		p.members = append(p.members, c.Replica)
 		for v := range p.VirtualNodes {
-			pos := mix64(uint64(c.Replica)<<20 ^ uint64(v) ^ 0x5851F42D4C957F2D)
+			pos := kvblock.Mix64(uint64(c.Replica)<<20 ^ uint64(v) ^ 0x5851F42D4C957F2D)
 			p.ring = append(p.ring, ringPoint{pos: pos, cand: i})
 		}
 	}
@@ -101,7 +93,7 @@ func (p *PrefixHash) Pick(req *Request, cands []Candidate) int {
 	if n := len(req.BlockHashes); n > 0 {
 		key = req.BlockHashes[min(p.KeyBlocks, n)-1].Lo
 	} else {
-		key = mix64(req.ID + 0x9E3779B97F4A7C15)
+		key = kvblock.Mix64(req.ID + 0x9E3779B97F4A7C15)
 	}
 	bound := LoadBound(p.Bound, cands)
 	start, _ := slices.BinarySearchFunc(p.ring, key, func(pt ringPoint, k uint64) int {

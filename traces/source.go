@@ -115,15 +115,6 @@ func (s *Source) Err() error { return s.err }
 // replayed at the previous arrival time.
 func (s *Source) Reordered() int { return s.clamped }
 
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xBF58476D1CE4E5B9
-	x ^= x >> 27
-	x *= 0x94D049BB133111EB
-	x ^= x >> 31
-	return x
-}
-
 // Next returns the next request of the window, in arrival order.
 func (s *Source) Next() (*workload.Request, bool) {
 	for !s.done {
@@ -172,7 +163,7 @@ func (s *Source) request(rec *Record) *workload.Request {
 		Priority:     rec.Priority,
 		MaxTokens:    max(s.o.MaxTokens, out),
 		OutputTokens: out,
-		Output:       kvblock.Segment{ID: mix(s.salt ^ (s.nextID<<1 | 1)), Len: out},
+		Output:       kvblock.Segment{ID: kvblock.Mix64(s.salt ^ (s.nextID<<1 | 1)), Len: out},
 	}
 	if s.o.Model != "" {
 		req.Model = s.o.Model
@@ -182,11 +173,11 @@ func (s *Source) request(rec *Record) *workload.Request {
 		left := rec.InputTokens
 		for i, h := range rec.HashIDs {
 			n := min(rec.BlockSize, left)
-			req.Prompt[i] = kvblock.Segment{ID: mix(s.salt + h*2), Len: n}
+			req.Prompt[i] = kvblock.Segment{ID: kvblock.Mix64(s.salt + h*2), Len: n}
 			left -= n
 		}
 	} else {
-		req.Prompt = []kvblock.Segment{{ID: mix(s.salt ^ (s.nextID << 1)), Len: rec.InputTokens}}
+		req.Prompt = []kvblock.Segment{{ID: kvblock.Mix64(s.salt ^ (s.nextID << 1)), Len: rec.InputTokens}}
 	}
 	return req
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
 )
 
 // tb is what the helpers need of *testing.T and *rapid.T.
@@ -128,7 +130,7 @@ func simulate(t tb, src Source, service func(*Request) time.Duration, fail func(
 
 // serviceTime is a deterministic pseudo service time of 1..5s.
 func serviceTime(r *Request) time.Duration {
-	return time.Second + time.Duration(mix64(r.ID)%4000)*time.Millisecond
+	return time.Second + time.Duration(kvblock.Mix64(r.ID)%4000)*time.Millisecond
 }
 
 // genArrival draws a valid arrival process.

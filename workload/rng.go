@@ -9,16 +9,6 @@ import (
 	"github.com/inferrail/inferrail/engine/kvblock"
 )
 
-// mix64 is the SplitMix64 finalizer: a bijection on uint64 with mix64(0) == 0.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xBF58476D1CE4E5B9
-	x ^= x >> 27
-	x *= 0x94D049BB133111EB
-	x ^= x >> 31
-	return x
-}
-
 // subSeed derives the seed of one purpose, e.g. "w1/lengths", from the run
 // seed, so that drawing more or fewer numbers for one purpose leaves the
 // others' streams unchanged.
@@ -31,7 +21,7 @@ func subSeed(seed uint64, purpose string) uint64 {
 // newRand returns the random stream of one purpose.
 func newRand(seed uint64, purpose string) *rand.Rand {
 	s := subSeed(seed, purpose)
-	return rand.New(rand.NewPCG(mix64(s+0x9E3779B97F4A7C15), mix64(s+0x3C6EF372FE94F82A)))
+	return rand.New(rand.NewPCG(kvblock.Mix64(s+0x9E3779B97F4A7C15), kvblock.Mix64(s+0x3C6EF372FE94F82A)))
 }
 
 // idGen hands out segment IDs that never repeat within a source: a counter
@@ -41,13 +31,13 @@ type idGen struct {
 }
 
 func newIDGen(seed uint64, purpose string) idGen {
-	return idGen{key: mix64(subSeed(seed, purpose) + 0x9E3779B97F4A7C15)}
+	return idGen{key: kvblock.Mix64(subSeed(seed, purpose) + 0x9E3779B97F4A7C15)}
 }
 
 func (g *idGen) next() uint64 {
 	for {
 		g.n++
-		if id := mix64(g.key + g.n); id != 0 {
+		if id := kvblock.Mix64(g.key + g.n); id != 0 {
 			return id
 		}
 	}

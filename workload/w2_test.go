@@ -103,7 +103,7 @@ func TestW2ClosedLoop(t *testing.T) {
 func TestW2FailureEndsSession(t *testing.T) {
 	c := mustConfig(t, "w2")
 	c.Requests = 3000
-	fail := func(r *Request) bool { return mix64(r.ID^0xfeed)%5 == 0 }
+	fail := func(r *Request) bool { return kvblock.Mix64(r.ID^0xfeed)%5 == 0 }
 	res := simulate(t, mustNew(t, c), serviceTime, fail)
 	sessions := checkSessions(t, &c, res)
 	var failures int
@@ -176,7 +176,7 @@ func TestW2Property(t *testing.T) {
 		p.ThinkMax = p.ThinkMin + time.Duration(rapid.Int64Range(0, int64(time.Minute)).Draw(t, "think_span"))
 		c.MaxModelLen = p.SystemMaxTokens + p.UserMaxTokens + c.Output.MaxTokens + rapid.IntRange(0, 8000).Draw(t, "slack")
 		failEvery := rapid.Uint64Range(0, 10).Draw(t, "fail_every")
-		fail := func(r *Request) bool { return failEvery > 0 && mix64(r.ID^c.Seed)%failEvery == 0 }
+		fail := func(r *Request) bool { return failEvery > 0 && kvblock.Mix64(r.ID^c.Seed)%failEvery == 0 }
 		res := simulate(t, mustNew(t, c), serviceTime, fail)
 		checkSessions(t, &c, res)
 		if len(res.reqs) > c.Requests {

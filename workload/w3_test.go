@@ -145,7 +145,7 @@ func TestW3ClosedLoop(t *testing.T) {
 func TestW3FailureEndsTask(t *testing.T) {
 	c := mustConfig(t, "w3")
 	c.Requests = 3000
-	fail := func(r *Request) bool { return mix64(r.ID^0xbeef)%7 == 0 }
+	fail := func(r *Request) bool { return kvblock.Mix64(r.ID^0xbeef)%7 == 0 }
 	res := simulate(t, mustNew(t, c), serviceTime, fail)
 	tasks := checkTasks(t, &c, res)
 	var failures int
@@ -214,7 +214,7 @@ func TestW3Property(t *testing.T) {
 		p.ToolLatencyMax = p.ToolLatencyMin + time.Duration(rapid.Int64Range(0, int64(5*time.Second)).Draw(t, "latency_span"))
 		c.MaxModelLen = max(p.SystemMaxTokens+p.TaskMaxTokens+c.Output.MaxTokens+rapid.IntRange(0, 12000).Draw(t, "slack"), p.ToolResultMaxTokens)
 		failEvery := rapid.Uint64Range(0, 10).Draw(t, "fail_every")
-		fail := func(r *Request) bool { return failEvery > 0 && mix64(r.ID^c.Seed)%failEvery == 0 }
+		fail := func(r *Request) bool { return failEvery > 0 && kvblock.Mix64(r.ID^c.Seed)%failEvery == 0 }
 		src := mustNew(t, c)
 		res := simulate(t, src, serviceTime, fail)
 		tasks := checkTasks(t, &c, res)

@@ -101,13 +101,19 @@ const SimVocabSize = 32000
 // SegmentToken is the token at position pos of segment id: a pure function,
 // so block hashes can be derived without storing token arrays.
 func SegmentToken(id uint64, pos int) uint32 {
-	x := id*0x9E3779B97F4A7C15 + uint64(pos)*0xBF58476D1CE4E5B9 + 0x94D049BB133111EB
+	return uint32(Mix64(id*0x9E3779B97F4A7C15+uint64(pos)*0xBF58476D1CE4E5B9+0x94D049BB133111EB) % SimVocabSize)
+}
+
+// Mix64 is the SplitMix64 finalizer: a bijection on uint64 that spreads
+// every input bit over the output. Segment ids, ring positions and the like
+// are derived with it.
+func Mix64(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xBF58476D1CE4E5B9
 	x ^= x >> 27
 	x *= 0x94D049BB133111EB
 	x ^= x >> 31
-	return uint32(x % SimVocabSize)
+	return x
 }
 
 // TotalLen returns the number of tokens in a segment chain.

@@ -370,9 +370,10 @@ func (s *sim) hashes(w *workload.Request) []kvblock.Hash {
 	// Prompts are chains of segments that recur (system prompts, documents,
 	// a trace's hash ids): the full blocks inside a segment depend only on
 	// the hash before it and the segment, so they are memoised per (parent,
-	// segment) while segments start on block boundaries.
+	// segment) while segments start on block boundaries. The last prompt
+	// segment (a question, a user turn) is usually unique and not memoised.
 	parent, segs := salt, s.segsBuf
-	for i := 0; i < len(w.Prompt); i++ {
+	for i := 0; i < len(w.Prompt)-1; i++ {
 		seg := segs[i]
 		full := seg.Len / bs
 		if full == 0 {
@@ -394,7 +395,7 @@ func (s *sim) hashes(w *workload.Request) []kvblock.Hash {
 			return kvblock.AppendSegmentHashesFrom(out, parent, segs[i:], bs, full, -1)
 		}
 	}
-	return kvblock.AppendSegmentHashesFrom(out, parent, segs[len(w.Prompt):], bs, 0, -1)
+	return kvblock.AppendSegmentHashesFrom(out, parent, segs[max(len(w.Prompt)-1, 0):], bs, 0, -1)
 }
 
 // arrive routes a request and hands it to the chosen engine.

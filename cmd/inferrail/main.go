@@ -61,7 +61,8 @@ simulation: the real router code against virtual vLLM fleets.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newSimCmd(stdout, stderr), newCompareCmd(stdout, stderr), newCapacityCmd(stdout, stderr), newTraceCmd(stdout, stderr))
+	root.AddCommand(newSimCmd(stdout, stderr), newCompareCmd(stdout, stderr), newCapacityCmd(stdout, stderr), newTraceCmd(stdout, stderr),
+		newEngineCmd(stdout, stderr))
 	return root
 }
 

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/server"
+)
+
+type engineFlags struct {
+	host, profile        string
+	port                 int
+	models               []string
+	blockSize, gpuBlocks int
+	maxSeqs, maxBatched  int
+	maxModelLen          int
+	noPrefixCaching      bool
+	promptTokensDetails  bool
+	kvEventsConfig       string
+	outputTokens         int
+	seed                 uint64
+	faults               server.Faults
+	drain                time.Duration
+}
+
+func newEngineCmd(stdout, stderr io.Writer) *cobra.Command {
+	var f engineFlags
+	cmd := &cobra.Command{
+		Use:   "engine",
+		Short: "Run a mock vLLM server: the simulator's engine model on real time",
+		Long: `engine serves vLLM's OpenAI-compatible API (/v1/completions,
+/v1/chat/completions, /v1/models, /health, /version, /metrics,
+/reset_prefix_cache) from the same engine model the simulator runs, on
+wall-clock time: continuous batching, chunked prefill, a prefix cache, step
+times from the profile. Prompts are tokenized with the builtin:sim tokenizer
+(one token per space-terminated word); the mock model writes deterministic
+words, exactly max_tokens of them with ignore_eos (or min(max_tokens,
+--output-tokens) without). Flags named as vLLM names them override the
+profile. A client that goes away has its request aborted at once.`,
+		Example: `  inferrail engine --port 8000
+  inferrail engine --port 8001 --profile my-gpu.yaml --served-model-name llama --max-num-seqs 64
+  inferrail engine --port 8002 --enable-prompt-tokens-details \
+      --kv-events-config '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:5557"}'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return runEngine(ctx, f, cfg, stderr)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.host, "host", "127.0.0.1", "address to listen on (0.0.0.0 for every interface)")
+	fl.IntVar(&f.port, "port", 8000, "port to listen on")
+	fl.StringVar(&f.profile, "profile", "", "engine profile YAML (scheduler limits, KV blocks, latency model); default: an 8B model on one 24 GB GPU")
+	fl.StringSliceVar(&f.models, "served-model-name", nil, "model names served (the first is reported in responses); default "+server.DefaultModelName)
+	fl.IntVar(&f.blockSize, "block-size", 0, "tokens per KV block (overrides the profile)")
+	fl.IntVar(&f.gpuBlocks, "num-gpu-blocks-override", 0, "KV blocks (overrides the profile)")
+	fl.IntVar(&f.maxSeqs, "max-num-seqs", 0, "running sequences per step (overrides the profile)")
+	fl.IntVar(&f.maxBatched, "max-num-batched-tokens", 0, "token budget per step (overrides the profile)")
+	fl.IntVar(&f.maxModelLen, "max-model-len", 0, "longest prompt + max_tokens (overrides the profile)")
+	fl.BoolVar(&f.noPrefixCaching, "no-enable-prefix-caching", false, "turn the prefix cache off")
+	fl.BoolVar(&f.promptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens")
+	fl.StringVar(&f.kvEventsConfig, "kv-events-config", "", `KV cache events, as vLLM's JSON: {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv"}`)
+	fl.IntVar(&f.outputTokens, "output-tokens", 256, "where the mock model stops without ignore_eos (0: it never stops before max_tokens)")
+	fl.Uint64Var(&f.seed, "seed", 0, "seed for generated text and injected faults")
+	fl.Float64Var(&f.faults.ErrorRate, "fault-error-rate", 0, "share of generation requests answered with --fault-error-status")
+	fl.IntVar(&f.faults.ErrorStatus, "fault-error-status", 500, "status code of injected errors")
+	fl.Float64Var(&f.faults.CloseRate, "fault-close-rate", 0, "share of generation requests whose connection is closed before an answer")
+	fl.Float64Var(&f.faults.HangRate, "fault-hang-rate", 0, "share of generation requests never answered")
+	fl.Float64Var(&f.faults.StallRate, "fault-stall-rate", 0, "share of streams that stop after half their tokens and stay open")
+	fl.BoolVar(&f.faults.GarbageMetrics, "fault-garbage-metrics", false, "serve an unparsable /metrics page")
+	fl.DurationVar(&f.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long running requests may take to finish")
+	return cmd
+}
+
+func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
+	ec := engine.DefaultConfig()
+	if f.profile != "" {
+		c, err := engine.LoadConfig(f.profile)
+		if err != nil {
+			return server.Config{}, usagef("--profile: %w", err)
+		}
+		ec = c
+	}
+	set := func(name string, v int, dst *int) {
+		if cmd.Flags().Changed(name) {
+			*dst = v
+		}
+	}
+	set("block-size", f.blockSize, &ec.BlockSize)
+	set("num-gpu-blocks-override", f.gpuBlocks, &ec.NumGPUBlocks)
+	set("max-num-seqs", f.maxSeqs, &ec.MaxNumSeqs)
+	set("max-num-batched-tokens", f.maxBatched, &ec.MaxNumBatchedTokens)
+	set("max-model-len", f.maxModelLen, &ec.MaxModelLen)
+	if f.noPrefixCaching {
+		ec.DisablePrefixCaching = true
+	}
+	if f.port < 0 || f.port > 65535 {
+		return server.Config{}, usagef("--port %d: must be within 0..65535", f.port)
+	}
+	cfg := server.Config{
+		Engine:                    ec,
+		ServedModelNames:          f.models,
+		EnablePromptTokensDetails: f.promptTokensDetails,
+		OutputTokens:              f.outputTokens,
+		Seed:                      f.seed,
+		Version:                   buildVersion,
+		Faults:                    f.faults,
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+func runEngine(ctx context.Context, f engineFlags, cfg server.Config, stderr io.Writer) error {
+	closeEvents, err := attachKVEvents(ctx, f.kvEventsConfig, &cfg)
+	if err != nil {
+		return err
+	}
+	defer closeEvents()
+	srv, err := server.New(cfg)
+	if err != nil {
+		return usageError{err}
+	}
+	addr := net.JoinHostPort(f.host, strconv.Itoa(f.port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (choose another --port or --host)", addr, err)
+	}
+	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngine()
+	engineErr := make(chan error, 1)
+	go func() { engineErr <- srv.Run(engCtx) }()
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	fmt.Fprintf(stderr, "inferrail engine: serving %s on http://%s (%d KV blocks of %d tokens, max_num_seqs %d)\n",
+		cfg.ServedModelNames, ln.Addr(), cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize, cfg.Engine.MaxNumSeqs)
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case err := <-engineErr:
+		hs.Close()
+		return fmt.Errorf("engine: %w", err)
+	case <-ctx.Done():
+	}
+	fmt.Fprintf(stderr, "inferrail engine: draining (up to %s)\n", f.drain)
+	sctx, cancel := context.WithTimeout(context.Background(), f.drain)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	hs.Close()
+	stopEngine()
+	return <-engineErr
+}

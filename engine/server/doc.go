@@ -1,0 +1,15 @@
+// Package server is `inferrail engine`: a mock vLLM server whose requests are
+// served by the same engine state machine the simulator uses, driven from one
+// goroutine on wall-clock time.
+//
+// It speaks vLLM's OpenAI-compatible wire format (POST /v1/completions and
+// /v1/chat/completions, streaming and not; GET /v1/models, /health, /version,
+// /metrics; POST /reset_prefix_cache), tokenizes with the builtin:sim
+// tokenizer (engine/simtok), generates deterministic text, publishes KV cache
+// events through a hook, aborts a request as soon as its client goes away and
+// can inject faults for tests.
+//
+// Start with New and Server.Run (loop.go: the engine goroutine), then
+// handlers.go (HTTP) and wire.go (the JSON bodies, field for field as vLLM
+// writes them).
+package server

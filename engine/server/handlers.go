@@ -1,0 +1,621 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/kvblock"
+)
+
+type streamOptions struct {
+	IncludeUsage         *bool `json:"include_usage"`
+	ContinuousUsageStats *bool `json:"continuous_usage_stats"`
+}
+
+type completionRequest struct {
+	Model         *string         `json:"model"`
+	Prompt        json.RawMessage `json:"prompt"`
+	MaxTokens     *int            `json:"max_tokens"`
+	Stream        *bool           `json:"stream"`
+	StreamOptions *streamOptions  `json:"stream_options"`
+	IgnoreEOS     *bool           `json:"ignore_eos"`
+	N             *int            `json:"n"`
+	CacheSalt     *string         `json:"cache_salt"`
+}
+
+type chatMessageIn struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type chatRequest struct {
+	Model                *string         `json:"model"`
+	Messages             []chatMessageIn `json:"messages"`
+	MaxTokens            *int            `json:"max_tokens"`
+	MaxCompletionTokens  *int            `json:"max_completion_tokens"`
+	Stream               *bool           `json:"stream"`
+	StreamOptions        *streamOptions  `json:"stream_options"`
+	IgnoreEOS            *bool           `json:"ignore_eos"`
+	N                    *int            `json:"n"`
+	CacheSalt            *string         `json:"cache_salt"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage *bool           `json:"continue_final_message"`
+}
+
+// generation is a validated request, common to both endpoints.
+type generation struct {
+	chat         bool
+	model        string
+	prompt       []uint32
+	maxTokens    int
+	ignoreEOS    bool
+	stream       bool
+	includeUsage bool
+	cacheSalt    string
+	requestID    string
+}
+
+// apiError is an error answered with vLLM's error body.
+type apiError struct {
+	status int
+	typ    string
+	param  string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: "BadRequestError", param: param, msg: fmt.Sprintf(format, args...)}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, status int, typ, param, msg string) {
+	var p *string
+	if param != "" {
+		p = &param
+	}
+	writeJSON(w, status, errorResponse{Error: errorInfo{Message: msg, Type: typ, Param: p, Code: status}})
+}
+
+func writeAPIError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		writeError(w, ae.status, ae.typ, ae.param, ae.msg)
+		return
+	}
+	writeError(w, http.StatusInternalServerError, "InternalServerError", "", err.Error())
+}
+
+// decode reads a JSON body into v, naming what is wrong.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			return &apiError{status: http.StatusRequestEntityTooLarge, typ: "BadRequestError", msg: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}
+		case errors.As(err, &te):
+			return badRequest(te.Field, "invalid type for field %q: got JSON %s, want %s", te.Field, te.Value, te.Type)
+		}
+		return badRequest("", "invalid JSON body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("", "invalid JSON body: more than one value")
+	}
+	return nil
+}
+
+func (s *Server) checkModel(m *string) (string, error) {
+	if m == nil || *m == "" {
+		return s.cfg.ServedModelNames[0], nil
+	}
+	for _, n := range s.cfg.ServedModelNames {
+		if *m == n {
+			return s.cfg.ServedModelNames[0], nil
+		}
+	}
+	return "", &apiError{status: http.StatusNotFound, typ: "NotFoundError", param: "model", msg: fmt.Sprintf("The model `%s` does not exist.", *m)}
+}
+
+func (s *Server) common(g *generation, r *http.Request, model *string, n *int, stream *bool, so *streamOptions, ignoreEOS *bool, salt *string) error {
+	var err error
+	if g.model, err = s.checkModel(model); err != nil {
+		return err
+	}
+	if n != nil && *n != 1 {
+		return badRequest("n", "n = %d: the mock engine generates one choice per request (n = 1)", *n)
+	}
+	g.stream = stream != nil && *stream
+	if so != nil && !g.stream {
+		return badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
+	}
+	g.includeUsage = so != nil && so.IncludeUsage != nil && *so.IncludeUsage
+	g.ignoreEOS = ignoreEOS != nil && *ignoreEOS
+	if salt != nil {
+		if *salt == "" {
+			return badRequest("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.")
+		}
+		g.cacheSalt = *salt
+	}
+	g.requestID = r.Header.Get("X-Request-Id")
+	return nil
+}
+
+func (s *Server) parseCompletion(w http.ResponseWriter, r *http.Request) (*generation, error) {
+	var req completionRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	g := &generation{}
+	if err := s.common(g, r, req.Model, req.N, req.Stream, req.StreamOptions, req.IgnoreEOS, req.CacheSalt); err != nil {
+		return nil, err
+	}
+	prompt, err := s.completionPrompt(req.Prompt)
+	if err != nil {
+		return nil, err
+	}
+	g.prompt = prompt
+	g.maxTokens = s.cfg.DefaultMaxTokens
+	if req.MaxTokens != nil {
+		g.maxTokens = *req.MaxTokens
+	}
+	return g, s.checkLength(g, "max_tokens")
+}
+
+// completionPrompt accepts a string, a list of token ids, or a list holding
+// one of those.
+func (s *Server) completionPrompt(raw json.RawMessage) ([]uint32, error) {
+	raw = bytes.TrimSpace(raw)
+	empty := badRequest("prompt", "Either prompt or prompt_embeds must be provided and non-empty.")
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, empty
+	}
+	var text string
+	if err := json.Unmarshal(raw, &text); err == nil {
+		if text == "" {
+			return nil, empty
+		}
+		return s.tok.Encode(text), nil
+	}
+	var ids []uint32
+	if err := json.Unmarshal(raw, &ids); err == nil {
+		if len(ids) == 0 {
+			return nil, empty
+		}
+		return ids, nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err == nil {
+		if len(list) != 1 {
+			return nil, badRequest("prompt", "prompt holds %d prompts: the mock engine takes one prompt per request", len(list))
+		}
+		if bytes.HasPrefix(bytes.TrimSpace(list[0]), []byte("[[")) {
+			return nil, badRequest("prompt", "prompt must be a string, a list of token ids, or a list holding one of those")
+		}
+		return s.completionPrompt(list[0])
+	}
+	return nil, badRequest("prompt", "prompt must be a string, a list of token ids, or a list holding one of those")
+}
+
+func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*generation, error) {
+	var req chatRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	g := &generation{chat: true}
+	if err := s.common(g, r, req.Model, req.N, req.Stream, req.StreamOptions, req.IgnoreEOS, req.CacheSalt); err != nil {
+		return nil, err
+	}
+	if len(req.Messages) == 0 {
+		return nil, badRequest("messages", "messages must be a non-empty list")
+	}
+	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+	cont := req.ContinueFinalMessage != nil && *req.ContinueFinalMessage
+	if addGen && cont && req.AddGenerationPrompt != nil {
+		return nil, badRequest("continue_final_message", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+	}
+	text, err := RenderChat(req.Messages, addGen && !cont, cont)
+	if err != nil {
+		return nil, err
+	}
+	g.prompt = s.tok.Encode(text)
+	field := "max_tokens"
+	switch {
+	case req.MaxCompletionTokens != nil:
+		g.maxTokens, field = *req.MaxCompletionTokens, "max_completion_tokens"
+	case req.MaxTokens != nil:
+		g.maxTokens = *req.MaxTokens
+	default:
+		g.maxTokens = s.cfg.Engine.MaxModelLen - len(g.prompt)
+	}
+	return g, s.checkLength(g, field)
+}
+
+// RenderChat is the mock engine's chat template: each message as
+// "role: content\n", then "assistant: " when a generation prompt is asked
+// for. Content parts of type text are joined by newlines, as vLLM's "string"
+// content format does. With continueFinal the last message is left open.
+func RenderChat(msgs []chatMessageIn, addGenerationPrompt, continueFinal bool) (string, error) {
+	var b strings.Builder
+	for i, m := range msgs {
+		if m.Role == "" {
+			return "", badRequest("messages", "messages[%d].role is missing", i)
+		}
+		content, err := messageText(m.Content)
+		if err != nil {
+			return "", badRequest("messages", "messages[%d].content: %v", i, err)
+		}
+		b.WriteString(m.Role)
+		b.WriteString(": ")
+		b.WriteString(content)
+		if !(continueFinal && i == len(msgs)-1) {
+			b.WriteString("\n")
+		}
+	}
+	if addGenerationPrompt {
+		b.WriteString("assistant: ")
+	}
+	return b.String(), nil
+}
+
+func messageText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errors.New("must be a string, null or a list of content parts")
+	}
+	texts := make([]string, 0, len(parts))
+	for i, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return "", fmt.Errorf("part %d has type %q: the mock engine takes text parts only", i, p.Type)
+		}
+		texts = append(texts, *p.Text)
+	}
+	return strings.Join(texts, "\n"), nil
+}
+
+func (s *Server) checkLength(g *generation, field string) error {
+	maxLen := s.cfg.Engine.MaxModelLen
+	if len(g.prompt) >= maxLen {
+		return badRequest("messages", "This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", maxLen, len(g.prompt))
+	}
+	if g.maxTokens < 1 {
+		return badRequest(field, "%s must be at least 1, got %d.", field, g.maxTokens)
+	}
+	if len(g.prompt)+g.maxTokens > maxLen {
+		return badRequest(field, "'%s' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+			field, g.maxTokens, maxLen, len(g.prompt), g.maxTokens, maxLen, len(g.prompt))
+	}
+	return nil
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	g, err := s.parseCompletion(w, r)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	s.serve(w, r, g)
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	g, err := s.parseChat(w, r)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	s.serve(w, r, g)
+}
+
+type fault uint8
+
+const (
+	faultNone fault = iota
+	faultError
+	faultClose
+	faultHang
+	faultStall
+)
+
+func (s *Server) pickFault() fault {
+	f := s.cfg.Faults
+	if !f.any() {
+		return faultNone
+	}
+	x := s.drawFloat()
+	for _, c := range []struct {
+		rate float64
+		f    fault
+	}{{f.ErrorRate, faultError}, {f.CloseRate, faultClose}, {f.HangRate, faultHang}, {f.StallRate, faultStall}} {
+		if x < c.rate {
+			return c.f
+		}
+		x -= c.rate
+	}
+	return faultNone
+}
+
+// newActive builds the engine request: the output the mock model will
+// write (a pure function of the prompt and the seed) and the block hashes of
+// prompt and output.
+func (s *Server) newActive(g *generation) *active {
+	out := g.maxTokens
+	if !g.ignoreEOS && s.cfg.OutputTokens > 0 {
+		out = min(out, s.cfg.OutputTokens)
+	}
+	tokens := make([]uint32, len(g.prompt), len(g.prompt)+out)
+	copy(tokens, g.prompt)
+	h := uint64(14695981039346656037) ^ s.cfg.Seed
+	for _, t := range g.prompt {
+		h = (h ^ uint64(t)) * 1099511628211
+	}
+	seg := kvblock.Mix64(h)
+	for j := range out {
+		tokens = append(tokens, kvblock.SegmentToken(seg, j))
+	}
+	salt := s.salt
+	if g.cacheSalt != "" {
+		salt = kvblock.Salt(g.model, "", g.cacheSalt)
+	}
+	return &active{
+		id:        engine.RequestID(s.nextID.Add(1)),
+		promptLen: len(g.prompt),
+		outLen:    out,
+		maxTok:    g.maxTokens,
+		tokens:    tokens,
+		hashes:    kvblock.AppendHashes(nil, salt, tokens, s.cfg.Engine.BlockSize),
+		arrival:   time.Now(),
+		notify:    make(chan struct{}, 1),
+	}
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
+	base := g.requestID
+	if base == "" {
+		base = fmt.Sprintf("%016x%016x", uint64(s.draw(1<<62)), s.nextID.Load())
+	}
+	w.Header().Set("X-Request-Id", base)
+	prefix := "cmpl-"
+	if g.chat {
+		prefix = "chatcmpl-"
+	}
+	id := prefix + base
+	ctx := r.Context()
+	a := s.newActive(g)
+	switch s.pickFault() {
+	case faultError:
+		writeError(w, s.cfg.Faults.ErrorStatus, "InternalServerError", "", "injected fault: the engine failed this request")
+		return
+	case faultClose:
+		panic(http.ErrAbortHandler) // closes the connection without a response
+	case faultHang:
+		<-ctx.Done()
+		return
+	case faultStall:
+		if g.stream {
+			a.stallAt = max(1, a.outLen/2)
+		}
+	}
+	reply := make(chan error, 1)
+	if !s.send(command{kind: cmdAdd, req: a, reply: reply}) {
+		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", "the engine is shutting down")
+		return
+	}
+	if err := <-reply; err != nil {
+		if errors.Is(err, engine.ErrTooLarge) || errors.Is(err, engine.ErrTooLong) {
+			writeError(w, http.StatusBadRequest, "BadRequestError", "", err.Error())
+			return
+		}
+		writeError(w, http.StatusInternalServerError, "InternalServerError", "", err.Error())
+		return
+	}
+	created := time.Now().Unix()
+	if g.stream {
+		s.stream(w, r, g, a, id, created)
+		return
+	}
+	for {
+		select {
+		case <-a.notify:
+		case <-ctx.Done():
+			s.send(command{kind: cmdAbort, id: a.id})
+			return
+		}
+		emitted, cached, finished, err := a.progress()
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", err.Error())
+			return
+		}
+		if finished {
+			s.writeFull(w, g, a, id, created, emitted, cached)
+			return
+		}
+	}
+}
+
+func (s *Server) usage(a *active, emitted, cached int) usage {
+	u := usage{PromptTokens: a.promptLen, CompletionTokens: emitted, TotalTokens: a.promptLen + emitted}
+	if s.cfg.EnablePromptTokensDetails {
+		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: cached}
+	}
+	return u
+}
+
+func (s *Server) writeFull(w http.ResponseWriter, g *generation, a *active, id string, created int64, emitted, cached int) {
+	text := string(s.tok.AppendDecode(nil, a.tokens[a.promptLen:a.promptLen+emitted]))
+	reason := a.finishReason()
+	if g.chat {
+		writeJSON(w, http.StatusOK, chatResponse{
+			ID: id, Object: "chat.completion", Created: created, Model: g.model,
+			Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: text}, FinishReason: reason}},
+			Usage:   s.usage(a, emitted, cached),
+		})
+		return
+	}
+	writeJSON(w, http.StatusOK, completionResponse{
+		ID: id, Object: "text_completion", Created: created, Model: g.model,
+		Choices: []completionChoice{{Text: text, FinishReason: &reason}},
+		Usage:   s.usage(a, emitted, cached),
+	})
+}
+
+// stream writes the response as server-sent events, one event per engine
+// step that produced tokens for the request (several when the client reads
+// slower than the engine writes), flushed as it goes.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, a *active, id string, created int64) {
+	ctx := r.Context()
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc.Flush()
+	var buf []byte
+	written := 0
+	event := func(v any) {
+		b, _ := json.Marshal(v)
+		buf = append(buf, "data: "...)
+		buf = append(buf, b...)
+		buf = append(buf, "\n\n"...)
+	}
+	abort := func() { s.send(command{kind: cmdAbort, id: a.id}) }
+	for {
+		select {
+		case <-a.notify:
+		case <-ctx.Done():
+			abort()
+			return
+		}
+		emitted, cached, finished, err := a.progress()
+		if err != nil {
+			// vLLM reports a failure inside a stream as an error event.
+			event(errorResponse{Error: errorInfo{Message: err.Error(), Type: "InternalServerError", Code: 500}})
+			buf = append(buf, "data: [DONE]\n\n"...)
+			w.Write(buf)
+			rc.Flush()
+			return
+		}
+		stalled := a.stallAt > 0 && emitted >= a.stallAt
+		if stalled {
+			emitted, finished = a.stallAt, false
+		}
+		if emitted <= written {
+			continue
+		}
+		buf = buf[:0]
+		if g.chat && written == 0 {
+			event(chatRoleChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: g.model,
+				Choices: []chatRoleChoice{{Delta: roleDelta{Role: "assistant"}}}})
+		}
+		text := string(s.tok.AppendDecode(nil, a.tokens[a.promptLen+written:a.promptLen+emitted]))
+		written = emitted
+		reason := a.finishReason()
+		switch {
+		case g.chat && finished:
+			event(chatContentChunk[chatFinalChoice]{ID: id, Object: "chat.completion.chunk", Created: created, Model: g.model,
+				Choices: []chatFinalChoice{{Delta: contentDelta{Content: text}, FinishReason: reason}}})
+		case g.chat:
+			event(chatContentChunk[chatContentChoice]{ID: id, Object: "chat.completion.chunk", Created: created, Model: g.model,
+				Choices: []chatContentChoice{{Delta: contentDelta{Content: text}}}})
+		default:
+			c := completionStreamChoice{Text: text}
+			if finished {
+				c.FinishReason = &reason
+			}
+			event(completionChunk{ID: id, Object: "text_completion", Created: created, Model: g.model, Choices: []completionStreamChoice{c}})
+		}
+		if finished {
+			if g.includeUsage {
+				object := "text_completion"
+				if g.chat {
+					object = "chat.completion.chunk"
+				}
+				u := s.usage(a, emitted, cached)
+				event(usageChunk{ID: id, Object: object, Created: created, Model: g.model, Choices: []struct{}{},
+					Usage: streamUsage{PromptTokens: u.PromptTokens, TotalTokens: u.TotalTokens, CompletionTokens: u.CompletionTokens, PromptTokensDetails: u.PromptTokensDetails}})
+			}
+			buf = append(buf, "data: [DONE]\n\n"...)
+		}
+		if _, err := w.Write(buf); err != nil {
+			abort()
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			abort()
+			return
+		}
+		if finished {
+			return
+		}
+		if stalled {
+			abort() // the engine stops working on it; the client waits forever
+			<-ctx.Done()
+			return
+		}
+	}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	now := time.Now().Unix()
+	maxLen := s.cfg.Engine.MaxModelLen
+	var data []modelCard
+	for i, n := range s.cfg.ServedModelNames {
+		root := s.cfg.ServedModelNames[0]
+		data = append(data, modelCard{
+			ID: n, Object: "model", Created: now, OwnedBy: "vllm", Root: &root, MaxModelLen: &maxLen,
+			Permission: []modelPermission{{
+				ID: fmt.Sprintf("modelperm-%016x%04x", s.cfg.Seed, i), Object: "model_permission", Created: now,
+				AllowSampling: true, AllowLogprobs: true, AllowView: true, Organization: "*",
+			}},
+		})
+	}
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: data})
+}
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	ok := make(chan bool, 1)
+	if !s.send(command{kind: cmdReset, ok: ok}) {
+		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", "the engine is shutting down")
+		return
+	}
+	select {
+	case done := <-ok:
+		if !done {
+			writeError(w, http.StatusConflict, "ConflictError", "", "prefix cache not reset: requests are running; retry when the engine is idle")
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	case <-r.Context().Done():
+	}
+}

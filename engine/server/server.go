@@ -1,0 +1,143 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/engine/simtok"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+var (
+	errShutdown = errors.New("engine shut down")
+	errStuck    = errors.New("engine made no progress")
+)
+
+// Server is a mock vLLM server. Create it with New, start its engine with
+// Run, and serve Handler.
+type Server struct {
+	cfg   Config
+	tok   *simtok.Tokenizer
+	cmds  chan command
+	met   *metrics
+	salt  kvblock.Hash
+	start time.Time
+
+	running atomic.Bool
+	done    chan struct{} // closed when Run returns
+	nextID  atomic.Uint64
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+}
+
+// New validates cfg and returns a server whose engine is not yet running.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("engine server: %w", err)
+	}
+	s := &Server{
+		cfg:  cfg,
+		tok:  simtok.New(),
+		cmds: make(chan command, 1024),
+		salt: kvblock.Salt(cfg.ServedModelNames[0], "", ""),
+		done: make(chan struct{}),
+		rng:  rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+	}
+	s.met = newMetrics(&s.cfg)
+	return s, nil
+}
+
+// Run drives the engine on wall-clock time until ctx ends. It returns nil
+// on cancellation; in-flight requests then fail.
+func (s *Server) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("engine server: Run called twice")
+	}
+	defer close(s.done)
+	eng, err := engine.New(s.cfg.Engine)
+	if err != nil {
+		return fmt.Errorf("engine server: %w", err)
+	}
+	l := &loop{
+		s:         s,
+		eng:       eng,
+		start:     time.Now(),
+		reqs:      make(map[engine.RequestID]*active),
+		lastToken: make(map[engine.RequestID]time.Time),
+	}
+	if s.cfg.KVEvents != nil {
+		l.blockTokens = make(map[kvblock.Hash]blockRef)
+	}
+	return l.run(ctx)
+}
+
+func (s *Server) publishSnapshot(m engine.Metrics) { s.met.snapshot.Store(&m) }
+
+// Handler returns the HTTP API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": s.cfg.Version})
+	})
+	mux.HandleFunc("POST /reset_prefix_cache", s.handleReset)
+	metricsHandler := promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Faults.GarbageMetrics {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			fmt.Fprintf(w, "vllm:num_requests_running{{{ not a metric page %d\n\x00\xff garbage\n", s.draw(1000))
+			return
+		}
+		metricsHandler.ServeHTTP(w, r)
+	})
+	// Unknown paths and wrong methods answer as vLLM's FastAPI app does.
+	allowed := map[string]string{
+		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/health": "GET",
+		"/version": "GET", "/reset_prefix_cache": "POST", "/metrics": "GET",
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if m, ok := allowed[r.URL.Path]; ok {
+			w.Header().Set("Allow", m)
+			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
+			return
+		}
+		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+	})
+	return mux
+}
+
+// draw returns a seeded random integer in [0, n).
+func (s *Server) draw(n int) int {
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return s.rng.IntN(n)
+}
+
+func (s *Server) drawFloat() float64 {
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return s.rng.Float64()
+}
+
+// send hands a command to the engine goroutine, unless it has stopped.
+func (s *Server) send(c command) bool {
+	select {
+	case s.cmds <- c:
+		return true
+	case <-s.done:
+		return false
+	}
+}

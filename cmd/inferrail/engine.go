@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inferrail/inferrail/calibrate"
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/server"
 )
@@ -66,7 +67,7 @@ profile. A client that goes away has its request aborted at once.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.host, "host", "127.0.0.1", "address to listen on (0.0.0.0 for every interface)")
 	fl.IntVar(&f.port, "port", 8000, "port to listen on")
-	fl.StringVar(&f.profile, "profile", "", "engine profile YAML (scheduler limits, KV blocks, latency model); default: an 8B model on one 24 GB GPU")
+	fl.StringVar(&f.profile, "profile", "", "engine profile: a YAML file (scheduler limits, KV blocks, latency model) or a preset MODEL@GPU (inferrail calibrate --list-presets); default: an 8B model on one 24 GB GPU")
 	fl.StringSliceVar(&f.models, "served-model-name", nil, "model names served (the first is reported in responses); default "+server.DefaultModelName)
 	fl.IntVar(&f.blockSize, "block-size", 0, "tokens per KV block (overrides the profile)")
 	fl.IntVar(&f.gpuBlocks, "num-gpu-blocks-override", 0, "KV blocks (overrides the profile)")
@@ -91,7 +92,7 @@ profile. A client that goes away has its request aborted at once.`,
 func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
 	ec := engine.DefaultConfig()
 	if f.profile != "" {
-		c, err := engine.LoadConfig(f.profile)
+		c, err := calibrate.ResolveProfile(f.profile)
 		if err != nil {
 			return server.Config{}, usagef("--profile: %w", err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/calibrate"
 	"github.com/inferrail/inferrail/fleet"
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
@@ -104,7 +104,7 @@ func (f *simFlags) register(cmd *cobra.Command, what string) {
 	fl.IntVar(&f.requests, "requests", 0, "requests per simulation (default 2000, or unlimited with --duration)")
 	fl.DurationVar(&f.duration, "duration", 0, "stop arrivals after this much virtual time, e.g. 10m")
 	fl.DurationVar(&f.warmup, "warmup", 0, "leave requests arriving before this virtual time out of "+what)
-	fl.StringVar(&f.profile, "profile", "", "engine profile YAML (scheduler limits, KV blocks, latency model); default: an 8B model on one 24 GB GPU")
+	fl.StringVar(&f.profile, "profile", "", "engine profile: a YAML file (scheduler limits, KV blocks, latency model) or a preset MODEL@GPU (inferrail calibrate --list-presets); default: an 8B model on one 24 GB GPU")
 	fl.DurationVar(&f.scrapeInterval, "scrape-interval", 100*time.Millisecond, "how often the router reads each engine's metrics")
 	fl.StringVar(&f.index, "index", "approximate", "KV index: approximate (learns from routing decisions) or events (fed by the engines' KV events)")
 	fl.DurationVar(&f.kvEventDelay, "kv-event-delay", 50*time.Millisecond, "how late KV events reach the router (--index events)")
@@ -258,7 +258,7 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 		return cfg, usagef("--slo-ttft and --slo-tpot: must be positive, got %v and %v", f.sloTTFT, f.sloTPOT)
 	}
 	if f.profile != "" {
-		ec, err := engine.LoadConfig(f.profile)
+		ec, err := calibrate.ResolveProfile(f.profile)
 		if err != nil {
 			return cfg, usagef("--profile: %w", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -418,6 +419,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 		writeError(w, s.cfg.Faults.ErrorStatus, "InternalServerError", "", "injected fault: the engine failed this request")
 		return
 	case faultClose:
+		io.Copy(io.Discard, r.Body)
 		panic(http.ErrAbortHandler) // closes the connection without a response
 	case faultHang:
 		<-ctx.Done()

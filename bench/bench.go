@@ -1,0 +1,470 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/inferrail/inferrail/engine/simtok"
+	"github.com/inferrail/inferrail/results"
+	"github.com/inferrail/inferrail/workload"
+)
+
+// Endpoint selects the API the requests use.
+type Endpoint string
+
+// The endpoints.
+const (
+	Completions     Endpoint = "completions"
+	ChatCompletions Endpoint = "chat"
+)
+
+// Config is one benchmark run.
+type Config struct {
+	// BaseURL is the server, e.g. http://127.0.0.1:8000.
+	BaseURL string
+	// Model is the model field of every request ("" leaves it out: the
+	// server's default).
+	Model string
+	// Endpoint is completions (prompt text) or chat (one user message).
+	Endpoint Endpoint
+	// Source yields the requests and their arrival times.
+	Source workload.Source
+	// Warmup leaves requests scheduled before it out of the summary.
+	Warmup time.Duration
+	// SLO for attainment and goodput.
+	SLO results.SLO
+	// Timeout bounds each request (default 10 minutes).
+	Timeout time.Duration
+	// Client sends the requests (default: a pooled keep-alive client).
+	Client *http.Client
+	// Progress, if set, is called after each request ends.
+	Progress func(done int)
+	// Lookahead is how many upcoming requests are rendered ahead of their
+	// time (default 64), so rendering never delays a send.
+	Lookahead int
+}
+
+// Output is what a run measured.
+type Output struct {
+	Summary results.Summary
+	Records []results.Record
+	// SendLag is the delay from each request's schedule to the moment its
+	// body was written, over every request.
+	SendLag results.Latency
+	// Errors counts failed requests by reason.
+	Errors map[string]int
+	WallS  float64
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if !strings.HasPrefix(c.BaseURL, "http://") && !strings.HasPrefix(c.BaseURL, "https://") {
+		errs = append(errs, fmt.Errorf("base URL %q: must start with http:// or https://", c.BaseURL))
+	}
+	switch c.Endpoint {
+	case "":
+		c.Endpoint = Completions
+	case Completions, ChatCompletions:
+	default:
+		errs = append(errs, fmt.Errorf("endpoint %q: must be %s or %s", c.Endpoint, Completions, ChatCompletions))
+	}
+	if c.Source == nil {
+		errs = append(errs, errors.New("no request source"))
+	}
+	if c.Timeout < 0 || c.Warmup < 0 || c.Lookahead < 0 {
+		errs = append(errs, errors.New("timeout, warmup and lookahead must not be negative"))
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Minute
+	}
+	if c.Lookahead == 0 {
+		c.Lookahead = 64
+	}
+	if c.Client == nil {
+		c.Client = &http.Client{Transport: &http.Transport{
+			MaxIdleConns: 0, MaxIdleConnsPerHost: 10000, IdleConnTimeout: 90 * time.Second,
+			DisableCompression: true,
+		}}
+	}
+	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
+	return errors.Join(errs...)
+}
+
+// pending is a request waiting for its time.
+type pending struct {
+	w    *workload.Request
+	body []byte // rendered when it enters the lookahead window
+	seq  int
+}
+
+type queue []*pending
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if q[i].w.Arrival != q[j].w.Arrival {
+		return q[i].w.Arrival < q[j].w.Arrival
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(*pending)) }
+func (q *queue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// result is one finished request, reported to the dispatcher.
+type result struct {
+	w    *workload.Request
+	rec  results.Record
+	text []byte // generated text, for later turns that quote it
+	lag  time.Duration
+	itl  []time.Duration
+	err  string
+}
+
+// runner owns the schedule. Only its dispatch goroutine touches the source
+// and the text store.
+type runner struct {
+	cfg   Config
+	tok   *simtok.Tokenizer
+	start time.Time
+	// answers holds generated text by the output segment it stands for, so
+	// a follow-up turn quotes what the server really wrote.
+	answers map[uint64][]byte
+	seq     int
+}
+
+// Run sends every request of cfg.Source on its schedule and measures them.
+func Run(ctx context.Context, cfg Config) (*Output, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	r := &runner{cfg: cfg, tok: simtok.New(), answers: make(map[uint64][]byte)}
+	return r.run(ctx)
+}
+
+func (r *runner) run(ctx context.Context) (*Output, error) {
+	var q queue
+	sourceDone := false
+	pull := func() {
+		for !sourceDone && q.Len() < r.cfg.Lookahead {
+			w, ok := r.cfg.Source.Next()
+			if !ok {
+				sourceDone = true
+				return
+			}
+			r.push(&q, w)
+		}
+	}
+	finished := make(chan result, 1024)
+	var wg sync.WaitGroup
+	inFlight := 0
+	var recs []results.Record
+	var lags []time.Duration
+	itl := results.NewHistogram()
+	errs := map[string]int{}
+	done := 0
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	r.start = time.Now()
+	finish := func(res result) {
+		inFlight--
+		done++
+		if res.err != "" {
+			errs[res.err]++
+		}
+		lags = append(lags, res.lag)
+		if res.w.Arrival >= r.cfg.Warmup {
+			for _, d := range res.itl {
+				itl.Add(d)
+			}
+		}
+		recs = append(recs, res.rec)
+		ok := res.rec.Outcome == results.OutcomeOK
+		if ok && res.text != nil && res.w.Output.Len > 0 {
+			r.answers[res.w.Output.ID] = res.text
+		}
+		if next, more := r.cfg.Source.Done(res.w, time.Since(r.start), ok); more {
+			r.push(&q, next)
+		}
+		if r.cfg.Progress != nil {
+			r.cfg.Progress(done)
+		}
+	}
+	for {
+		pull()
+		if q.Len() == 0 {
+			if inFlight == 0 {
+				break
+			}
+			select {
+			case res := <-finished:
+				finish(res)
+			case <-ctx.Done():
+				wg.Wait()
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		p := q[0]
+		if p.body == nil {
+			p.body = r.render(p.w)
+		}
+		wait := p.w.Arrival - time.Since(r.start)
+		if wait > 0 {
+			timer.Reset(wait)
+			select {
+			case res := <-finished:
+				timer.Stop()
+				finish(res)
+				continue
+			case <-timer.C:
+			case <-ctx.Done():
+				wg.Wait()
+				return nil, ctx.Err()
+			}
+		}
+		heap.Pop(&q)
+		// Render the next few now, while there is time.
+		for i := 0; i < min(q.Len(), 4); i++ {
+			if q[i].body == nil {
+				q[i].body = r.render(q[i].w)
+			}
+		}
+		inFlight++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			finished <- r.send(ctx, p)
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(r.start)
+	slices.SortFunc(recs, func(a, b results.Record) int { return int(a.ID) - int(b.ID) })
+	sum := results.Summarize(recs, results.SummaryOptions{
+		Warmup:       r.cfg.Warmup,
+		SLO:          r.cfg.SLO,
+		Replicas:     []results.ReplicaInfo{{Name: r.cfg.BaseURL}},
+		ITL:          itl,
+		SimulatedEnd: wall,
+	})
+	sum.SimWallS = wall.Seconds()
+	return &Output{Summary: sum, Records: recs, SendLag: lagLatency(lags), Errors: errs, WallS: wall.Seconds()}, nil
+}
+
+func (r *runner) push(q *queue, w *workload.Request) {
+	r.seq++
+	heap.Push(q, &pending{w: w, seq: r.seq})
+}
+
+// render builds the request body: the prompt's segments as text (answers
+// the server already wrote stand in for their segments).
+func (r *runner) render(w *workload.Request) []byte {
+	var text []byte
+	for _, s := range w.Prompt {
+		if a, ok := r.answers[s.ID]; ok {
+			text = append(text, a...)
+			continue
+		}
+		text = r.tok.AppendSegmentText(text, s)
+	}
+	body := map[string]any{
+		"max_tokens":     w.OutputTokens,
+		"ignore_eos":     true,
+		"temperature":    0,
+		"stream":         true,
+		"stream_options": map[string]any{"include_usage": true},
+	}
+	if r.cfg.Model != "" {
+		body["model"] = r.cfg.Model
+	}
+	if r.cfg.Endpoint == ChatCompletions {
+		body["messages"] = []map[string]any{{"role": "user", "content": string(text)}}
+	} else {
+		body["prompt"] = string(text)
+	}
+	b, _ := json.Marshal(body)
+	return b
+}
+
+type streamChunk struct {
+	Choices []struct {
+		Text  *string `json:"text"`
+		Delta *struct {
+			Content *string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// send runs one request; every time is measured from its schedule.
+func (r *runner) send(ctx context.Context, p *pending) result {
+	w := p.w
+	rec := results.Record{
+		ID: w.ID, Session: w.Session, Turn: w.Turn, Replica: 0,
+		Arrival: w.Arrival, PromptTokens: promptLen(w), Outcome: results.OutcomeFailed,
+	}
+	res := result{w: w}
+	scheduled := r.start.Add(w.Arrival)
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	path := "/v1/completions"
+	if r.cfg.Endpoint == ChatCompletions {
+		path = "/v1/chat/completions"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.BaseURL+path, bytes.NewReader(p.body))
+	if err != nil {
+		res.err = "request: " + err.Error()
+		res.rec = rec
+		return res
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", fmt.Sprintf("bench-%d", w.ID))
+	sent := time.Now()
+	res.lag = sent.Sub(scheduled)
+	resp, err := r.cfg.Client.Do(req)
+	rec.Dispatch = w.Arrival + sent.Sub(scheduled)
+	if err != nil {
+		res.err = classify(err)
+		res.rec = rec
+		return res
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		res.err = fmt.Sprintf("http %d", resp.StatusCode)
+		res.rec = rec
+		return res
+	}
+	var text []byte
+	var last time.Time
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	doneSeen := false
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 {
+			continue
+		}
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok {
+			continue
+		}
+		now := time.Now()
+		if bytes.Equal(data, []byte("[DONE]")) {
+			doneSeen = true
+			break
+		}
+		var c streamChunk
+		if err := json.Unmarshal(data, &c); err != nil {
+			res.err = "bad stream event"
+			break
+		}
+		if c.Error != nil {
+			res.err = "stream error"
+			break
+		}
+		if c.Usage != nil {
+			rec.PromptTokens = c.Usage.PromptTokens
+			rec.OutputTokens = c.Usage.CompletionTokens
+			if c.Usage.PromptTokensDetails != nil {
+				rec.CachedTokens = c.Usage.PromptTokensDetails.CachedTokens
+			}
+		}
+		for _, ch := range c.Choices {
+			var piece *string
+			if ch.Text != nil {
+				piece = ch.Text
+			} else if ch.Delta != nil {
+				piece = ch.Delta.Content
+			}
+			if piece == nil || *piece == "" {
+				continue
+			}
+			if !rec.HasFirstToken {
+				rec.HasFirstToken = true
+				rec.FirstToken = w.Arrival + now.Sub(scheduled)
+			} else {
+				res.itl = append(res.itl, now.Sub(last))
+			}
+			last = now
+			text = append(text, *piece...)
+		}
+	}
+	if err := sc.Err(); err != nil && res.err == "" {
+		res.err = classify(err)
+	}
+	if res.err == "" && !doneSeen {
+		res.err = "stream ended early"
+	}
+	if res.err == "" {
+		rec.Outcome = results.OutcomeOK
+		rec.End = w.Arrival + last.Sub(scheduled)
+		if rec.OutputTokens == 0 {
+			rec.OutputTokens = r.tok.CountTokens(string(text))
+		}
+		res.text = text
+	}
+	res.rec = rec
+	return res
+}
+
+func promptLen(w *workload.Request) int {
+	n := 0
+	for _, s := range w.Prompt {
+		n += s.Len
+	}
+	return n
+}
+
+func classify(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "connection closed"
+	}
+	s := err.Error()
+	switch {
+	case strings.Contains(s, "connection refused"):
+		return "connection refused"
+	case strings.Contains(s, "connection reset"):
+		return "connection reset"
+	}
+	return "transport error"
+}
+
+// lagLatency summarises send lags in milliseconds.
+func lagLatency(ds []time.Duration) results.Latency {
+	ms := make([]float64, len(ds))
+	for i, d := range ds {
+		ms[i] = float64(d) / 1e6
+	}
+	return results.LatencyOf(ms)
+}

@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/fleet"
+	"github.com/inferrail/inferrail/results"
+	"github.com/inferrail/inferrail/workload"
+)
+
+// pipeListener serves HTTP over net.Pipe so that a whole benchmark runs
+// inside a synctest bubble, on virtual time.
+type pipeListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.closed) }); return nil }
+func (l *pipeListener) Addr() net.Addr { return &net.UnixAddr{Name: "pipe", Net: "pipe"} }
+func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	c, s := net.Pipe()
+	select {
+	case l.conns <- s:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// serve starts handler over pipes and returns a client for it.
+func serve(t *testing.T, h http.Handler) (*http.Client, func()) {
+	ln := &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+	hs := &http.Server{Handler: h}
+	go hs.Serve(ln)
+	tr := &http.Transport{DialContext: ln.dial, MaxIdleConnsPerHost: 10000}
+	return &http.Client{Transport: tr}, func() {
+		tr.CloseIdleConnections()
+		hs.Close()
+		ln.Close()
+		time.Sleep(time.Second) // lingering connections finish (virtual time)
+	}
+}
+
+func w1(t *testing.T, n int, rate float64) workload.Config {
+	wl, err := workload.DefaultConfig("w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Requests, wl.Rate, wl.Seed = n, rate, 7
+	return wl
+}
+
+// One workload through bench against one engine and through the simulator
+// with one replica: the same TTFT percentiles and hit rate (on virtual time
+// the only differences are the routers' bookkeeping).
+func TestBenchMatchesSimulation(t *testing.T) {
+	n := 600
+	if testing.Short() {
+		n = 200
+	}
+	ec := engine.DefaultConfig()
+	wl := w1(t, n, 0.8)
+	sim, err := fleet.Simulate(fleet.Config{Seed: 7, Workload: wl, Policy: "round_robin", Replicas: 1, Engine: ec, ScrapeInterval: 100 * time.Millisecond, Index: fleet.IndexApproximate, SLO: results.DefaultSLO()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *Output
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := server.New(server.Config{Engine: ec, ServedModelNames: []string{wl.Model}, EnablePromptTokensDetails: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { srv.Run(ctx); close(done) }()
+		client, stop := serve(t, srv.Handler())
+		src, err := workload.New(wl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err = Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		cancel()
+		<-done
+	})
+	b, s := got.Summary, sim.Summary
+	if b.Completed != n || b.Failed != 0 {
+		t.Fatalf("bench: %d completed, %d failed of %d (errors %v)", b.Completed, b.Failed, n, got.Errors)
+	}
+	within := func(name string, x, y, tol float64) {
+		if math.Abs(x-y) > tol*math.Max(math.Abs(y), 1e-9) {
+			t.Errorf("%s: bench %.4g, sim %.4g (more than %.0f%% apart)", name, x, y, 100*tol)
+		}
+	}
+	within("ttft p50", b.TTFT.P50, s.TTFT.P50, 0.05)
+	within("ttft p99", b.TTFT.P99, s.TTFT.P99, 0.05)
+	within("hit rate", b.HitRate, s.HitRate, 0.02)
+	within("tpot p50", b.TPOT.P50, s.TPOT.P50, 0.05)
+	t.Logf("bench TTFT p50/p99 %.1f/%.1f ms, sim %.1f/%.1f ms; hit rate %.3f vs %.3f", b.TTFT.P50, b.TTFT.P99, s.TTFT.P50, s.TTFT.P99, b.HitRate, s.HitRate)
+}
+
+// A server that takes a long time must not slow the schedule down: every
+// request leaves on time and its latency counts from its schedule.
+func TestOpenLoopNoCoordinatedOmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var seen []time.Duration
+		start := time.Now()
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen = append(seen, time.Since(start))
+			mu.Unlock()
+			time.Sleep(2 * time.Second) // far slower than the arrival rate
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Write([]byte("data: {\"choices\":[{\"index\":0,\"text\":\"bakabo \"}]}\n\n"))
+			w.Write([]byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n"))
+		})
+		client, stop := serve(t, h)
+		defer stop()
+		src, err := workload.New(w1(t, 50, 10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Summary.Completed != 50 {
+			t.Fatalf("%d completed, errors %v", out.Summary.Completed, out.Errors)
+		}
+		if out.SendLag.P99 > 2 {
+			t.Fatalf("send lag p99 %.3f ms against a slow server", out.SendLag.P99)
+		}
+		for _, r := range out.Records {
+			if d := r.FirstToken - r.Arrival; d < 2*time.Second || d > 2*time.Second+10*time.Millisecond {
+				t.Fatalf("request %d: TTFT %v, want the server's 2 s counted from the schedule", r.ID, d)
+			}
+		}
+		if len(seen) != 50 {
+			t.Fatalf("server saw %d requests", len(seen))
+		}
+	})
+}
+
+// Failures are counted by reason and never stop the run.
+func TestErrorsCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ec := engine.DefaultConfig()
+		srv, err := server.New(server.Config{Engine: ec, Seed: 3, Faults: server.Faults{ErrorRate: 0.2, CloseRate: 0.1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { srv.Run(ctx); close(done) }()
+		client, stop := serve(t, srv.Handler())
+		src, _ := workload.New(w1(t, 200, 0.5))
+		out, err := Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		cancel()
+		<-done
+		failed := 0
+		for _, r := range out.Records {
+			if r.Outcome != results.OutcomeOK {
+				failed++
+			}
+		}
+		if out.Errors["http 500"] == 0 || out.Errors["connection closed"] == 0 || failed != out.Errors["http 500"]+out.Errors["connection closed"] {
+			t.Fatalf("errors %v, %d failed records", out.Errors, failed)
+		}
+		if out.Summary.Completed+out.Summary.Failed != 200 {
+			t.Fatalf("summary counts %d+%d", out.Summary.Completed, out.Summary.Failed)
+		}
+	})
+}
+
+func TestConfigErrors(t *testing.T) {
+	src, _ := workload.New(w1(t, 1, 1))
+	for _, c := range []Config{
+		{BaseURL: "localhost:8000", Source: src},
+		{BaseURL: "http://x", Source: src, Endpoint: "embeddings"},
+		{BaseURL: "http://x"},
+	} {
+		if _, err := Run(context.Background(), c); err == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+}

@@ -1,0 +1,15 @@
+// Package bench is `inferrail bench`: an open-loop load generator for
+// OpenAI-compatible servers (vLLM, SGLang, inferrail engine, inferrail
+// live). It sends a workload or a replayed trace on its own schedule,
+// whatever the server's responses, renders prompts as real text from the
+// request model's segments (builtin:sim words), and measures time to first
+// token, time per output token, inter-token latency and end-to-end latency
+// from each request's scheduled time, so a slow server cannot hide its
+// queueing (no coordinated omission). Send lag, the delay between a
+// request's schedule and its bytes leaving, is recorded too.
+//
+// Its records and summary are the simulator's (package results), so runs
+// against live servers and simulations compare side by side.
+//
+// Start with Run.
+package bench

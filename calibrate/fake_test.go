@@ -1,0 +1,226 @@
+package calibrate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/kvblock"
+)
+
+// fakeServer is a minimal OpenAI-compatible server over the engine model on
+// real (or, inside a synctest bubble, fake) time: one goroutine owns the
+// engine, handlers talk to it over channels. Prompts are space-separated
+// words, one token each.
+type fakeServer struct {
+	cfg      engine.Config
+	start    time.Time
+	addc     chan *fakeReq
+	resetc   chan chan bool
+	running  atomic.Int64
+	waiting  atomic.Int64
+	nextID   atomic.Uint64
+	noCached bool          // leave usage.prompt_tokens_details out
+	overhead time.Duration // delay before a request reaches the engine
+	maxLen   int
+	salt     kvblock.Hash
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+type fakeReq struct {
+	req    engine.Request
+	out    chan engine.Emission
+	cached int
+}
+
+func newFakeServer(cfg engine.Config) (*fakeServer, error) {
+	if _, err := engine.New(cfg); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &fakeServer{cfg: cfg, start: time.Now(), addc: make(chan *fakeReq), resetc: make(chan chan bool), maxLen: cfg.MaxModelLen,
+		salt: kvblock.Salt("fake", "", ""), cancel: cancel, done: make(chan struct{})}
+	e, _ := engine.New(cfg)
+	go f.loop(ctx, e)
+	return f, nil
+}
+
+func (f *fakeServer) close() { f.cancel(); <-f.done }
+
+func (f *fakeServer) loop(ctx context.Context, e *engine.Engine) {
+	defer close(f.done)
+	reqs := map[engine.RequestID]*fakeReq{}
+	add := func(r *fakeReq) {
+		if err := e.Add(time.Since(f.start), r.req); err != nil {
+			close(r.out)
+			return
+		}
+		reqs[r.req.ID] = r
+	}
+	for {
+		_, busy := e.NextStep()
+		if !busy {
+			select {
+			case <-ctx.Done():
+				return
+			case r := <-f.addc:
+				add(r)
+			case c := <-f.resetc:
+				ok, _ := e.ResetPrefixCache()
+				c <- ok
+			}
+			continue
+		}
+	drain:
+		for {
+			select {
+			case r := <-f.addc:
+				add(r)
+			case c := <-f.resetc:
+				ok, _ := e.ResetPrefixCache()
+				c <- ok
+			default:
+				break drain
+			}
+		}
+		res := e.Step(time.Since(f.start))
+		if d := res.End() - time.Since(f.start); d > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+		for _, em := range res.Emitted {
+			r := reqs[em.ID]
+			if em.Output == 1 {
+				r.cached = em.CachedTokens
+			}
+			r.out <- em
+			if em.Finished {
+				close(r.out)
+				delete(reqs, em.ID)
+			}
+		}
+		m := e.Metrics()
+		f.running.Store(int64(m.Running))
+		f.waiting.Store(int64(m.Waiting))
+	}
+}
+
+func (f *fakeServer) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":"fake","object":"model","max_model_len":%d}]}`, f.maxLen)
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "# HELP vllm:num_requests_running x\nvllm:num_requests_running{model_name=\"fake\"} %d\nvllm:num_requests_waiting{model_name=\"fake\"} %d\n", f.running.Load(), f.waiting.Load())
+		fmt.Fprintf(w, "vllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\"} 1.0\n", f.cfg.BlockSize, f.cfg.NumGPUBlocks)
+	})
+	mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, _ *http.Request) {
+		c := make(chan bool)
+		f.resetc <- c
+		<-c
+	})
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Prompt    string `json:"prompt"`
+			MaxTokens int    `json:"max_tokens"`
+			Stream    bool   `json:"stream"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || !body.Stream {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		words := strings.Fields(body.Prompt)
+		toks := make([]uint32, len(words))
+		for i, wd := range words {
+			h := fnv.New32a()
+			h.Write([]byte(wd))
+			toks[i] = h.Sum32()
+		}
+		fr := &fakeReq{out: make(chan engine.Emission, body.MaxTokens+1), req: engine.Request{
+			ID: engine.RequestID(f.nextID.Add(1)), PromptTokens: len(toks), OutputTokens: body.MaxTokens,
+			BlockHashes: kvblock.AppendHashes(nil, f.salt, toks, f.cfg.BlockSize),
+		}}
+		time.Sleep(f.overhead)
+		f.addc <- fr
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		n := 0
+		for range fr.out {
+			n++
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"tok \"}]}\n\n")
+			fl.Flush()
+		}
+		details := fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}`, fr.cached)
+		if f.noCached {
+			details = ""
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d%s}}\n\ndata: [DONE]\n\n", len(toks), n, details)
+		fl.Flush()
+	})
+	return mux
+}
+
+// pipeListener is an in-memory listener, so that HTTP works inside a
+// synctest bubble.
+type pipeListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error { l.once.Do(func() { close(l.closed) }); return nil }
+
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+
+func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	a, b := net.Pipe()
+	select {
+	case l.conns <- a:
+		return b, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// startFake serves f on an in-memory listener and returns a client for it;
+// stop closes everything.
+func startFake(f *fakeServer) (url string, client *http.Client, stop func()) {
+	l := newPipeListener()
+	srv := httptest.NewUnstartedServer(f.handler())
+	srv.Listener = l
+	srv.Start()
+	tr := &http.Transport{DialContext: l.dial}
+	return srv.URL, &http.Client{Transport: tr}, func() {
+		tr.CloseIdleConnections()
+		srv.Close()
+		f.close()
+	}
+}

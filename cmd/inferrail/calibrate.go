@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inferrail/inferrail/calibrate"
+)
+
+type calibrateFlags struct {
+	url         string
+	model       string
+	apiKey      string
+	budget      time.Duration
+	batched     int
+	blockSize   int
+	maxPrompt   int
+	maxBatch    int
+	fromLog     string
+	holdout     float64
+	maxEvals    int
+	preset      string
+	listPresets bool
+	out         string
+	report      string
+}
+
+func newCalibrateCmd(stdout, stderr io.Writer) *cobra.Command {
+	var f calibrateFlags
+	cmd := &cobra.Command{
+		Use:   "calibrate",
+		Short: "Fit the engine latency model to a live engine or its logs, or derive it for a model x GPU",
+		Long: `calibrate writes an engine profile (YAML that sim --profile reads) in one of
+three ways:
+
+  --url       probe a running OpenAI-compatible server (vLLM, inferrail engine):
+              cold prompts of several lengths, cached-prefix prompts and
+              concurrent decode batches, timed from the stream; the five
+              latency coefficients are fitted by least squares. The
+              measurements go beside the profile (PROFILE.measurements.json).
+  --from-log  replay a vLLM request log directory (requests.jsonl, meta.json)
+              through the engine model and fit the coefficients to the logged
+              TTFT and end-to-end latencies; --holdout keeps the last share of
+              requests out of the fit to score the profile on them.
+  --preset    derive a profile by roofline for a known MODEL@GPU (or
+              MODEL@NxGPU); --list-presets shows them.`,
+		Example: `  inferrail calibrate --url http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B --out my-gpu.yaml --budget 2m
+  inferrail calibrate --from-log ../shared/traces/vllm-logs/RTX4090-Llama-3.1-8B --holdout 0.5 --out rtx4090.yaml --report fit.json
+  inferrail calibrate --preset Llama-3.1-70B@4xH100 --out 70b-h100.yaml
+  inferrail calibrate --list-presets`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runCalibrate(cmd, f, stdout, stderr)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.url, "url", "", "probe the OpenAI-compatible server at this root URL")
+	fl.StringVar(&f.model, "model", "", "model to probe (default: the first the server lists)")
+	fl.StringVar(&f.apiKey, "api-key", "", "bearer token for the server")
+	fl.DurationVar(&f.budget, "budget", 2*time.Minute, "stop probing after this long")
+	fl.IntVar(&f.batched, "max-num-batched-tokens", 0, "the server's --max-num-batched-tokens (prefill chunk size); default 2048")
+	fl.IntVar(&f.blockSize, "block-size", 0, "the server's KV block size (default: from /metrics, else 16)")
+	fl.IntVar(&f.maxPrompt, "max-prompt-tokens", 0, "longest probe prompt (default 8192, or less if the server's max_model_len is smaller)")
+	fl.IntVar(&f.maxBatch, "max-batch", 0, "largest concurrent decode batch to probe (default 32)")
+	fl.StringVar(&f.fromLog, "from-log", "", "fit to this vLLM request log directory (requests.jsonl and meta.json)")
+	fl.Float64Var(&f.holdout, "holdout", 0, "with --from-log: fraction of requests, the last by arrival, scored but not fitted (0 to <1)")
+	fl.IntVar(&f.maxEvals, "max-evals", 0, "with --from-log: most log replays in the search (default 400)")
+	fl.StringVar(&f.preset, "preset", "", "derive the profile by roofline for MODEL@GPU or MODEL@NxGPU (see --list-presets)")
+	fl.BoolVar(&f.listPresets, "list-presets", false, "list the known MODEL@GPU presets and exit")
+	fl.StringVar(&f.out, "out", "", "write the profile YAML here")
+	fl.StringVar(&f.report, "report", "", "write the fit report (JSON) here")
+	return cmd
+}
+
+func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer) error {
+	fl := cmd.Flags()
+	modes := 0
+	for _, on := range []bool{f.url != "", f.fromLog != "", f.preset != "", f.listPresets} {
+		if on {
+			modes++
+		}
+	}
+	if modes != 1 {
+		return usagef("calibrate: give exactly one of --url (probe a server), --from-log DIR (fit a vLLM log), --preset MODEL@GPU or --list-presets")
+	}
+	only := func(mode string, names ...string) error {
+		for _, n := range names {
+			if fl.Changed(n) {
+				return usagef("--%s: applies only to %s", n, mode)
+			}
+		}
+		return nil
+	}
+	probeFlags := []string{"model", "api-key", "budget", "max-num-batched-tokens", "block-size", "max-prompt-tokens", "max-batch"}
+	logFlags := []string{"holdout", "max-evals"}
+	if f.listPresets {
+		if err := only("--url or --from-log", append(append(probeFlags, logFlags...), "out", "report")...); err != nil {
+			return err
+		}
+		for _, name := range calibrate.PresetNames() {
+			c, _ := calibrate.Preset(name)
+			fmt.Fprintf(stdout, "%-32s %-24s %6d blocks  step %.3g ms  prefill %.3g us/token\n", name, c.Name, c.NumGPUBlocks, c.Latency.StepFixedMs, c.Latency.PrefillTokenUs)
+		}
+		return nil
+	}
+	if f.out == "" {
+		return usagef("--out: name the profile YAML to write, for example --out my-gpu.yaml")
+	}
+	switch {
+	case f.preset != "":
+		if err := only("--url or --from-log", append(append(probeFlags, logFlags...), "report")...); err != nil {
+			return err
+		}
+		cfg, err := calibrate.Preset(f.preset)
+		if err != nil {
+			return usagef("--preset: %w", err)
+		}
+		info, _ := calibrate.PresetInfo(f.preset)
+		fmt.Fprint(stderr, info)
+		if err := calibrate.SaveProfile(f.out, cfg); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "calibrate: wrote %s\n", f.out)
+		return nil
+	case f.fromLog != "":
+		if err := only("--url", probeFlags...); err != nil {
+			return err
+		}
+		if math.IsNaN(f.holdout) || f.holdout < 0 || f.holdout >= 1 {
+			return usagef("--holdout: must be at least 0 and below 1 (a fraction of the requests), got %v", f.holdout)
+		}
+		if f.maxEvals < 0 {
+			return usagef("--max-evals: must be 0 (default) or positive, got %d", f.maxEvals)
+		}
+		l, err := calibrate.ReadLog(f.fromLog)
+		if err != nil {
+			return usagef("--from-log: %w", err)
+		}
+		for _, n := range l.Notes {
+			fmt.Fprintln(stderr, "calibrate: note: "+n)
+		}
+		fmt.Fprintf(stderr, "calibrate: fitting %d requests of %s (holdout %.2g)\n", len(l.Requests), f.fromLog, f.holdout)
+		fit, err := calibrate.FitLog(l, calibrate.LogOptions{Holdout: f.holdout, MaxEvaluations: f.maxEvals, Progress: stderr})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "calibrate: fit    TTFT MAPE %.1f%%, E2E MAPE %.1f%% (%d requests)\n", fit.Fit.TTFTMAPE, fit.Fit.E2EMAPE, fit.Fit.Requests)
+		if fit.Holdout != nil {
+			fmt.Fprintf(stderr, "calibrate: holdout TTFT MAPE %.1f%%, E2E MAPE %.1f%% (%d requests)\n", fit.Holdout.TTFTMAPE, fit.Holdout.E2EMAPE, fit.Holdout.Requests)
+		}
+		if err := calibrate.SaveProfile(f.out, fit.Config); err != nil {
+			return err
+		}
+		if f.report != "" {
+			if err := calibrate.SaveJSON(f.report, fit); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(stderr, "calibrate: wrote %s\n", f.out)
+		return nil
+	default:
+		if err := only("--from-log", logFlags...); err != nil {
+			return err
+		}
+		if f.budget <= 0 {
+			return usagef("--budget: must be positive, got %v", f.budget)
+		}
+		for _, v := range []struct {
+			name string
+			v    int
+		}{{"max-num-batched-tokens", f.batched}, {"block-size", f.blockSize}, {"max-prompt-tokens", f.maxPrompt}, {"max-batch", f.maxBatch}} {
+			if v.v < 0 {
+				return usagef("--%s: must be positive, got %d", v.name, v.v)
+			}
+		}
+		if !strings.HasPrefix(f.url, "http://") && !strings.HasPrefix(f.url, "https://") {
+			return usagef("--url: want the server's root such as http://127.0.0.1:8000, got %q", f.url)
+		}
+		ctx := cmd.Context()
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		res, err := calibrate.Probe(ctx, calibrate.ProbeConfig{
+			BaseURL: f.url, Model: f.model, APIKey: f.apiKey, Budget: f.budget, Progress: stderr,
+			MaxNumBatchedTokens: f.batched, BlockSize: f.blockSize, MaxPromptTokens: f.maxPrompt, MaxBatch: f.maxBatch,
+		})
+		if res != nil {
+			// The measurements are kept even when the fit fails.
+			if werr := calibrate.SaveJSON(calibrate.MeasurementsPath(f.out), res); werr != nil {
+				return werr
+			}
+			for _, n := range res.Notes {
+				fmt.Fprintln(stderr, "calibrate: note: "+n)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		for _, c := range res.Fit.Coefficients {
+			fmt.Fprintf(stderr, "calibrate: %-20s %10.4g ± %.2g\n", c.Name, c.Value, c.StdErr)
+		}
+		fmt.Fprintf(stderr, "calibrate: relative RMS error %.2f%% over %d measurements\n", 100*res.Fit.RelRMS, res.Fit.Rows)
+		if err := calibrate.SaveProfile(f.out, res.Config); err != nil {
+			return err
+		}
+		if f.report != "" {
+			if err := calibrate.SaveJSON(f.report, res.Fit); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(stderr, "calibrate: wrote %s and %s\n", f.out, calibrate.MeasurementsPath(f.out))
+		return nil
+	}
+}

@@ -1,0 +1,286 @@
+package kvevents
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	// Endpoint is the engine's PUB endpoint to connect to, e.g.
+	// "tcp://10.0.0.7:5557".
+	Endpoint string
+	// ReplayEndpoint is the engine's replay ROUTER endpoint; "" disables
+	// gap repair (gaps are still detected and reported).
+	ReplayEndpoint string
+	// Topic is the subscription prefix ("" receives every topic).
+	Topic string
+	// OnGap, if set, is told about every run of missed sequence numbers and
+	// whether replay repaired it. An unrepaired gap means the caller's view
+	// of the engine's cache is out of sync (fall back to an approximate
+	// index until it has rebuilt).
+	OnGap func(Gap)
+	// OnReset, if set, is told when the sequence goes backwards: the
+	// publisher restarted, so its cache started empty.
+	OnReset func(Reset)
+	// ReplayTimeout bounds one replay request (default 5 s).
+	ReplayTimeout time.Duration
+	// RetryInterval is the wait between connection attempts (default 100 ms).
+	RetryInterval time.Duration
+}
+
+// Gap is a run of sequence numbers [First, Last] that did not arrive live.
+// Repaired says every one of them was delivered from replay, in order,
+// before the batch that revealed the gap. A batch that arrived but could not
+// be decoded is reported as an unrepaired gap of one.
+type Gap struct {
+	First, Last uint64
+	Repaired    bool
+}
+
+// Reset reports a publisher restart: Seq arrived after Prev with Seq <= Prev.
+// After a reset the Subscriber treats 0..Seq-1 as a gap (replayed when it
+// can), as llm-d does, so the new engine's history is complete.
+type Reset struct {
+	Prev, Seq uint64
+}
+
+// SubscriberStats are a Subscriber's counters.
+type SubscriberStats struct {
+	Received     uint64 // batches delivered as they arrived
+	Replayed     uint64 // batches delivered from replay
+	Gaps         uint64 // runs of missed sequence numbers
+	Missed       uint64 // sequence numbers neither received nor replayed
+	Resets       uint64 // publisher restarts
+	DecodeErrors uint64 // payloads that were not valid batches
+	BadFrames    uint64 // messages not shaped [topic, seq, payload]
+	Connects     uint64 // successful connections to the PUB endpoint
+}
+
+// Subscriber receives vLLM KV event batches from one engine and hands them
+// to a handler in sequence order, repairing gaps by replay where it can.
+// The handler and callbacks run on the Subscriber's one goroutine, so they
+// need no locking but should return quickly.
+//
+// The first batch after start sets the expected sequence; nothing before it
+// is requested. When the connection fails the Subscriber redials every
+// RetryInterval (its own loop: zmq4's automatic reconnect redials from inside
+// its reader goroutine); batches the same publisher sent meanwhile show up as
+// a gap and are replayed when possible.
+type Subscriber struct {
+	cfg     SubscriberConfig
+	handler func(seq uint64, b Batch)
+	topic   []byte
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	// sequence state, owned by the run goroutine
+	have bool
+	next uint64
+
+	received, replayed, gaps, missed, resets, decodeErrors, badFrames, connects atomic.Uint64
+}
+
+// NewSubscriber validates cfg and starts receiving in the background; it
+// returns at once and keeps trying to connect (and reconnect) until Close.
+func NewSubscriber(ctx context.Context, cfg SubscriberConfig, handler func(seq uint64, b Batch)) (*Subscriber, error) {
+	if handler == nil {
+		return nil, errors.New("kvevents: subscriber needs a handler")
+	}
+	if err := checkEndpoint("subscriber endpoint", cfg.Endpoint); err != nil {
+		return nil, err
+	}
+	if cfg.ReplayEndpoint != "" {
+		if err := checkEndpoint("subscriber replay endpoint", cfg.ReplayEndpoint); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ReplayTimeout < 0 || cfg.RetryInterval < 0 {
+		return nil, fmt.Errorf("kvevents: subscriber timeouts must not be negative (replay %v, retry %v)", cfg.ReplayTimeout, cfg.RetryInterval)
+	}
+	if cfg.ReplayTimeout == 0 {
+		cfg.ReplayTimeout = 5 * time.Second
+	}
+	if cfg.RetryInterval == 0 {
+		cfg.RetryInterval = 100 * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Subscriber{cfg: cfg, handler: handler, topic: []byte(cfg.Topic), cancel: cancel}
+	s.wg.Go(func() { s.run(ctx) })
+	return s, nil
+}
+
+// quiet keeps zmq4 from logging to stderr.
+func quiet() zmq4.Option { return zmq4.WithLogger(log.New(io.Discard, "", 0)) }
+
+// run connects, reads until the connection fails, and reconnects.
+func (s *Subscriber) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		sock := zmq4.NewSub(ctx, quiet(), zmq4.WithDialerMaxRetries(-1), zmq4.WithDialerRetry(s.cfg.RetryInterval))
+		if err := sock.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err == nil {
+			if err := sock.Dial(s.cfg.Endpoint); err == nil {
+				s.connects.Add(1)
+				s.read(ctx, sock)
+			}
+		}
+		closeAndDrain(sock)
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.cfg.RetryInterval):
+		}
+	}
+}
+
+// closeAndDrain closes a zmq4 socket and then receives a few times: zmq4
+// v0.17's per-connection reader goroutine blocks forever on a full internal
+// channel once nobody reads, and each Recv after Close takes a queued
+// message with probability 1/2, which unblocks it.
+func closeAndDrain(sock zmq4.Socket) {
+	_ = sock.Close()
+	for range 64 {
+		_, _ = sock.Recv()
+	}
+}
+
+func (s *Subscriber) read(ctx context.Context, sock zmq4.Socket) {
+	for {
+		msg, err := sock.Recv()
+		if err != nil || ctx.Err() != nil {
+			return
+		}
+		f := msg.Frames
+		if len(f) != 3 || len(f[1]) != 8 || !bytes.HasPrefix(f[0], s.topic) {
+			s.badFrames.Add(1)
+			continue
+		}
+		s.process(ctx, binary.BigEndian.Uint64(f[1]), f[2])
+	}
+}
+
+// process handles one live batch: gap and reset detection, replay, delivery.
+func (s *Subscriber) process(ctx context.Context, seq uint64, payload []byte) {
+	if s.have {
+		if seq < s.next {
+			s.resets.Add(1)
+			if s.cfg.OnReset != nil {
+				s.cfg.OnReset(Reset{Prev: s.next - 1, Seq: seq})
+			}
+			s.next = 0
+		}
+		if seq > s.next {
+			s.fill(ctx, s.next, seq-1)
+		}
+	}
+	s.have, s.next = true, seq+1
+	if s.deliver(seq, payload) {
+		s.received.Add(1)
+		return
+	}
+	s.reportGap(Gap{First: seq, Last: seq})
+}
+
+// fill repairs the gap [first, last] from replay where it can and reports it.
+func (s *Subscriber) fill(ctx context.Context, first, last uint64) {
+	var delivered uint64
+	if s.cfg.ReplayEndpoint != "" {
+		entries, _ := s.fetchReplay(ctx, first)
+		want := first
+		for _, e := range entries {
+			if e.seq < want || e.seq > last {
+				continue
+			}
+			want = e.seq + 1
+			if s.deliver(e.seq, e.payload) {
+				s.replayed.Add(1)
+				delivered++
+			}
+		}
+	}
+	s.reportGap(Gap{First: first, Last: last, Repaired: delivered == last-first+1})
+}
+
+func (s *Subscriber) reportGap(g Gap) {
+	s.gaps.Add(1)
+	if !g.Repaired {
+		s.missed.Add(g.Last - g.First + 1)
+	}
+	if s.cfg.OnGap != nil {
+		s.cfg.OnGap(g)
+	}
+}
+
+func (s *Subscriber) deliver(seq uint64, payload []byte) bool {
+	b, err := DecodeBatch(payload)
+	if err != nil {
+		s.decodeErrors.Add(1)
+		return false
+	}
+	s.handler(seq, b)
+	return true
+}
+
+// fetchReplay asks the replay ROUTER for every buffered batch with seq >=
+// start, over a DEALER that sends ["", start] and reads ["", seq, payload]
+// until seq is -1.
+func (s *Subscriber) fetchReplay(ctx context.Context, start uint64) ([]entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
+	defer cancel()
+	d := zmq4.NewDealer(ctx, quiet(), zmq4.WithDialerMaxRetries(-1), zmq4.WithDialerRetry(s.cfg.RetryInterval))
+	defer closeAndDrain(d)
+	if err := d.Dial(s.cfg.ReplayEndpoint); err != nil {
+		return nil, fmt.Errorf("kvevents: dial replay endpoint %q: %w", s.cfg.ReplayEndpoint, err)
+	}
+	var sb [8]byte
+	binary.BigEndian.PutUint64(sb[:], start)
+	if err := d.Send(zmq4.NewMsgFrom(nil, sb[:])); err != nil {
+		return nil, fmt.Errorf("kvevents: send replay request: %w", err)
+	}
+	var out []entry
+	for {
+		msg, err := d.Recv()
+		if err != nil {
+			return out, fmt.Errorf("kvevents: replay from %d: %w", start, err)
+		}
+		f := msg.Frames
+		if len(f) != 3 || len(f[0]) != 0 || len(f[1]) != 8 {
+			s.badFrames.Add(1)
+			continue
+		}
+		if bytes.Equal(f[1], endSeq) {
+			return out, nil
+		}
+		out = append(out, entry{seq: binary.BigEndian.Uint64(f[1]), payload: f[2]})
+	}
+}
+
+// Stats returns the subscriber's counters.
+func (s *Subscriber) Stats() SubscriberStats {
+	return SubscriberStats{
+		Received:     s.received.Load(),
+		Replayed:     s.replayed.Load(),
+		Gaps:         s.gaps.Load(),
+		Missed:       s.missed.Load(),
+		Resets:       s.resets.Load(),
+		DecodeErrors: s.decodeErrors.Load(),
+		BadFrames:    s.badFrames.Load(),
+		Connects:     s.connects.Load(),
+	}
+}
+
+// Close stops receiving and waits for the Subscriber's goroutine (and the
+// zmq4 goroutines it started) to finish.
+func (s *Subscriber) Close() error {
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}

@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench lint report clean
+.PHONY: all build test demo bench lint report clean node-deps stress tokenize-fixtures chat-fixtures
 
 all: build
 
@@ -11,13 +11,24 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 build:
 	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o $(BIN) ./cmd/inferrail
 
-# The whole suite: vet, format check, tests (the router and fleet also under
-# the race detector). No benchmarks, no timing assertions.
-test:
+# The official OpenAI Node SDK, for the engine's SDK test (installed once
+# into .cache/node; skipped with a note where npm is missing).
+OPENAI_SDK := openai@7.59.0
+node-deps:
+	@if [ -d .cache/node/node_modules/openai ]; then :; \
+	elif command -v npm >/dev/null 2>&1; then \
+		echo "installing $(OPENAI_SDK) into .cache/node"; \
+		npm install --silent --no-audit --no-fund --prefix .cache/node $(OPENAI_SDK) >/dev/null || exit 1; \
+	else echo "npm not found: the OpenAI SDK test will be skipped"; fi
+
+# The whole suite: vet, format check, tests (the router, fleet, engine server
+# and bench also under the race detector). No benchmarks, no timing
+# assertions.
+test: node-deps
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
-	$(GO) test -count=1 -race -short ./router/... ./fleet/...
+	$(GO) test -count=1 -race -short ./router/... ./fleet/... ./engine/server/... ./engine/kvevents/... ./bench/...
 
 # W1 on the default fleet under two baseline policies and cost_model.
 demo: build
@@ -51,3 +62,18 @@ report: build
 	./$(BIN) compare --workload w6 --policies cost_model,sglang --index events --seeds 3 --out docs/benchmarks/w6-events --title "W6 with the event-fed KV index"
 	./$(BIN) capacity --workload w1 --policies all --seeds 3 --out docs/benchmarks/w1-capacity --title "W1: replicas needed at 6.4 req/s"
 	./$(BIN) capacity --workload w2 --policies all --seeds 3 --requests 12000 --warmup 120s --out docs/benchmarks/w2-capacity --title "W2: replicas needed at 14 req/s"
+
+# Real-time checks, too slow or too timing-sensitive for make test: the mock
+# engine against its own model on wall-clock time, thousands of concurrent
+# streams and disconnects over TCP, bench's send lag at 300 req/s.
+stress:
+	INFERRAIL_STRESS=1 $(GO) test -count=1 -run Stress -v ./engine/server/ ./bench/
+
+# Regenerate router/tokenize/testdata from the reference tokenizers library
+# (needs node, npm and ../shared).
+tokenize-fixtures:
+	scripts/tokenize-fixtures/run.sh
+
+# Regenerate router/tokenize/chat golden files (needs python3-jinja2 and ../shared).
+chat-fixtures:
+	scripts/chat-fixtures/run.sh

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -100,6 +101,10 @@ func (c *Config) validate() error {
 	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
 	return errors.Join(errs...)
 }
+
+// spinWindow is how long before a send the dispatcher stops sleeping and
+// yields in a loop instead.
+const spinWindow = time.Millisecond
 
 // pending is a request waiting for its time.
 type pending struct {
@@ -224,7 +229,9 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 		if p.body == nil {
 			p.body = r.render(p.w)
 		}
-		wait := p.w.Arrival - time.Since(r.start)
+		// Sleep until just before the send time, then yield until it: timer
+		// wake-ups are late by tens to hundreds of microseconds.
+		wait := p.w.Arrival - time.Since(r.start) - spinWindow
 		if wait > 0 {
 			timer.Reset(wait)
 			select {
@@ -238,19 +245,23 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 				return nil, ctx.Err()
 			}
 		}
-		heap.Pop(&q)
-		// Render the next few now, while there is time.
-		for i := 0; i < min(q.Len(), 4); i++ {
-			if q[i].body == nil {
-				q[i].body = r.render(q[i].w)
-			}
+		for time.Since(r.start) < p.w.Arrival {
+			runtime.Gosched()
 		}
+		heap.Pop(&q)
 		inFlight++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			finished <- r.send(ctx, p)
 		}()
+		runtime.Gosched() // let the sender go before rendering more
+		// Render the next few now, while there is time.
+		for i := 0; i < min(q.Len(), 4); i++ {
+			if q[i].body == nil {
+				q[i].body = r.render(q[i].w)
+			}
+		}
 	}
 	wg.Wait()
 	wall := time.Since(r.start)
@@ -363,7 +374,7 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 	var text []byte
 	var last time.Time
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	sc.Buffer(make([]byte, 0, 4<<10), 64<<20)
 	doneSeen := false
 	for sc.Scan() {
 		line := sc.Bytes()

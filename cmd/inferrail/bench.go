@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"syscall"
 	"time"
@@ -66,7 +67,7 @@ the rate is the workload's default per-replica rate times --replicas
 	f.replicas = 1
 	fl.Lookup("replicas").Usage = "replicas behind --base-url, to scale the default rate"
 	fl.StringVar(&f.baseURL, "base-url", "", "server to load, e.g. http://127.0.0.1:8000 (required)")
-	fl.StringVar(&f.model, "model", "", "model field of every request (default: the workload's model)")
+	fl.StringVar(&f.model, "model", "", "model field of every request (default: left out, so the server uses its own model)")
 	fl.StringVar(&f.endpoint, "endpoint", "completions", "API: completions (prompt text) or chat (one user message)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up on a request after this long")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload; the same seed sends the same requests at the same times")
@@ -92,9 +93,6 @@ func (f *benchFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	if f.model == "" && cfg.Source == nil {
-		f.model = cfg.Workload.Model
-	}
 	return cfg, nil
 }
 
@@ -111,12 +109,16 @@ func runBench(ctx context.Context, f benchFlags, cfg fleet.Config, stdout, stder
 	if err != nil {
 		return usagef("workload: %w", err)
 	}
+	// Garbage collection pauses are the main source of late sends; a load
+	// generator can spend memory to collect four times less often.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	bar := newProgressBar(stderr)
+	bar.live = true
 	target := cfg.Workload.Requests
 	if cfg.Source != nil {
 		target = 0
 	}
-	start := time.Now()
+	finished := 0
 	out, err := bench.Run(ctx, bench.Config{
 		BaseURL:  f.baseURL,
 		Model:    f.model,
@@ -126,10 +128,11 @@ func runBench(ctx context.Context, f benchFlags, cfg fleet.Config, stdout, stder
 		SLO:      cfg.SLO,
 		Timeout:  f.timeout,
 		Progress: func(done int) {
-			bar.update(fleet.Progress{Finished: done, Created: done, Target: target, Simulated: time.Since(start)})
+			finished = done
+			bar.update(fleet.Progress{Finished: done, Created: done, Target: target})
 		},
 	})
-	bar.update(fleet.Progress{Done: true})
+	bar.update(fleet.Progress{Finished: finished, Target: target, Done: true})
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,8 @@ type progressBar struct {
 	drawn   bool
 	delay   time.Duration
 	refresh time.Duration
+	// live marks a run on real time (bench): no "simulated" clock.
+	live bool
 }
 
 func newProgressBar(w io.Writer) *progressBar {
@@ -57,6 +59,11 @@ func (b *progressBar) draw(p fleet.Progress, now time.Time) {
 	const width = 30
 	frac = min(max(frac, 0), 1)
 	n := int(frac * width)
+	if b.live {
+		fmt.Fprintf(b.w, "\rsending [%s%s] %3.0f%% %d requests done in %s ",
+			strings.Repeat("#", n), strings.Repeat(".", width-n), frac*100, p.Finished, now.Sub(b.start).Round(100*time.Millisecond))
+		return
+	}
 	fmt.Fprintf(b.w, "\rsimulating [%s%s] %3.0f%% %d requests done, %s simulated in %s ",
 		strings.Repeat("#", n), strings.Repeat(".", width-n), frac*100, p.Finished,
 		p.Simulated.Round(time.Second), now.Sub(b.start).Round(100*time.Millisecond))

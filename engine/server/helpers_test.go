@@ -100,13 +100,19 @@ func startPipe(t testing.TB, cfg Config) *testServer {
 	return ts
 }
 
-// startTCP starts s on 127.0.0.1.
+// startTCP starts a server on 127.0.0.1.
 func startTCP(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startTCPWith(t, s)
+}
+
+// startTCPWith serves s on 127.0.0.1.
+func startTCPWith(t testing.TB, s *Server) *testServer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

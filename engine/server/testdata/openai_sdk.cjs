@@ -1,0 +1,67 @@
+// Drives inferrail engine with the official OpenAI Node SDK: models, chat and
+// completions, streaming and not, an error, and request ids. Prints one JSON
+// object for TestOpenAINodeSDK. Usage: BASE_URL=http://127.0.0.1:PORT node openai_sdk.cjs
+const OpenAI = require('openai');
+
+async function main() {
+  const client = new OpenAI({ baseURL: process.env.BASE_URL + '/v1', apiKey: 'unused', maxRetries: 0 });
+  const model = 'inferrail-sim';
+  const messages = [
+    { role: 'system', content: 'You are terse.' },
+    { role: 'user', content: 'hello there' },
+  ];
+  const out = {};
+
+  const models = await client.models.list();
+  out.models = models.data.map((m) => m.id);
+
+  const chat = await client.chat.completions.create({ model, messages, max_tokens: 5 });
+  out.chat = { id: chat.id, object: chat.object, content: chat.choices[0].message.content, role: chat.choices[0].message.role, finish: chat.choices[0].finish_reason, usage: chat.usage };
+
+  const stream = await client.chat.completions.create({ model, messages, max_tokens: 6, stream: true, stream_options: { include_usage: true } });
+  const cs = { text: '', chunks: 0, usage: null, finish: null, role: null };
+  for await (const c of stream) {
+    cs.chunks++;
+    if (c.usage) cs.usage = c.usage;
+    for (const ch of c.choices) {
+      if (ch.delta.role) cs.role = ch.delta.role;
+      if (ch.delta.content) cs.text += ch.delta.content;
+      if (ch.finish_reason) cs.finish = ch.finish_reason;
+    }
+  }
+  out.chatStream = cs;
+
+  const cmpl = await client.completions.create({ model, prompt: 'alpha beta gamma ', max_tokens: 4 });
+  out.completion = { id: cmpl.id, object: cmpl.object, text: cmpl.choices[0].text, finish: cmpl.choices[0].finish_reason, usage: cmpl.usage };
+
+  const cstream = await client.completions.create({ model, prompt: 'alpha beta gamma ', max_tokens: 7, stream: true, stream_options: { include_usage: true } });
+  const ps = { text: '', chunks: 0, usage: null, finish: null };
+  for await (const c of cstream) {
+    ps.chunks++;
+    if (c.usage) ps.usage = c.usage;
+    for (const ch of c.choices) {
+      ps.text += ch.text;
+      if (ch.finish_reason) ps.finish = ch.finish_reason;
+    }
+  }
+  out.completionStream = ps;
+
+  try {
+    await client.chat.completions.create({ model: 'no-such-model', messages });
+    out.error = null;
+  } catch (e) {
+    out.error = { status: e.status, message: e.message, type: e.type ?? null };
+  }
+
+  const { data, response } = await client.chat.completions
+    .create({ model, messages, max_tokens: 2 }, { headers: { 'X-Request-Id': 'sdk-1' } })
+    .withResponse();
+  out.requestId = { header: response.headers.get('x-request-id'), id: data.id };
+
+  console.log(JSON.stringify(out));
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

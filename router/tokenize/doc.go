@@ -21,6 +21,12 @@
 // Decode (decode.go) runs the configured decoders. Load (encoder.go) picks
 // a tokenizer from a directory, a tokenizer.json path or "builtin:sim".
 //
+// A router starts from LoadModel (model.go): a Model bundles a model's
+// tokenizer, its chat template (package chat) and vLLM's special-token
+// rules per endpoint: EncodeCompletion for /v1/completions (BOS/EOS as
+// transformers applies tokenizer_config.json's flags), EncodeChat for
+// /v1/chat/completions (render, then encode without special tokens).
+//
 // A Tokenizer is immutable after loading apart from its caches, which are
 // bounded and safe for concurrent use; caches never change results.
 package tokenize

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Options tunes a Tokenizer's caches and limits. The zero value gives the
@@ -21,6 +22,18 @@ type Options struct {
 	SpanCacheTokens int
 	// MinSpanBytes is the shortest span the span cache keeps (default 512).
 	MinSpanBytes int
+
+	// The fields below are read by LoadModel only.
+
+	// ChatTemplate, when set, replaces the model's chat template with this
+	// Jinja2 source; it is the only way to give a bare tokenizer.json one.
+	ChatTemplate string
+	// ChatContentFormat is vLLM's --chat-template-content-format: "auto"
+	// (or empty) detects it from the template, "string" or "openai" force it.
+	ChatContentFormat string
+	// Now is the clock behind a chat template's strftime_now; nil means
+	// time.Now. Pin it for reproducible renders.
+	Now func() time.Time
 }
 
 const (
@@ -47,8 +60,8 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // Config holds what tokenizer_config.json says beyond tokenizer.json.
-// Encode follows tokenizer.json (as the reference library does); callers
-// that mimic transformers read AddBOS/AddEOS here.
+// Encode follows tokenizer.json (as the reference library does);
+// Model.EncodeCompletion applies AddBOS/AddEOS as transformers does.
 type Config struct {
 	// AddBOS and AddEOS are add_bos_token and add_eos_token, nil when absent.
 	AddBOS, AddEOS *bool

@@ -119,13 +119,18 @@ func NewDesign(o DesignOptions) (Design, error) {
 		base = append(base, ProbeSpec{Kind: ProbeCold, Prompt: u, Batch: 1, Output: 1})
 	}
 	base = append(base, ProbeSpec{Kind: ProbeCold, Prompt: o.MaxPromptTokens, Batch: 1, Output: 1})
-	// Cached prefixes: long prefix, short and medium suffixes.
+	// Cached prefixes: a short suffix after a long prefix (what a cache hit
+	// costs), then one full chunk of new tokens after prefixes of growing
+	// length. Those price prefill_pair: the same chunk costs more by
+	// prefill_pair x chunk x prefix, tens of ms where a short suffix would
+	// show well under a millisecond, below timer jitter.
 	blk := func(n int) int { return max(o.BlockSize, n/o.BlockSize*o.BlockSize) }
+	chunk := min(o.MaxNumBatchedTokens, o.MaxPromptTokens/4)
 	for _, c := range []struct{ cached, prompt int }{
-		{blk(o.MaxPromptTokens / 4), 32},
-		{blk(o.MaxPromptTokens / 2), 64},
-		{blk(o.MaxPromptTokens * 3 / 4), 32},
-		{blk(o.MaxPromptTokens / 2), o.MaxPromptTokens / 4},
+		{blk(o.MaxPromptTokens / 2), 32},
+		{blk(o.MaxPromptTokens / 4), chunk},
+		{blk(o.MaxPromptTokens / 2), chunk},
+		{blk(o.MaxPromptTokens - chunk), chunk},
 	} {
 		base = append(base, ProbeSpec{Kind: ProbeCached, Prompt: c.prompt, Cached: c.cached, Batch: 1, Output: 1})
 	}
@@ -232,9 +237,11 @@ func Rows(ms []Measurement, budget int) []Row {
 }
 
 // decodeWindow finds the window where every sequence of a decode probe was
-// past its first token and none had finished, and models its mean step: the
+// past its first token and none had finished, and models its steps: the
 // step count comes from the first sequence's tokens in the window, the
-// context from every sequence's prompt plus the tokens it had.
+// context from every sequence's prompt plus the tokens it had. Its time is
+// from the window's first to its last reference token, so the jitter of
+// each token's delivery cancels out but at the ends.
 func decodeWindow(m Measurement) (Row, bool) {
 	b := len(m.TokenMs)
 	if b == 0 || b != len(m.PromptTokens) {

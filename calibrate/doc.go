@@ -16,8 +16,10 @@
 //   - Fit to a live server (design.go, lsq.go, probe.go): NewDesign plans cold,
 //     cached-prefix and concurrent-decode probes; Probe runs them against an
 //     OpenAI-compatible /v1/completions stream; Rows turns measurements into
-//     linear observations and FitRows solves them by least squares with
-//     standard errors, refusing designs that cannot identify a coefficient.
+//     linear observations and FitRows solves them by weighted least squares
+//     with standard errors, leaving out rows a busy machine delayed and
+//     refusing designs that cannot identify a coefficient. engine_test.go
+//     calibrates the real mock engine (engine/server) on virtual time.
 //
 // Start with FitRows and PrefillRow/DecodeRow (lsq.go) for the model of a
 // measurement, then Probe (probe.go); FitLog (fitlog.go) for logs; NewRoofline

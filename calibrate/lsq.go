@@ -1,9 +1,11 @@
 package calibrate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/gonum/mat"
@@ -73,8 +75,11 @@ type LinearFit struct {
 	Profile      engine.Profile `json:"profile"`
 	Coefficients []Coefficient  `json:"coefficients"`
 	Rows         int            `json:"rows"`
-	// RelRMS is the root mean square of the relative residuals (pred-y)/y.
+	// RelRMS is the root mean square of the relative residuals (pred-y)/y
+	// of the rows fitted (outliers left out).
 	RelRMS float64 `json:"rel_rms"`
+	// Outliers indexes the rows left out of the fit as too far off it.
+	Outliers []int `json:"outliers,omitempty"`
 	// Condition is the condition number of the weighted design matrix with
 	// unit-norm columns.
 	Condition float64 `json:"condition"`
@@ -95,9 +100,24 @@ var featureHints = [NumCoefs]string{
 	"add cold prompts longer than max_num_batched_tokens (several chunks) next to short ones",
 }
 
-// FitRows fits the five coefficients by ordinary least squares on relative
-// errors (each row weighted by 1/y, so short and long measurements count
-// alike). It refuses a design that cannot identify every coefficient: a
+// Measurement noise assumed by FitRows: a row's time y (ms) is taken to
+// carry a relative error of RelNoise and an absolute one of AbsNoiseMs
+// (timer, HTTP and scheduling jitter of the client and the server), so its
+// standard deviation is sqrt((RelNoise*y)² + AbsNoiseMs²). Weighting by
+// 1/y alone would let a 0.5 ms jitter on a 12 ms TTFT outweigh a long
+// prefill that alone separates prefill_pair from prefill_token.
+const (
+	RelNoise   = 0.005
+	AbsNoiseMs = 0.5
+)
+
+// rowSD is the standard deviation FitRows assumes for a row measuring y ms.
+func rowSD(y float64) float64 { return math.Hypot(RelNoise*y, AbsNoiseMs) }
+
+// FitRows fits the five coefficients (and the TTFT overhead) by weighted
+// least squares, each row weighted by the inverse of its assumed standard
+// deviation (see RelNoise): relative for long measurements, absolute for
+// short ones. It refuses a design that cannot identify every coefficient: a
 // feature no row exercises, or one whose variance inflation factor exceeds
 // MaxVIF, is reported with the probes to add. A coefficient that comes out
 // negative is fixed at zero and the rest refitted.
@@ -113,10 +133,13 @@ func FitRows(rows []Row) (*LinearFit, error) {
 	}
 	n := len(rows)
 	x := mat.NewDense(n, p, nil)
+	target := mat.NewVecDense(n, nil)
 	for i, r := range rows {
+		sd := rowSD(r.Y)
 		for j := range p {
-			x.Set(i, j, r.X[j]/r.Y)
+			x.Set(i, j, r.X[j]/sd)
 		}
+		target.SetVec(i, r.Y/sd)
 	}
 	// Identifiability: unit-norm columns, then each column against the rest.
 	norms := make([]float64, p)
@@ -147,32 +170,50 @@ func FitRows(rows []Row) (*LinearFit, error) {
 		return nil, fmt.Errorf("the design cannot identify every coefficient (condition number %.3g); %s", cond, strings.Join(bad, "; "))
 	}
 
-	var active [p]bool
-	for j := range active {
-		active[j] = true
+	// Leave out rows far off the fit (a step the server started late, a
+	// descheduled client: delays that only ever add time, tens of ms on a
+	// loaded machine). The first cut is against a least-absolute-deviations
+	// fit, which a few such rows cannot pull far (least squares would, and
+	// then cut good rows instead); then least squares on the rest, cutting
+	// again while rows stand out.
+	keep := make([]bool, n)
+	for i := range keep {
+		keep[i] = true
+	}
+	var outliers []int
+	if start, ok := ladFit(x, target); ok {
+		outliers = outlierRows(x, target, keep, start, n/5)
+		for _, i := range outliers {
+			keep[i] = false
+		}
 	}
 	var beta, se [p]float64
 	var clamped [p]bool
-	for {
+	for round := 0; ; round++ {
 		var err error
-		beta, se, err = solveActive(x, active)
+		beta, se, clamped, err = solveClamped(x, target, keep)
 		if err != nil {
 			return nil, err
 		}
-		worst, wv := -1, 0.0
-		for j := range p {
-			if active[j] && beta[j] < wv {
-				worst, wv = j, beta[j]
-			}
-		}
-		if worst < 0 {
+		if round == maxOutlierRounds {
 			break
 		}
-		active[worst], clamped[worst] = false, true
+		drop := outlierRows(x, target, keep, beta, max(0, n/5-len(outliers)))
+		if len(drop) == 0 {
+			break
+		}
+		for _, i := range drop {
+			keep[i] = false
+		}
+		outliers = append(outliers, drop...)
 	}
-	fit := &LinearFit{Rows: n, Condition: cond}
+	slices.Sort(outliers)
+	fit := &LinearFit{Rows: n, Condition: cond, Outliers: outliers}
 	var ss float64
-	for _, r := range rows {
+	for i, r := range rows {
+		if !keep[i] {
+			continue
+		}
 		pred := 0.0
 		for j := range p {
 			pred += r.X[j] * beta[j]
@@ -180,7 +221,7 @@ func FitRows(rows []Row) (*LinearFit, error) {
 		d := (pred - r.Y) / r.Y
 		ss += d * d
 	}
-	fit.RelRMS = math.Sqrt(ss / float64(n))
+	fit.RelRMS = math.Sqrt(ss / float64(n-len(outliers)))
 	fit.Profile = fromCoefs(beta[:5])
 	for j := range p {
 		fit.Coefficients = append(fit.Coefficients, Coefficient{Name: CoefNames[j], Value: beta[j], StdErr: se[j], Clamped: clamped[j]})
@@ -191,10 +232,146 @@ func FitRows(rows []Row) (*LinearFit, error) {
 	return fit, nil
 }
 
-// solveActive solves the weighted least squares (target 1 for every row of
-// x, which is already divided by y) over the active columns, returning the
-// coefficients and their standard errors.
-func solveActive(x *mat.Dense, active [NumCoefs]bool) (beta, se [NumCoefs]float64, err error) {
+// Outlier rejection in FitRows: a row whose residual exceeds OutlierZ
+// times the larger of its assumed standard deviation and the robust spread
+// of all residuals (1.4826 x their median absolute value, in units of the
+// assumed deviations) is left out, at most a fifth of the rows, over at
+// most maxOutlierRounds refits.
+const (
+	OutlierZ         = 3.0
+	maxOutlierRounds = 3
+)
+
+// ladFit returns the least-absolute-deviations fit of x·beta = target,
+// by iteratively reweighted least squares (every coefficient free); ok is
+// false when the system cannot be solved.
+func ladFit(x *mat.Dense, target *mat.VecDense) (beta [NumCoefs]float64, ok bool) {
+	n, p := x.Dims()
+	var all [NumCoefs]bool
+	for j := range all {
+		all[j] = true
+	}
+	beta, _, err := solveActive(x, target, all)
+	if err != nil {
+		return beta, false
+	}
+	xw := mat.NewDense(n, p, nil)
+	tw := mat.NewVecDense(n, nil)
+	for range 100 {
+		for i := range n {
+			pred := 0.0
+			for j := range p {
+				pred += x.At(i, j) * beta[j]
+			}
+			// Weight 1/|r| (rows scaled by its root); residuals are in
+			// units of the assumed deviation, so 1e-3 is far below noise.
+			w := 1 / math.Sqrt(max(math.Abs(target.AtVec(i)-pred), 1e-3))
+			for j := range p {
+				xw.Set(i, j, x.At(i, j)*w)
+			}
+			tw.SetVec(i, target.AtVec(i)*w)
+		}
+		next, _, err := solveActive(xw, tw, all)
+		if err != nil {
+			return beta, true
+		}
+		moved := 0.0
+		for j := range p {
+			moved = max(moved, math.Abs(next[j]-beta[j])/(1+math.Abs(beta[j])))
+		}
+		beta = next
+		if moved < 1e-9 {
+			break
+		}
+	}
+	return beta, true
+}
+
+// solveClamped fits the kept rows, fixing at zero, one at a time, the most
+// negative coefficient until none is negative.
+func solveClamped(x *mat.Dense, target *mat.VecDense, keep []bool) (beta, se [NumCoefs]float64, clamped [NumCoefs]bool, err error) {
+	n, p := x.Dims()
+	var idx []int
+	for i := range n {
+		if keep[i] {
+			idx = append(idx, i)
+		}
+	}
+	xs := mat.NewDense(len(idx), p, nil)
+	ts := mat.NewVecDense(len(idx), nil)
+	for k, i := range idx {
+		xs.SetRow(k, x.RawRowView(i))
+		ts.SetVec(k, target.AtVec(i))
+	}
+	var active [NumCoefs]bool
+	for j := range active {
+		active[j] = true
+	}
+	for {
+		beta, se, err = solveActive(xs, ts, active)
+		if err != nil {
+			return beta, se, clamped, err
+		}
+		worst, wv := -1, 0.0
+		for j := range NumCoefs {
+			if active[j] && beta[j] < wv {
+				worst, wv = j, beta[j]
+			}
+		}
+		if worst < 0 {
+			return beta, se, clamped, nil
+		}
+		active[worst], clamped[worst] = false, true
+	}
+}
+
+// outlierRows returns up to most kept rows whose weighted residual (in
+// units of their assumed standard deviation) is beyond OutlierZ times the
+// larger of 1 and the residuals' robust spread, the worst first.
+func outlierRows(x *mat.Dense, target *mat.VecDense, keep []bool, beta [NumCoefs]float64, most int) []int {
+	if most <= 0 {
+		return nil
+	}
+	n, p := x.Dims()
+	type res struct {
+		i int
+		z float64
+	}
+	var rs []res
+	var abs []float64
+	for i := range n {
+		if !keep[i] {
+			continue
+		}
+		pred := 0.0
+		for j := range p {
+			pred += x.At(i, j) * beta[j]
+		}
+		z := math.Abs(target.AtVec(i) - pred)
+		rs = append(rs, res{i, z})
+		abs = append(abs, z)
+	}
+	if len(rs) <= NumCoefs+1 {
+		return nil
+	}
+	slices.Sort(abs)
+	spread := 1.4826 * abs[len(abs)/2]
+	limit := OutlierZ * max(1, spread)
+	slices.SortFunc(rs, func(a, b res) int { return cmp.Compare(b.z, a.z) })
+	var out []int
+	for _, r := range rs {
+		if r.z <= limit || len(out) == most || len(rs)-len(out) <= NumCoefs+1 {
+			break
+		}
+		out = append(out, r.i)
+	}
+	return out
+}
+
+// solveActive solves the least squares x·beta = target (both already
+// weighted) over the active columns, returning the coefficients and their
+// standard errors.
+func solveActive(x *mat.Dense, target *mat.VecDense, active [NumCoefs]bool) (beta, se [NumCoefs]float64, err error) {
 	n, _ := x.Dims()
 	var cols []int
 	for j, a := range active {
@@ -212,19 +389,15 @@ func solveActive(x *mat.Dense, active [NumCoefs]bool) (beta, se [NumCoefs]float6
 			a.Set(i, c, x.At(i, j))
 		}
 	}
-	ones := mat.NewVecDense(n, nil)
-	for i := range n {
-		ones.SetVec(i, 1)
-	}
 	var qr mat.QR
 	qr.Factorize(a)
 	var b mat.VecDense
-	if err := qr.SolveVecTo(&b, false, ones); err != nil {
+	if err := qr.SolveVecTo(&b, false, target); err != nil {
 		return beta, se, fmt.Errorf("least squares: %w", err)
 	}
 	var resid mat.VecDense
 	resid.MulVec(a, &b)
-	resid.SubVec(&resid, ones)
+	resid.SubVec(&resid, target)
 	rss := mat.Dot(&resid, &resid)
 	dof := max(n-k, 1)
 	sigma2 := rss / float64(dof)

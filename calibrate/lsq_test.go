@@ -3,6 +3,7 @@ package calibrate
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,6 +74,40 @@ func TestFitRowsExactProperty(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestFitRowsLeavesOutDelayedRows: rows a busy machine delayed (time only
+// ever added, here 10 to 40 ms on rows of every kind) are left out and the
+// profile still comes back within 2%, where plain least squares is pulled off.
+func TestFitRowsLeavesOutDelayedRows(t *testing.T) {
+	want := engine.Profile{StepFixedMs: 9, PrefillTokenUs: 70, PrefillPairNs: 3, DecodeSeqUs: 60, DecodeCtxTokenNs: 40}
+	rng := rand.New(rand.NewPCG(3, 3))
+	var rows []Row
+	for range 3 {
+		rows = append(rows, synthRows(want, 0.002, rng)...)
+	}
+	delayed := []int{3, 11, 20, 26, 40, 47, 58}
+	for k, i := range delayed {
+		rows[i].Y += 10 + 5*float64(k)
+	}
+	fit, err := FitRows(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := coefs(want)
+	for i, c := range fit.Coefficients[:5] {
+		if rel := math.Abs(c.Value-w[i]) / w[i]; rel > 0.02 {
+			t.Errorf("%s = %.4g, want %.4g (%.1f%% off)", c.Name, c.Value, w[i], 100*rel)
+		}
+	}
+	for _, i := range delayed {
+		if !slices.Contains(fit.Outliers, i) {
+			t.Errorf("delayed row %d (y %.1f ms) not left out; outliers %v", i, rows[i].Y, fit.Outliers)
+		}
+	}
+	if len(fit.Outliers) > len(delayed)+2 {
+		t.Errorf("%d rows left out %v, want about the %d delayed", len(fit.Outliers), fit.Outliers, len(delayed))
+	}
 }
 
 func TestFitRowsRefusesPoorDesign(t *testing.T) {

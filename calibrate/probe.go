@@ -42,7 +42,9 @@ type ProbeConfig struct {
 	MaxPromptTokens int
 	// MaxBatch caps the concurrency of decode probes; 0 means 32.
 	MaxBatch int
-	// Repeats runs the design this many times; 0 means 2.
+	// Repeats runs the design this many times; 0 means 3, which lets the
+	// fit leave out a probe that a busy machine delayed and still measure
+	// every design point at least twice.
 	Repeats int
 	// Seed seeds the prompt words.
 	Seed uint64
@@ -109,7 +111,7 @@ type prober struct {
 	rng     *rand.Rand
 	res     *ProbeResult
 	metrics bool // /metrics answers
-	reset   bool // /reset_prefix_cache answers
+	noReset bool // /reset_prefix_cache is not served
 	noted   map[string]bool
 }
 
@@ -133,6 +135,9 @@ func Probe(ctx context.Context, cfg ProbeConfig) (*ProbeResult, error) {
 	}
 	if cfg.IdleWait == 0 {
 		cfg.IdleWait = 10 * time.Second
+	}
+	if cfg.Repeats == 0 {
+		cfg.Repeats = 3
 	}
 	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
 	ctx, cancel := context.WithTimeout(ctx, cfg.Budget)
@@ -170,9 +175,12 @@ func Probe(ctx context.Context, cfg ProbeConfig) (*ProbeResult, error) {
 	if maxLen > 0 {
 		maxPrompt = min(maxPrompt, maxLen-80)
 	}
-	kvCap := 60000
+	kvCap := 0 // the design's default
 	if numBlocks > 0 {
-		kvCap = min(kvCap, numBlocks*blockSize*3/4)
+		// Decode probes may fill three quarters of a known KV cache: the
+		// larger the context a batch reads, the better decode_ctx_token
+		// stands out of the step time.
+		kvCap = numBlocks * blockSize * 3 / 4
 		maxPrompt = min(maxPrompt, numBlocks*blockSize/2)
 	}
 	d, err := NewDesign(DesignOptions{MaxPromptTokens: maxPrompt, MaxNumBatchedTokens: budget, BlockSize: blockSize, MaxBatch: cfg.MaxBatch, MaxKVTokens: kvCap, Repeats: cfg.Repeats})
@@ -400,18 +408,40 @@ func (p *prober) waitIdle(ctx context.Context) {
 	}
 }
 
-// resetCache asks the server to drop its prefix cache; a server without the
-// endpoint is noted once.
+// resetCache asks the server to drop its prefix cache, once the engine is
+// idle: vLLM (and inferrail engine) refuse with 409 Conflict while requests
+// run, so a refusal is retried after waiting for idle again. A server
+// without the endpoint is noted once and not asked again.
 func (p *prober) resetCache(ctx context.Context) {
-	resp, err := p.request(ctx, http.MethodPost, "/reset_prefix_cache", nil)
-	if err != nil {
+	if p.noReset {
 		return
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode >= 300 {
+	const attempts = 5
+	for range attempts {
+		p.waitIdle(ctx)
+		resp, err := p.request(ctx, http.MethodPost, "/reset_prefix_cache", nil)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode < 300:
+			return
+		case resp.StatusCode == http.StatusConflict:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
+			p.noReset = true
+		}
 		p.note(fmt.Sprintf("POST /reset_prefix_cache answered %d: cold probes rely on fresh prompt words only", resp.StatusCode))
+		return
 	}
+	p.note(fmt.Sprintf("POST /reset_prefix_cache answered 409 (requests running) %d times in a row: other traffic on the server? cold probes rely on fresh prompt words only", attempts))
 }
 
 // syllables make words that tokenizers split predictably.
@@ -599,7 +629,7 @@ func (p *prober) run(ctx context.Context, s ProbeSpec) (Measurement, error) {
 		m.TokenMs = append(m.TokenMs, c.tokens)
 		m.StartMs = append(m.StartMs, c.start)
 		if c.outTokens > 0 && c.outTokens != len(c.tokens) {
-			p.note(fmt.Sprintf("the server streamed %d chunks for %d tokens (stream interval above 1?): decode probes need one chunk per token", len(c.tokens), c.outTokens))
+			p.note(fmt.Sprintf("a decode probe was left out: a stream carried %d chunks for %d tokens (the client read slower than the server wrote, or its stream interval is above 1), and decode probes need one chunk per token", len(c.tokens), c.outTokens))
 			m.TokenMs = nil
 			break
 		}

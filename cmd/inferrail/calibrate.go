@@ -22,6 +22,7 @@ type calibrateFlags struct {
 	blockSize   int
 	maxPrompt   int
 	maxBatch    int
+	repeats     int
 	fromLog     string
 	holdout     float64
 	maxEvals    int
@@ -50,7 +51,11 @@ three ways:
               requests out of the fit to score the profile on them.
   --preset    derive a profile by roofline for a known MODEL@GPU (or
               MODEL@NxGPU); --list-presets shows them.`,
-		Example: `  inferrail calibrate --url http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B --out my-gpu.yaml --budget 2m
+		Example: `  # probe a vLLM server (pass its --max-num-batched-tokens; block size and KV blocks come from /metrics)
+  inferrail calibrate --url http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B --max-num-batched-tokens 2048 --out my-gpu.yaml --budget 2m
+  # check the prober against the mock engine, whose profile is known
+  inferrail engine --port 8001 --profile my-gpu.yaml --enable-prompt-tokens-details &
+  inferrail calibrate --url http://127.0.0.1:8001 --out check.yaml   # compare with my-gpu.yaml
   inferrail calibrate --from-log ../shared/traces/vllm-logs/RTX4090-Llama-3.1-8B --holdout 0.5 --out rtx4090.yaml --report fit.json
   inferrail calibrate --preset Llama-3.1-70B@4xH100 --out 70b-h100.yaml
   inferrail calibrate --list-presets`,
@@ -68,6 +73,7 @@ three ways:
 	fl.IntVar(&f.blockSize, "block-size", 0, "the server's KV block size (default: from /metrics, else 16)")
 	fl.IntVar(&f.maxPrompt, "max-prompt-tokens", 0, "longest probe prompt (default 8192, or less if the server's max_model_len is smaller)")
 	fl.IntVar(&f.maxBatch, "max-batch", 0, "largest concurrent decode batch to probe (default 32)")
+	fl.IntVar(&f.repeats, "repeats", 0, "run the probe design this many times (default 3); the budget still stops the run")
 	fl.StringVar(&f.fromLog, "from-log", "", "fit to this vLLM request log directory (requests.jsonl and meta.json)")
 	fl.Float64Var(&f.holdout, "holdout", 0, "with --from-log: fraction of requests, the last by arrival, scored but not fitted (0 to <1)")
 	fl.IntVar(&f.maxEvals, "max-evals", 0, "with --from-log: most log replays in the search (default 400)")
@@ -97,7 +103,7 @@ func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer
 		}
 		return nil
 	}
-	probeFlags := []string{"model", "api-key", "budget", "max-num-batched-tokens", "block-size", "max-prompt-tokens", "max-batch"}
+	probeFlags := []string{"model", "api-key", "budget", "max-num-batched-tokens", "block-size", "max-prompt-tokens", "max-batch", "repeats"}
 	logFlags := []string{"holdout", "max-evals"}
 	if f.listPresets {
 		if err := only("--url or --from-log", append(append(probeFlags, logFlags...), "out", "report")...); err != nil {
@@ -174,9 +180,9 @@ func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer
 		for _, v := range []struct {
 			name string
 			v    int
-		}{{"max-num-batched-tokens", f.batched}, {"block-size", f.blockSize}, {"max-prompt-tokens", f.maxPrompt}, {"max-batch", f.maxBatch}} {
+		}{{"max-num-batched-tokens", f.batched}, {"block-size", f.blockSize}, {"max-prompt-tokens", f.maxPrompt}, {"max-batch", f.maxBatch}, {"repeats", f.repeats}} {
 			if v.v < 0 {
-				return usagef("--%s: must be positive, got %d", v.name, v.v)
+				return usagef("--%s: must be 0 (the default) or positive, got %d", v.name, v.v)
 			}
 		}
 		if !strings.HasPrefix(f.url, "http://") && !strings.HasPrefix(f.url, "https://") {
@@ -189,6 +195,7 @@ func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer
 		res, err := calibrate.Probe(ctx, calibrate.ProbeConfig{
 			BaseURL: f.url, Model: f.model, APIKey: f.apiKey, Budget: f.budget, Progress: stderr,
 			MaxNumBatchedTokens: f.batched, BlockSize: f.blockSize, MaxPromptTokens: f.maxPrompt, MaxBatch: f.maxBatch,
+			Repeats: f.repeats,
 		})
 		if res != nil {
 			// The measurements are kept even when the fit fails.
@@ -205,7 +212,11 @@ func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer
 		for _, c := range res.Fit.Coefficients {
 			fmt.Fprintf(stderr, "calibrate: %-20s %10.4g ± %.2g\n", c.Name, c.Value, c.StdErr)
 		}
-		fmt.Fprintf(stderr, "calibrate: relative RMS error %.2f%% over %d measurements\n", 100*res.Fit.RelRMS, res.Fit.Rows)
+		fmt.Fprintf(stderr, "calibrate: relative RMS error %.2f%% over %d measurements", 100*res.Fit.RelRMS, res.Fit.Rows-len(res.Fit.Outliers))
+		if k := len(res.Fit.Outliers); k > 0 {
+			fmt.Fprintf(stderr, " (%d more left out as delayed: rows %v of %s)", k, res.Fit.Outliers, calibrate.MeasurementsPath(f.out))
+		}
+		fmt.Fprintln(stderr)
 		if err := calibrate.SaveProfile(f.out, res.Config); err != nil {
 			return err
 		}

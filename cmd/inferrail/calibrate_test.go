@@ -2,14 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/server"
 )
 
 // calibrateCLI runs the CLI with args once main.go registers calibrate.
@@ -45,6 +48,8 @@ func TestCalibrateBadFlags(t *testing.T) {
 		{[]string{"--url", "localhost:8000", "--out", out}, "--url"},
 		{[]string{"--url", "http://127.0.0.1:1", "--out", out, "--holdout", "0.2"}, "--holdout"},
 		{[]string{"--url", "http://127.0.0.1:1", "--out", out, "--budget", "0s"}, "--budget"},
+		{[]string{"--url", "http://127.0.0.1:1", "--out", out, "--repeats", "-1"}, "--repeats"},
+		{[]string{"--from-log", dir, "--out", out, "--repeats", "2"}, "--repeats"},
 		{[]string{"--list-presets", "--out", out}, "--out"},
 		{[]string{"stray", "--list-presets"}, "no arguments"},
 	}
@@ -112,5 +117,47 @@ func TestCalibrateFromLog(t *testing.T) {
 	}
 	if fit.Holdout.E2EMAPE > 15 {
 		t.Errorf("holdout E2E MAPE %.1f%%: the fit should do much better", fit.Holdout.E2EMAPE)
+	}
+}
+
+// TestCalibrateProbesMockEngine runs calibrate --url against the mock
+// engine on 127.0.0.1 (wall clock, a tiny fast profile and design: only the
+// plumbing is checked here; calibrate's own tests check accuracy on virtual
+// time).
+func TestCalibrateProbesMockEngine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-time test; skipped with -short")
+	}
+	cfg := engine.DefaultConfig()
+	cfg.MaxModelLen = 2048
+	cfg.Latency = engine.Profile{StepFixedMs: 4, PrefillTokenUs: 5, PrefillPairNs: 0.2, DecodeSeqUs: 20, DecodeCtxTokenNs: 10}
+	s, err := server.New(server.Config{Engine: cfg, EnablePromptTokensDetails: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan struct{})
+	go func() { s.Run(ctx); close(runDone) }()
+	srv := httptest.NewServer(s.Handler()) // 127.0.0.1
+	defer func() { srv.Close(); cancel(); <-runDone }()
+
+	out := filepath.Join(t.TempDir(), "probed.yaml")
+	code, stdout, stderr := calibrateCLI(t, "--url", srv.URL, "--out", out, "--budget", "60s",
+		"--max-prompt-tokens", "1024", "--max-batch", "4", "--repeats", "1", "--max-num-batched-tokens", "2048")
+	if code != 0 || stdout != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %s", code, stdout, stderr)
+	}
+	got, err := engine.LoadConfig(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MaxModelLen != cfg.MaxModelLen || got.NumGPUBlocks != cfg.NumGPUBlocks {
+		t.Errorf("limits max_model_len %d, num_gpu_blocks %d: want %d, %d from /v1/models and /metrics", got.MaxModelLen, got.NumGPUBlocks, cfg.MaxModelLen, cfg.NumGPUBlocks)
+	}
+	if !strings.Contains(stderr, "relative RMS") {
+		t.Errorf("stderr does not report the fit: %s", stderr)
+	}
+	if _, err := os.Stat(strings.TrimSuffix(out, ".yaml") + ".measurements.json"); err != nil {
+		t.Errorf("measurements not written beside the profile: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -151,8 +152,12 @@ func runEngine(ctx context.Context, f engineFlags, cfg server.Config, stderr io.
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
+	names := cfg.ServedModelNames
+	if len(names) == 0 {
+		names = []string{server.DefaultModelName}
+	}
 	fmt.Fprintf(stderr, "inferrail engine: serving %s on http://%s (%d KV blocks of %d tokens, max_num_seqs %d)\n",
-		cfg.ServedModelNames, ln.Addr(), cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize, cfg.Engine.MaxNumSeqs)
+		strings.Join(names, ", "), ln.Addr(), cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize, cfg.Engine.MaxNumSeqs)
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)

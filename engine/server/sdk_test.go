@@ -87,11 +87,11 @@ func TestOpenAINodeSDK(t *testing.T) {
 		t.Errorf("models %v", out.Models)
 	case out.Chat.Object != "chat.completion" || out.Chat.Role != "assistant" || words(out.Chat.Content) != 5 || out.Chat.Finish != "length" || out.Chat.Usage.CompletionTokens != 5:
 		t.Errorf("chat %+v", out.Chat)
-	case out.ChatStream.Role != "assistant" || words(out.ChatStream.Text) != 6 || out.ChatStream.Finish != "length" || out.ChatStream.Usage == nil || out.ChatStream.Usage.CompletionTokens != 6 || out.ChatStream.Chunks != 8:
+	case out.ChatStream.Role != "assistant" || words(out.ChatStream.Text) != 6 || out.ChatStream.Finish != "length" || out.ChatStream.Usage == nil || out.ChatStream.Usage.CompletionTokens != 6 || out.ChatStream.Chunks < 3:
 		t.Errorf("chat stream %+v", out.ChatStream)
 	case out.Completion.Object != "text_completion" || words(out.Completion.Text) != 4 || out.Completion.Usage.PromptTokens != 3:
 		t.Errorf("completion %+v", out.Completion)
-	case words(out.CompletionStream.Text) != 7 || out.CompletionStream.Usage == nil || out.CompletionStream.Usage.PromptTokensDetails == nil || out.CompletionStream.Chunks != 8:
+	case words(out.CompletionStream.Text) != 7 || out.CompletionStream.Usage == nil || out.CompletionStream.Usage.PromptTokensDetails == nil || out.CompletionStream.Chunks < 3:
 		t.Errorf("completion stream %+v", out.CompletionStream)
 	case out.Error == nil || out.Error.Status != 404 || !strings.Contains(out.Error.Message, "no-such-model"):
 		t.Errorf("error %+v", out.Error)

@@ -1,0 +1,533 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Index modes (Model.Index).
+const (
+	// IndexApproximate predicts each replica's cache from the router's own
+	// routing decisions.
+	IndexApproximate = "approximate"
+	// IndexEvents feeds the index with the engines' KV events.
+	IndexEvents = "events"
+)
+
+// BuiltinSim names the simulation tokenizer (package engine/simtok), the
+// one the mock engine (`inferrail engine`) uses.
+const BuiltinSim = "builtin:sim"
+
+// Config is the whole configuration of `inferrail live`. Parse and Load
+// build one with defaults applied and validated; a Config built in code
+// should start from Default and DefaultModel and be checked with Validate.
+type Config struct {
+	// Listen is the client-facing address, host:port (HTTP/1.1 and h2c).
+	// Default "127.0.0.1:8080".
+	Listen string `yaml:"listen"`
+	// AdminListen is the address of metrics and admin endpoints; "" turns
+	// them off. Default "127.0.0.1:9090".
+	AdminListen string `yaml:"admin_listen"`
+	// DrainTimeout is how long running streams may finish after SIGTERM;
+	// 0 closes them at once. Default 30s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// RequestTimeout is one overall deadline per request, retries
+	// included. Default 10m.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// MaxBodyBytes caps a request body. YAML: bytes, or a size such as
+	// "32MiB". Default 32 MiB.
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// Seed seeds the policies' random choices. Default 0.
+	Seed uint64 `yaml:"seed"`
+	// Retry is what happens when a try fails before the first response byte.
+	Retry Retry `yaml:"retry"`
+	// Health configures active probes and passive ejection.
+	Health Health `yaml:"health"`
+	// Scrape configures the scraping of the engines' /metrics.
+	Scrape Scrape `yaml:"scrape"`
+	// Tokenize configures the edge tokenizer pool.
+	Tokenize Tokenize `yaml:"tokenize"`
+	// DecisionLog configures the sampled log of routing decisions.
+	DecisionLog DecisionLog `yaml:"decision_log"`
+	// DNSRefresh is how often DNS groups are resolved again. Default 10s.
+	DNSRefresh time.Duration `yaml:"dns_refresh"`
+	// Models are the served models, at least one.
+	Models []Model `yaml:"models"`
+}
+
+// Retry bounds the tries of one request before its first response byte.
+type Retry struct {
+	// Attempts is the total number of tries, from 1 (no retry) to 10.
+	// Default 3.
+	Attempts int `yaml:"attempts"`
+	// Backoff is the wait before the first retry, doubled before each
+	// next one; 0 retries at once. Default 10ms.
+	Backoff time.Duration `yaml:"backoff"`
+	// MaxBackoff caps the wait, at least Backoff. Default 200ms.
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+}
+
+// Health configures active health probes and the ejection of failing
+// replicas.
+type Health struct {
+	// Interval is the time between two probes of a replica. Default 1s.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout bounds one probe, at most Interval. Default 500ms.
+	Timeout time.Duration `yaml:"timeout"`
+	// Path is the probed HTTP path. Default "/health".
+	Path string `yaml:"path"`
+	// EjectAfter is the number of consecutive failures (requests or
+	// probes) that ejects a replica. Default 3.
+	EjectAfter int `yaml:"eject_after"`
+	// EjectTime is the first ejection's length; it doubles with each
+	// ejection up to MaxEjectTime. Default 1s.
+	EjectTime time.Duration `yaml:"eject_time"`
+	// MaxEjectTime caps an ejection, at least EjectTime. Default 30s.
+	MaxEjectTime time.Duration `yaml:"max_eject_time"`
+	// MaxEjectedShare is the largest share of a model's replicas ever
+	// ejected at once, in [0, 1]. Default 0.5.
+	MaxEjectedShare float64 `yaml:"max_ejected_share"`
+}
+
+// Scrape configures the scraping of the engines' /metrics.
+type Scrape struct {
+	// Interval is the time between two scrapes of a replica. Default 100ms.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout bounds one scrape, at most Interval. Default 80ms.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxBytes caps a /metrics response. Default 4 MiB.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// MaxAge is the age past which a report counts as missing, at least
+	// Interval. Default 500ms.
+	MaxAge time.Duration `yaml:"max_age"`
+}
+
+// Tokenize configures the pool that tokenizes prompts at the edge.
+type Tokenize struct {
+	// Workers is the pool size; 0 means GOMAXPROCS. Default 0.
+	Workers int `yaml:"workers"`
+	// Queue is the number of prompts waiting for a worker before new ones
+	// are routed without a prediction. Default 1024.
+	Queue int `yaml:"queue"`
+	// Timeout is the longest wait for a tokenization; past it the request
+	// is routed without a prediction. Default 20ms.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// DecisionLog configures the JSON-lines log of routing decisions.
+type DecisionLog struct {
+	// Path is the file decisions are appended to; "" turns the log off.
+	// Its directory must exist. Default "".
+	Path string `yaml:"path"`
+	// Sample is the share of decisions logged, in [0, 1]. Default 0.01.
+	Sample float64 `yaml:"sample"`
+	// Buffer is the number of entries queued before new ones are dropped.
+	// Default 4096.
+	Buffer int `yaml:"buffer"`
+}
+
+// Model is one served model and its replicas.
+type Model struct {
+	// Name is the model name clients ask for and engines serve; required,
+	// unique across every model's name and aliases.
+	Name string `yaml:"name"`
+	// Aliases are other names clients may ask for; a request for an alias
+	// is rewritten to Name.
+	Aliases []string `yaml:"aliases"`
+	// Policy is the routing policy, one of router.Names(). Default
+	// "cost_model".
+	Policy string `yaml:"policy"`
+	// Tokenizer is "builtin:sim", a model directory holding tokenizer.json,
+	// or a tokenizer.json path. Default "builtin:sim".
+	Tokenizer string `yaml:"tokenizer"`
+	// Index is "approximate" or "events" (every replica then needs a KV
+	// events endpoint). Default "approximate".
+	Index string `yaml:"index"`
+	// BlockSize is the engines' KV block size in tokens, 1 to 1024.
+	// Default 16.
+	BlockSize int `yaml:"block_size"`
+	// Profile is the engine profile behind cost_model's estimates: "" for
+	// the default, a profile YAML path or a MODEL@GPU preset. Default "".
+	Profile string `yaml:"profile"`
+	// SessionAffinity keeps a session on its replica. Default false.
+	SessionAffinity bool `yaml:"session_affinity"`
+	// MaxConcurrency is the per-replica cap of requests in flight.
+	// Default 256.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// MaxPending is the per-replica cap of requests waiting for a first
+	// byte. Default 64.
+	MaxPending int `yaml:"max_pending"`
+	// Replicas are the listed replicas.
+	Replicas []Replica `yaml:"replicas"`
+	// DNS are the DNS groups: every address of a group is a replica.
+	DNS []DNSGroup `yaml:"dns"`
+}
+
+// Replica is one listed engine.
+type Replica struct {
+	// Name is unique within the model. Parse derives a missing one from
+	// the URL's host:port.
+	Name string `yaml:"name"`
+	// URL is the engine's base URL: absolute http:// or https://, with a
+	// host and no query; a path, if any, prefixes the API paths.
+	URL string `yaml:"url"`
+	// MaxConcurrency overrides the model's; 0 keeps it.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// MaxPending overrides the model's; 0 keeps it.
+	MaxPending int `yaml:"max_pending"`
+	// KVEvents is the ZMQ endpoint of the engine's KV events, such as
+	// tcp://10.0.0.1:5557; required when the model's index is "events".
+	KVEvents string `yaml:"kv_events"`
+	// KVEventsReplay is the engine's replay endpoint, optional.
+	KVEventsReplay string `yaml:"kv_events_replay"`
+	// KVEventsTopic is the topic subscribed to; "" is every topic.
+	KVEventsTopic string `yaml:"kv_events_topic"`
+}
+
+// DNSGroup is a DNS name whose every address is a replica.
+type DNSGroup struct {
+	// Name is unique among the model's groups.
+	Name string `yaml:"name"`
+	// Host is the DNS name resolved every dns_refresh.
+	Host string `yaml:"host"`
+	// Port is the engines' HTTP port.
+	Port int `yaml:"port"`
+	// Scheme is "http" or "https". Default "http".
+	Scheme string `yaml:"scheme"`
+	// KVEventsPort is the port each address publishes KV events on
+	// (tcp://ADDRESS:PORT); required when the model's index is "events".
+	KVEventsPort int `yaml:"kv_events_port"`
+	// KVEventsReplayPort is each address's replay port, optional.
+	KVEventsReplayPort int `yaml:"kv_events_replay_port"`
+	// KVEventsTopic is the topic subscribed to; "" is every topic.
+	KVEventsTopic string `yaml:"kv_events_topic"`
+}
+
+// Default returns the defaults of every field, with no models.
+func Default() Config {
+	return Config{
+		Listen:         "127.0.0.1:8080",
+		AdminListen:    "127.0.0.1:9090",
+		DrainTimeout:   30 * time.Second,
+		RequestTimeout: 10 * time.Minute,
+		MaxBodyBytes:   32 * MiB,
+		Retry:          Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		Health: Health{
+			Interval:        time.Second,
+			Timeout:         500 * time.Millisecond,
+			Path:            "/health",
+			EjectAfter:      3,
+			EjectTime:       time.Second,
+			MaxEjectTime:    30 * time.Second,
+			MaxEjectedShare: 0.5,
+		},
+		Scrape:      Scrape{Interval: 100 * time.Millisecond, Timeout: 80 * time.Millisecond, MaxBytes: 4 * MiB, MaxAge: 500 * time.Millisecond},
+		Tokenize:    Tokenize{Workers: 0, Queue: 1024, Timeout: 20 * time.Millisecond},
+		DecisionLog: DecisionLog{Path: "", Sample: 0.01, Buffer: 4096},
+		DNSRefresh:  10 * time.Second,
+	}
+}
+
+// DefaultModel returns the defaults of a model's fields (no name, no
+// replicas); Parse starts every entry of models from it.
+func DefaultModel() Model {
+	return Model{
+		Policy:         "cost_model",
+		Tokenizer:      BuiltinSim,
+		Index:          IndexApproximate,
+		BlockSize:      16,
+		MaxConcurrency: 256,
+		MaxPending:     64,
+	}
+}
+
+// DefaultDNSGroup returns the defaults of a DNS group's fields; Parse
+// starts every entry of dns from it.
+func DefaultDNSGroup() DNSGroup { return DNSGroup{Scheme: "http"} }
+
+// Parse reads a configuration from YAML. Decoding is strict: an unknown or
+// repeated key, or a value of the wrong type, is an error. Fields the
+// document leaves out (or leaves empty, as in "listen:") keep their defaults
+// (Default, DefaultModel, DefaultDNSGroup); a replica without a name is named
+// after its URL's host:port. The result is validated. On error every problem
+// is reported, each a *FieldError, joined with errors.Join. Relative paths
+// (tokenizer, profile, decision_log.path) are taken from the working
+// directory; Load takes them from the file's.
+func Parse(data []byte) (*Config, error) {
+	return parse(data, "")
+}
+
+// Load reads and parses the YAML file at path (see Parse). Relative paths
+// in it are resolved against the file's directory, and every error is
+// prefixed with path (and the line, where known).
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read live config: %w", err)
+	}
+	c, err := parse(data, filepath.Dir(path))
+	if err == nil {
+		return c, nil
+	}
+	var fes []*FieldError
+	if fieldErrors(err, &fes) {
+		errs := make([]error, len(fes))
+		for i, fe := range fes {
+			fe.File = path
+			errs[i] = fe
+		}
+		return nil, errors.Join(errs...)
+	}
+	return nil, fmt.Errorf("%s: %w", path, err)
+}
+
+// fieldErrors collects the FieldErrors err joins into fes; it reports
+// whether err is made of FieldErrors only.
+func fieldErrors(err error, fes *[]*FieldError) bool {
+	var list []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	} else {
+		list = []error{err}
+	}
+	for _, e := range list {
+		fe, ok := e.(*FieldError)
+		if !ok {
+			return false
+		}
+		*fes = append(*fes, fe)
+	}
+	return len(list) > 0
+}
+
+func parse(data []byte, dir string) (*Config, error) {
+	c := Default()
+	d := newDecoder()
+	if err := d.document(data, &c); err != nil {
+		return nil, err
+	}
+	if len(d.errs) > 0 {
+		return nil, d.joined()
+	}
+	c.deriveNames()
+	if dir != "" {
+		c.resolvePaths(dir)
+	}
+	if err := c.Validate(); err != nil {
+		var fes []*FieldError
+		if fieldErrors(err, &fes) {
+			for _, fe := range fes {
+				fe.Line = d.line(fe.Path)
+			}
+		}
+		return nil, err
+	}
+	return &c, nil
+}
+
+// deriveNames names every unnamed replica after its URL's host:port.
+func (c *Config) deriveNames() {
+	for i := range c.Models {
+		for j := range c.Models[i].Replicas {
+			r := &c.Models[i].Replicas[j]
+			if r.Name == "" {
+				if u, err := parseURL(r.URL); err == nil {
+					r.Name = u.Host
+				}
+			}
+		}
+	}
+}
+
+// resolvePaths makes the relative file paths of c relative to dir.
+func (c *Config) resolvePaths(dir string) {
+	join := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	c.DecisionLog.Path = join(c.DecisionLog.Path)
+	for i := range c.Models {
+		m := &c.Models[i]
+		if !strings.HasPrefix(m.Tokenizer, "builtin:") {
+			m.Tokenizer = join(m.Tokenizer)
+		}
+		if !isPresetName(m.Profile) {
+			m.Profile = join(m.Profile)
+		}
+	}
+}
+
+// isPresetName reports whether a profile names a preset (MODEL@GPU) rather
+// than a file.
+func isPresetName(p string) bool {
+	return strings.Contains(p, "@") && !strings.HasSuffix(p, ".yaml") && !strings.HasSuffix(p, ".yml")
+}
+
+// Model returns the model called name, or whose alias name is.
+func (c *Config) Model(name string) (*Model, bool) {
+	for i := range c.Models {
+		m := &c.Models[i]
+		if m.Name == name {
+			return m, true
+		}
+		for _, a := range m.Aliases {
+			if a == name {
+				return m, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// Limits returns the caps of in-flight and pending requests that apply to
+// replica r of m: r's own where set, else m's.
+func (m *Model) Limits(r *Replica) (maxConcurrency, maxPending int) {
+	maxConcurrency, maxPending = m.MaxConcurrency, m.MaxPending
+	if r.MaxConcurrency > 0 {
+		maxConcurrency = r.MaxConcurrency
+	}
+	if r.MaxPending > 0 {
+		maxPending = r.MaxPending
+	}
+	return maxConcurrency, maxPending
+}
+
+// Summary describes the models, one line each, for `inferrail live --check`:
+// name, aliases, policy, index, tokenizer, block size, profile, limits, then
+// the replicas and the DNS groups (sections without entries are left out).
+func (c *Config) Summary() string {
+	var b strings.Builder
+	for i := range c.Models {
+		m := &c.Models[i]
+		b.WriteString(m.Name)
+		if len(m.Aliases) > 0 {
+			fmt.Fprintf(&b, " (aliases %s)", strings.Join(m.Aliases, ", "))
+		}
+		fmt.Fprintf(&b, ": policy %s, index %s, tokenizer %s, block_size %d", m.Policy, m.Index, m.Tokenizer, m.BlockSize)
+		if m.Profile != "" {
+			fmt.Fprintf(&b, ", profile %s", m.Profile)
+		}
+		if m.SessionAffinity {
+			b.WriteString(", session_affinity")
+		}
+		fmt.Fprintf(&b, ", max_concurrency %d, max_pending %d", m.MaxConcurrency, m.MaxPending)
+		if len(m.Replicas) > 0 {
+			fmt.Fprintf(&b, "; %s:", plural(len(m.Replicas), "replica"))
+		}
+		for j := range m.Replicas {
+			r := &m.Replicas[j]
+			fmt.Fprintf(&b, " %s=%s", r.Name, r.URL)
+			var extra []string
+			if r.MaxConcurrency > 0 {
+				extra = append(extra, "max_concurrency "+strconv.Itoa(r.MaxConcurrency))
+			}
+			if r.MaxPending > 0 {
+				extra = append(extra, "max_pending "+strconv.Itoa(r.MaxPending))
+			}
+			if r.KVEvents != "" {
+				extra = append(extra, "kv_events "+r.KVEvents)
+			}
+			if len(extra) > 0 {
+				fmt.Fprintf(&b, " (%s)", strings.Join(extra, ", "))
+			}
+		}
+		if len(m.DNS) > 0 {
+			fmt.Fprintf(&b, "; %s:", plural(len(m.DNS), "dns group"))
+		}
+		for j := range m.DNS {
+			g := &m.DNS[j]
+			fmt.Fprintf(&b, " %s=%s://%s:%d", g.Name, g.Scheme, g.Host, g.Port)
+			if g.KVEventsPort > 0 {
+				fmt.Fprintf(&b, " (kv_events port %d)", g.KVEventsPort)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// ByteSize is a number of bytes. In YAML it is an integer, or a string of a
+// number and a unit: B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB
+// (powers of 1024), such as "4MiB".
+type ByteSize int64
+
+// Byte size units.
+const (
+	KiB ByteSize = 1 << 10
+	MiB ByteSize = 1 << 20
+	GiB ByteSize = 1 << 30
+)
+
+// String writes b in the largest binary unit that divides it, such as
+// "32MiB", else in bytes.
+func (b ByteSize) String() string {
+	for _, u := range []struct {
+		n    ByteSize
+		name string
+	}{{GiB, "GiB"}, {MiB, "MiB"}, {KiB, "KiB"}} {
+		if b != 0 && b%u.n == 0 {
+			return strconv.FormatInt(int64(b/u.n), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10) + "B"
+}
+
+// UnmarshalYAML reads an integer or a size string such as "4MiB".
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := parseByteSize(n)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+func parseByteSize(n *yaml.Node) (ByteSize, error) {
+	if n.Kind != yaml.ScalarNode {
+		return 0, fmt.Errorf(`want a size in bytes such as 4194304 or "4MiB", got %s`, kindName(n))
+	}
+	s := strings.TrimSpace(n.Value)
+	if n.ShortTag() == "!!int" {
+		var v int64
+		if err := n.Decode(&v); err != nil {
+			return 0, fmt.Errorf("want a size in bytes, got %q (too large)", n.Value)
+		}
+		return ByteSize(v), nil
+	}
+	if n.ShortTag() != "!!str" {
+		return 0, fmt.Errorf(`want a size in bytes such as 4194304 or "4MiB", got %q`, n.Value)
+	}
+	units := []struct {
+		suffix string
+		n      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	mult := int64(1)
+	num := s
+	for _, u := range units {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			mult, num = u.n, strings.TrimSpace(rest)
+			break
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v > (1<<62)/mult || v < -(1<<62)/mult {
+		return 0, fmt.Errorf(`want a size in bytes such as 4194304 or "4MiB" (units B, KB, MB, GB, KiB, MiB, GiB), got %q`, n.Value)
+	}
+	return ByteSize(v * mult), nil
+}

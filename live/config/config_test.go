@@ -1,0 +1,433 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current code")
+
+const examplePath = "../../examples/live.yaml"
+
+// minimal is the smallest valid configuration.
+const minimal = `
+models:
+  - name: m
+    replicas:
+      - url: http://127.0.0.1:8001
+`
+
+// fieldErrs returns the FieldErrors joined in err, failing the test if err
+// holds anything else.
+func fieldErrs(t *testing.T, err error) []*FieldError {
+	t.Helper()
+	var fes []*FieldError
+	if err == nil {
+		return nil
+	}
+	if !fieldErrors(err, &fes) {
+		t.Fatalf("error is not made of FieldErrors: %v", err)
+	}
+	return fes
+}
+
+func TestParseMinimalAppliesDefaults(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	m := DefaultModel()
+	m.Name = "m"
+	m.Replicas = []Replica{{Name: "127.0.0.1:8001", URL: "http://127.0.0.1:8001"}}
+	want.Models = []Model{m}
+	if !reflect.DeepEqual(*c, want) {
+		t.Fatalf("Parse(minimal) =\n%+v\nwant\n%+v", *c, want)
+	}
+}
+
+func TestDefaultValues(t *testing.T) {
+	d := Default()
+	// The values the issue specifies, spelled out so that a changed
+	// default is a deliberate edit here too.
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"listen", d.Listen, "127.0.0.1:8080"},
+		{"admin_listen", d.AdminListen, "127.0.0.1:9090"},
+		{"drain_timeout", d.DrainTimeout, 30 * time.Second},
+		{"request_timeout", d.RequestTimeout, 10 * time.Minute},
+		{"max_body_bytes", d.MaxBodyBytes, ByteSize(33554432)},
+		{"retry", d.Retry, Retry{3, 10 * time.Millisecond, 200 * time.Millisecond}},
+		{"health", d.Health, Health{time.Second, 500 * time.Millisecond, "/health", 3, time.Second, 30 * time.Second, 0.5}},
+		{"scrape", d.Scrape, Scrape{100 * time.Millisecond, 80 * time.Millisecond, 4194304, 500 * time.Millisecond}},
+		{"tokenize", d.Tokenize, Tokenize{0, 1024, 20 * time.Millisecond}},
+		{"decision_log", d.DecisionLog, DecisionLog{"", 0.01, 4096}},
+		{"dns_refresh", d.DNSRefresh, 10 * time.Second},
+		{"model", DefaultModel(), Model{Policy: "cost_model", Tokenizer: "builtin:sim", Index: "approximate", BlockSize: 16, MaxConcurrency: 256, MaxPending: 64}},
+		{"dns", DefaultDNSGroup(), DNSGroup{Scheme: "http"}},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s: got %+v, want %+v", c.name, c.got, c.want)
+		}
+	}
+	// Default alone is invalid only for want of models.
+	fes := fieldErrs(t, d.Validate())
+	if len(fes) != 1 || fes[0].Path != "models" {
+		t.Fatalf("Default().Validate() = %v, want one error on models", fes)
+	}
+}
+
+func TestParseEveryField(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "tokenizer.json")
+	if err := os.WriteFile(tok, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logDir := t.TempDir()
+	doc := `
+listen: 0.0.0.0:80
+admin_listen: ""
+drain_timeout: 0
+request_timeout: 1m
+max_body_bytes: 1KiB
+seed: 7
+retry: {attempts: 10, backoff: 0s, max_backoff: 1s}
+health: {interval: 2s, timeout: 2s, path: /ready, eject_after: 5, eject_time: 2s, max_eject_time: 2s, max_ejected_share: 1}
+scrape: {interval: 1s, timeout: 1ms, max_bytes: 1000, max_age: 1s}
+tokenize: {workers: 8, queue: 1, timeout: 1ms}
+decision_log: {path: ` + filepath.Join(logDir, "d.jsonl") + `, sample: 1, buffer: 1}
+dns_refresh: 1m
+models:
+  - name: big
+    aliases: [b1, b2]
+    policy: round_robin
+    tokenizer: ` + tok + `
+    index: events
+    block_size: 1024
+    profile: Llama-3.1-8B@H100
+    session_affinity: true
+    max_concurrency: 1
+    max_pending: 2
+    replicas:
+      - name: r
+        url: https://engine.example:8443/prefix
+        max_concurrency: 3
+        max_pending: 4
+        kv_events: tcp://engine.example:5557
+        kv_events_replay: tcp://engine.example:5558
+        kv_events_topic: kv
+    dns:
+      - name: g
+        host: vllm.default.svc.cluster.local
+        port: 8000
+        scheme: https
+        kv_events_port: 5557
+        kv_events_replay_port: 5558
+        kv_events_topic: kv
+`
+	c, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Listen: "0.0.0.0:80", AdminListen: "", DrainTimeout: 0, RequestTimeout: time.Minute,
+		MaxBodyBytes: 1024, Seed: 7,
+		Retry:       Retry{10, 0, time.Second},
+		Health:      Health{2 * time.Second, 2 * time.Second, "/ready", 5, 2 * time.Second, 2 * time.Second, 1},
+		Scrape:      Scrape{time.Second, time.Millisecond, 1000, time.Second},
+		Tokenize:    Tokenize{8, 1, time.Millisecond},
+		DecisionLog: DecisionLog{filepath.Join(logDir, "d.jsonl"), 1, 1},
+		DNSRefresh:  time.Minute,
+		Models: []Model{{
+			Name: "big", Aliases: []string{"b1", "b2"}, Policy: "round_robin", Tokenizer: tok,
+			Index: "events", BlockSize: 1024, Profile: "Llama-3.1-8B@H100", SessionAffinity: true,
+			MaxConcurrency: 1, MaxPending: 2,
+			Replicas: []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv"}},
+			DNS:      []DNSGroup{{"g", "vllm.default.svc.cluster.local", 8000, "https", 5557, 5558, "kv"}},
+		}},
+	}
+	if !reflect.DeepEqual(*c, want) {
+		t.Fatalf("got\n%+v\nwant\n%+v", *c, want)
+	}
+}
+
+func TestModelResolvesAliases(t *testing.T) {
+	c, err := Parse([]byte(`
+models:
+  - {name: a, aliases: [x, y], replicas: [{url: "http://h:1"}]}
+  - {name: b, aliases: [z], replicas: [{url: "http://h:2"}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"a": "a", "x": "a", "y": "a", "b": "b", "z": "b"} {
+		m, ok := c.Model(name)
+		if !ok || m.Name != want {
+			t.Errorf("Model(%q) = %v, %v; want %s", name, m, ok, want)
+		}
+	}
+	if m, ok := c.Model("nope"); ok {
+		t.Errorf("Model(nope) = %v, want none", m)
+	}
+	// The result points into c.
+	m, _ := c.Model("z")
+	m.Policy = "p2c"
+	if c.Models[1].Policy != "p2c" {
+		t.Error("Model returned a copy, want a pointer into Models")
+	}
+}
+
+func TestLimits(t *testing.T) {
+	m := Model{MaxConcurrency: 10, MaxPending: 5}
+	cases := []struct {
+		r        Replica
+		mc, mpen int
+	}{
+		{Replica{}, 10, 5},
+		{Replica{MaxConcurrency: 3}, 3, 5},
+		{Replica{MaxPending: 1}, 10, 1},
+		{Replica{MaxConcurrency: 20, MaxPending: 30}, 20, 30},
+	}
+	for _, c := range cases {
+		mc, mp := m.Limits(&c.r)
+		if mc != c.mc || mp != c.mpen {
+			t.Errorf("Limits(%+v) = %d, %d; want %d, %d", c.r, mc, mp, c.mc, c.mpen)
+		}
+	}
+}
+
+func TestReplicaNameDerivedFromURL(t *testing.T) {
+	c, err := Parse([]byte(`
+models:
+  - name: m
+    replicas:
+      - url: http://10.0.0.1:8000
+      - url: https://engine.internal/v1
+      - {name: explicit, url: "http://10.0.0.2:8000"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range c.Models[0].Replicas {
+		got = append(got, r.Name)
+	}
+	if want := []string{"10.0.0.1:8000", "engine.internal", "explicit"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("names %v, want %v", got, want)
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	cases := []struct {
+		in   string
+		want ByteSize
+		err  bool
+	}{
+		{"1024", 1024, false},
+		{"0x10", 16, false},
+		{`"4MiB"`, 4 << 20, false},
+		{`"4 MiB"`, 4 << 20, false},
+		{`"1KiB"`, 1024, false},
+		{`"1GiB"`, 1 << 30, false},
+		{`"3KB"`, 3000, false},
+		{`"3MB"`, 3e6, false},
+		{`"1GB"`, 1e9, false},
+		{`"17B"`, 17, false},
+		{`"17"`, 17, false},
+		{`"4mib"`, 0, true},
+		{`"1.5MiB"`, 0, true},
+		{"1.5", 0, true},
+		{`"MiB"`, 0, true},
+		{`"99999999999999999999"`, 0, true},
+		{`"9999999999GiB"`, 0, true},
+		{"[1]", 0, true},
+		{"true", 0, true},
+	}
+	for _, c := range cases {
+		cfg, err := Parse([]byte("max_body_bytes: " + c.in + "\n" + minimal))
+		if c.err {
+			fes := fieldErrs(t, err)
+			if len(fes) != 1 || fes[0].Path != "max_body_bytes" || !strings.Contains(fes[0].Msg, "size") {
+				t.Errorf("max_body_bytes: %s: got %v, want one size error", c.in, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("max_body_bytes: %s: %v", c.in, err)
+			continue
+		}
+		if cfg.MaxBodyBytes != c.want {
+			t.Errorf("max_body_bytes: %s = %d, want %d", c.in, cfg.MaxBodyBytes, c.want)
+		}
+	}
+	for b, want := range map[ByteSize]string{0: "0B", 1: "1B", 1536: "1536B", 32 * MiB: "32MiB", GiB: "1GiB", 3 * KiB: "3KiB"} {
+		if got := b.String(); got != want {
+			t.Errorf("ByteSize(%d).String() = %q, want %q", int64(b), got, want)
+		}
+	}
+}
+
+func TestExampleGolden(t *testing.T) {
+	data, err := os.ReadFile(examplePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		t.Fatalf("examples/live.yaml: %v", err)
+	}
+	// Every value the example spells out is a default, except the model.
+	d := Default()
+	c2 := *c
+	c2.Models = nil
+	if !reflect.DeepEqual(c2, d) {
+		t.Errorf("examples/live.yaml's settings differ from Default():\n%+v\n%+v", c2, d)
+	}
+	if _, err := Load(examplePath); err != nil {
+		t.Fatalf("Load(example): %v", err)
+	}
+	golden := filepath.Join("testdata", "live.summary.golden")
+	got := c.Summary()
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (generate it with go test ./live/config -run TestExampleGolden -update)", err)
+	}
+	if got != string(want) {
+		t.Fatalf("Summary() of examples/live.yaml =\n%s\nwant (%s)\n%s", got, golden, want)
+	}
+}
+
+func TestSummaryShowsEverything(t *testing.T) {
+	c, err := Parse([]byte(`
+models:
+  - name: a
+    aliases: [x]
+    policy: p2c
+    index: events
+    profile: Llama-3.1-8B@H100
+    session_affinity: true
+    replicas:
+      - {name: r1, url: "http://h:1", max_concurrency: 2, max_pending: 3, kv_events: "tcp://h:5557"}
+    dns:
+      - {name: g, host: pool.local, port: 80, kv_events_port: 5557}
+  - name: b
+    dns:
+      - {name: g, host: pool.local, port: 81, scheme: https}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "a (aliases x): policy p2c, index events, tokenizer builtin:sim, block_size 16, profile Llama-3.1-8B@H100, session_affinity, max_concurrency 256, max_pending 64; 1 replica: r1=http://h:1 (max_concurrency 2, max_pending 3, kv_events tcp://h:5557); 1 dns group: g=http://pool.local:80 (kv_events port 5557)\n" +
+		"b: policy cost_model, index approximate, tokenizer builtin:sim, block_size 16, max_concurrency 256, max_pending 64; 1 dns group: g=https://pool.local:81\n"
+	if got := c.Summary(); got != want {
+		t.Fatalf("Summary() =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestLoadPrefixesFileAndLine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "live.yaml")
+	doc := "listen: nope\nmodels:\n  - name: m\n    replicas:\n      - url: 10.0.0.1:8000\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil {
+		t.Fatal("Load accepted an invalid file")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{
+		path + `:1: listen: must be a host:port address with a numeric port, such as 127.0.0.1:8080 or :8080, got "nope"`,
+		path + `:5: models[0].replicas[0].url: must be an absolute http:// or https:// URL, got "10.0.0.1:8000" (write "http://10.0.0.1:8000")`,
+	}
+	if !reflect.DeepEqual(lines, want) {
+		t.Fatalf("Load error:\n%s\nwant\n%s", err, strings.Join(want, "\n"))
+	}
+
+	// Syntax errors carry file and line too.
+	if err := os.WriteFile(path, []byte("listen: a\n  bad: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(path)
+	if err == nil || !strings.HasPrefix(err.Error(), path+":") || !strings.Contains(err.Error(), "invalid YAML") {
+		t.Fatalf("Load(syntax error) = %v, want %s:LINE: invalid YAML: ...", err, path)
+	}
+
+	// A missing file says which.
+	_, err = Load(filepath.Join(dir, "missing.yaml"))
+	if err == nil || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Fatalf("Load(missing) = %v", err)
+	}
+}
+
+func TestLoadResolvesRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "tok", "qwen"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tok", "qwen", "tokenizer.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prof, err := os.ReadFile("../../examples/profile-default-8b-24gb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), prof, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc := `
+decision_log: {path: logs.jsonl}
+models:
+  - name: m
+    tokenizer: tok/qwen
+    profile: p.yaml
+    replicas: [{url: "http://h:1"}]
+  - name: n
+    profile: Llama-3.1-8B@H100
+    replicas: [{url: "http://h:1"}]
+`
+	path := filepath.Join(dir, "live.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Models[0].Tokenizer, filepath.Join(dir, "tok", "qwen"); got != want {
+		t.Errorf("tokenizer %q, want %q", got, want)
+	}
+	if got, want := c.Models[0].Profile, filepath.Join(dir, "p.yaml"); got != want {
+		t.Errorf("profile %q, want %q", got, want)
+	}
+	if got, want := c.Models[1].Profile, "Llama-3.1-8B@H100"; got != want {
+		t.Errorf("preset %q, want %q", got, want)
+	}
+	if got, want := c.DecisionLog.Path, filepath.Join(dir, "logs.jsonl"); got != want {
+		t.Errorf("decision_log.path %q, want %q", got, want)
+	}
+	// Parse takes the same paths from the working directory, where they
+	// do not exist.
+	data, _ := os.ReadFile(path)
+	fes := fieldErrs(t, func() error { _, err := Parse(data); return err }())
+	paths := map[string]bool{}
+	for _, fe := range fes {
+		paths[fe.Path] = true
+	}
+	if !paths["models[0].tokenizer"] || !paths["models[0].profile"] {
+		t.Errorf("Parse from another directory: %v, want tokenizer and profile errors", fes)
+	}
+}

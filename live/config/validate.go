@@ -1,0 +1,431 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/inferrail/inferrail/calibrate"
+	"github.com/inferrail/inferrail/router"
+)
+
+// Bounds that keep a typo from asking for absurd resources.
+const (
+	maxAttempts   = 10
+	maxSize       = GiB
+	maxCount      = 1 << 20
+	maxWorkers    = 4096
+	maxEjectAfter = 1000
+	maxBlockSize  = 1024
+	// maxProfileBytes bounds a profile file read at validation.
+	maxProfileBytes = 1 << 20
+)
+
+// checker collects the FieldErrors of one Validate call.
+type checker struct{ errs []error }
+
+func (k *checker) fail(path, format string, args ...any) {
+	k.errs = append(k.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (k *checker) intIn(path string, v, lo, hi int) {
+	if v < lo || v > hi {
+		k.fail(path, "must be an integer from %d to %d, got %d", lo, hi, v)
+	}
+}
+
+func (k *checker) positive(path string, d time.Duration) {
+	if d <= 0 {
+		k.fail(path, `must be a positive duration such as "100ms", got %v`, d)
+	}
+}
+
+func (k *checker) nonNegative(path string, d time.Duration) {
+	if d < 0 {
+		k.fail(path, "must be 0 or a positive duration, got %v", d)
+	}
+}
+
+// atMost checks d <= limit, where limit is the field limitPath; a limit
+// that is not positive is reported on its own.
+func (k *checker) atMost(path string, d time.Duration, limitPath string, limit time.Duration) {
+	if limit > 0 && d > limit {
+		k.fail(path, "must not exceed %s (%v), got %v", limitPath, limit, d)
+	}
+}
+
+func (k *checker) share(path string, v float64) {
+	if !(v >= 0 && v <= 1) { // also catches NaN
+		k.fail(path, "must be a share from 0 to 1, got %v", v)
+	}
+}
+
+func (k *checker) size(path string, v ByteSize) {
+	if v < 1 || v > maxSize {
+		k.fail(path, "must be a size from 1 byte to %v, got %d", maxSize, int64(v))
+	}
+}
+
+// Validate checks every field of c and returns every problem, each a
+// *FieldError naming its YAML path, joined with errors.Join; nil if c is
+// valid. It reads the file system to check that tokenizer and profile
+// paths exist and that the decision log's directory does.
+func (c *Config) Validate() error {
+	k := &checker{}
+	k.listen("listen", c.Listen, false)
+	k.listen("admin_listen", c.AdminListen, true)
+	if c.AdminListen != "" && c.AdminListen == c.Listen {
+		k.fail("admin_listen", "must differ from listen (%s), or be \"\" to turn the admin endpoints off", c.Listen)
+	}
+	k.nonNegative("drain_timeout", c.DrainTimeout)
+	k.positive("request_timeout", c.RequestTimeout)
+	k.size("max_body_bytes", c.MaxBodyBytes)
+
+	k.intIn("retry.attempts", c.Retry.Attempts, 1, maxAttempts)
+	k.nonNegative("retry.backoff", c.Retry.Backoff)
+	k.nonNegative("retry.max_backoff", c.Retry.MaxBackoff)
+	if c.Retry.MaxBackoff < c.Retry.Backoff {
+		k.fail("retry.max_backoff", "must be at least retry.backoff (%v), got %v", c.Retry.Backoff, c.Retry.MaxBackoff)
+	}
+
+	h := &c.Health
+	k.positive("health.interval", h.Interval)
+	k.positive("health.timeout", h.Timeout)
+	k.atMost("health.timeout", h.Timeout, "health.interval", h.Interval)
+	if !strings.HasPrefix(h.Path, "/") || strings.ContainsFunc(h.Path, unicode.IsSpace) {
+		k.fail("health.path", "must be an HTTP path starting with / and without spaces, such as /health, got %q", h.Path)
+	}
+	k.intIn("health.eject_after", h.EjectAfter, 1, maxEjectAfter)
+	k.positive("health.eject_time", h.EjectTime)
+	if h.MaxEjectTime < h.EjectTime {
+		k.fail("health.max_eject_time", "must be at least health.eject_time (%v), got %v", h.EjectTime, h.MaxEjectTime)
+	}
+	k.share("health.max_ejected_share", h.MaxEjectedShare)
+
+	s := &c.Scrape
+	k.positive("scrape.interval", s.Interval)
+	k.positive("scrape.timeout", s.Timeout)
+	k.atMost("scrape.timeout", s.Timeout, "scrape.interval", s.Interval)
+	k.size("scrape.max_bytes", s.MaxBytes)
+	if s.MaxAge < s.Interval {
+		k.fail("scrape.max_age", "must be at least scrape.interval (%v), or every report counts as missing, got %v", s.Interval, s.MaxAge)
+	}
+
+	k.intIn("tokenize.workers", c.Tokenize.Workers, 0, maxWorkers)
+	k.intIn("tokenize.queue", c.Tokenize.Queue, 1, maxCount)
+	k.positive("tokenize.timeout", c.Tokenize.Timeout)
+
+	k.decisionLog(&c.DecisionLog)
+	k.positive("dns_refresh", c.DNSRefresh)
+
+	k.models(c.Models)
+	return errors.Join(k.errs...)
+}
+
+// listen checks a host:port listen address.
+func (k *checker) listen(path, addr string, mayBeEmpty bool) {
+	if addr == "" {
+		if !mayBeEmpty {
+			k.fail(path, "must be a host:port address such as 127.0.0.1:8080 or :8080, got \"\"")
+		}
+		return
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		var p int
+		if p, err = strconv.Atoi(port); err == nil && (p < 0 || p > 65535) {
+			err = errors.New("port out of range")
+		}
+	}
+	if err != nil {
+		k.fail(path, "must be a host:port address with a numeric port, such as 127.0.0.1:8080 or :8080, got %q", addr)
+	}
+}
+
+func (k *checker) decisionLog(l *DecisionLog) {
+	k.share("decision_log.sample", l.Sample)
+	k.intIn("decision_log.buffer", l.Buffer, 1, maxCount)
+	if l.Path == "" {
+		return
+	}
+	if st, err := os.Stat(l.Path); err == nil && st.IsDir() {
+		k.fail("decision_log.path", "%q is a directory; name a file in it", l.Path)
+		return
+	}
+	dir := filepath.Dir(l.Path)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		k.fail("decision_log.path", "directory %q does not exist; create it or change the path", dir)
+	}
+}
+
+func (k *checker) models(models []Model) {
+	if len(models) == 0 {
+		k.fail("models", "at least one model is required")
+		return
+	}
+	owner := map[string]string{} // name or alias -> the path that claimed it
+	claim := func(path, name string) {
+		if prev, ok := owner[name]; ok {
+			k.fail(path, "%q is already used by %s; names and aliases must be unique across all models", name, prev)
+			return
+		}
+		owner[name] = path
+	}
+	for i := range models {
+		m := &models[i]
+		p := "models[" + strconv.Itoa(i) + "]"
+		if msg := nameProblem(m.Name); msg != "" {
+			k.fail(p+".name", "%s", msg)
+		} else {
+			claim(p+".name", m.Name)
+		}
+		for j, a := range m.Aliases {
+			ap := p + ".aliases[" + strconv.Itoa(j) + "]"
+			if msg := nameProblem(a); msg != "" {
+				k.fail(ap, "%s", msg)
+				continue
+			}
+			claim(ap, a)
+		}
+		k.model(p, m)
+	}
+}
+
+// nameProblem says what is wrong with a model name or alias, "" if nothing.
+func nameProblem(s string) string {
+	switch {
+	case s == "":
+		return "required: the model name clients send"
+	case strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+		return fmt.Sprintf("must not contain spaces or control characters, got %q", s)
+	}
+	return ""
+}
+
+func (k *checker) model(p string, m *Model) {
+	if names := router.Names(); !slices.Contains(names, m.Policy) {
+		k.fail(p+".policy", "unknown policy %q; want one of %s", m.Policy, strings.Join(names, ", "))
+	}
+	k.tokenizer(p+".tokenizer", m.Tokenizer)
+	events := m.Index == IndexEvents
+	if m.Index != IndexApproximate && !events {
+		k.fail(p+".index", "must be %q or %q, got %q", IndexApproximate, IndexEvents, m.Index)
+	}
+	k.intIn(p+".block_size", m.BlockSize, 1, maxBlockSize)
+	k.profile(p+".profile", m.Profile)
+	k.intIn(p+".max_concurrency", m.MaxConcurrency, 1, maxCount)
+	k.intIn(p+".max_pending", m.MaxPending, 1, maxCount)
+	if len(m.Replicas) == 0 && len(m.DNS) == 0 {
+		k.fail(p, "needs at least one entry in replicas or dns")
+	}
+
+	names := map[string]int{}
+	urls := map[string]int{}
+	for j := range m.Replicas {
+		r := &m.Replicas[j]
+		rp := p + ".replicas[" + strconv.Itoa(j) + "]"
+		u, err := parseURL(r.URL)
+		if err != nil {
+			k.fail(rp+".url", "%v", err)
+		} else {
+			key := u.String()
+			if prev, ok := urls[key]; ok {
+				k.fail(rp+".url", "%q is also replicas[%d]'s; list each replica once", r.URL, prev)
+			} else {
+				urls[key] = j
+			}
+		}
+		switch {
+		case r.Name == "" && err != nil:
+			// The URL's problem is reported; a name would be derived from it.
+		case r.Name == "":
+			k.fail(rp+".name", "required (Parse derives it from the url's host:port)")
+		case strings.ContainsFunc(r.Name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+			k.fail(rp+".name", "must not contain spaces or control characters, got %q", r.Name)
+		default:
+			if prev, ok := names[r.Name]; ok {
+				k.fail(rp+".name", "%q is also replicas[%d]'s name; replica names must be unique within a model", r.Name, prev)
+			} else {
+				names[r.Name] = j
+			}
+		}
+		k.intIn(rp+".max_concurrency", r.MaxConcurrency, 0, maxCount)
+		k.intIn(rp+".max_pending", r.MaxPending, 0, maxCount)
+		switch {
+		case r.KVEvents != "":
+			k.zmqEndpoint(rp+".kv_events", r.KVEvents)
+		case events:
+			k.fail(rp+".kv_events", "required with index: events (the engine's ZMQ endpoint, such as tcp://10.0.0.1:5557); or set index: approximate")
+		case r.KVEventsReplay != "":
+			k.fail(rp+".kv_events_replay", "needs kv_events; set it or remove kv_events_replay")
+		case r.KVEventsTopic != "":
+			k.fail(rp+".kv_events_topic", "needs kv_events; set it or remove kv_events_topic")
+		}
+		if r.KVEventsReplay != "" {
+			k.zmqEndpoint(rp+".kv_events_replay", r.KVEventsReplay)
+		}
+	}
+
+	groups := map[string]int{}
+	for j := range m.DNS {
+		g := &m.DNS[j]
+		gp := p + ".dns[" + strconv.Itoa(j) + "]"
+		switch {
+		case g.Name == "":
+			k.fail(gp+".name", "required: a name for the group, unique within the model")
+		case strings.ContainsFunc(g.Name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+			k.fail(gp+".name", "must not contain spaces or control characters, got %q", g.Name)
+		default:
+			if prev, ok := groups[g.Name]; ok {
+				k.fail(gp+".name", "%q is also dns[%d]'s name; group names must be unique within a model", g.Name, prev)
+			} else {
+				groups[g.Name] = j
+			}
+		}
+		if msg := hostProblem(g.Host); msg != "" {
+			k.fail(gp+".host", "%s", msg)
+		}
+		k.intIn(gp+".port", g.Port, 1, 65535)
+		if g.Scheme != "http" && g.Scheme != "https" {
+			k.fail(gp+".scheme", `must be "http" or "https", got %q`, g.Scheme)
+		}
+		switch {
+		case g.KVEventsPort != 0:
+			k.intIn(gp+".kv_events_port", g.KVEventsPort, 1, 65535)
+		case events:
+			k.fail(gp+".kv_events_port", "required with index: events (the port every address publishes KV events on, such as 5557); or set index: approximate")
+		case g.KVEventsReplayPort != 0:
+			k.fail(gp+".kv_events_replay_port", "needs kv_events_port; set it or remove kv_events_replay_port")
+		case g.KVEventsTopic != "":
+			k.fail(gp+".kv_events_topic", "needs kv_events_port; set it or remove kv_events_topic")
+		}
+		if g.KVEventsReplayPort != 0 {
+			k.intIn(gp+".kv_events_replay_port", g.KVEventsReplayPort, 1, 65535)
+		}
+	}
+}
+
+// parseURL checks an engine's base URL: absolute http:// or https://, with
+// a host, no user, query or fragment. Its error is the message.
+func parseURL(s string) (*url.URL, error) {
+	want := fmt.Sprintf("must be an absolute http:// or https:// URL, got %q", s)
+	u, err := url.Parse(s)
+	switch {
+	case s == "":
+		return nil, errors.New(`required: the engine's base URL, such as "http://10.0.0.1:8000"`)
+	case err != nil || u.Scheme == "" || u.Opaque != "":
+		if !strings.Contains(s, "://") {
+			want += fmt.Sprintf(" (write %q)", "http://"+s)
+		}
+		return nil, errors.New(want)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, errors.New(want)
+	case u.Host == "" || u.Hostname() == "":
+		return nil, fmt.Errorf("must name a host, such as http://10.0.0.1:8000, got %q", s)
+	case u.User != nil:
+		return nil, fmt.Errorf("must not hold a user or password, got %q", s)
+	case u.RawQuery != "" || u.ForceQuery:
+		return nil, fmt.Errorf("must not have a query (?...), got %q", s)
+	case u.Fragment != "" || strings.Contains(s, "#"):
+		return nil, fmt.Errorf("must not have a fragment (#...), got %q", s)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("port must be from 1 to 65535, got %q", s)
+		}
+	}
+	return u, nil
+}
+
+// hostProblem says what is wrong with a DNS group's host, "" if nothing.
+func hostProblem(h string) string {
+	switch {
+	case h == "":
+		return "required: the DNS name to resolve, such as vllm.default.svc.cluster.local"
+	case strings.Contains(h, "://"):
+		return fmt.Sprintf("must be a bare DNS name (the scheme goes in scheme), got %q", h)
+	case strings.ContainsAny(h, ":/?#@") || strings.ContainsFunc(h, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+		return fmt.Sprintf("must be a bare DNS name without port, path or spaces (the port goes in port), got %q", h)
+	}
+	return ""
+}
+
+// zmqEndpoint checks a ZMQ endpoint the router connects to: tcp://HOST:PORT
+// or ipc://PATH.
+func (k *checker) zmqEndpoint(path, e string) {
+	want := "must be a ZMQ endpoint to connect to, tcp://HOST:PORT (such as tcp://10.0.0.1:5557) or ipc://PATH, got %q"
+	scheme, rest, ok := strings.Cut(e, "://")
+	switch {
+	case !ok || rest == "":
+		k.fail(path, want, e)
+	case scheme == "ipc":
+	case scheme != "tcp":
+		k.fail(path, want, e)
+	default:
+		host, port, err := net.SplitHostPort(rest)
+		n, perr := strconv.Atoi(port)
+		switch {
+		case err != nil || perr != nil || n < 1 || n > 65535 || host == "":
+			k.fail(path, want, e)
+		case host == "*":
+			k.fail(path, "must name the engine's host: * is for binding, the router connects; got %q", e)
+		}
+	}
+}
+
+// tokenizer checks that a tokenizer exists.
+func (k *checker) tokenizer(path, t string) {
+	if t == BuiltinSim {
+		return
+	}
+	if strings.HasPrefix(t, "builtin:") {
+		k.fail(path, "unknown built-in tokenizer %q; the only one is %s", t, BuiltinSim)
+		return
+	}
+	if t == "" {
+		k.fail(path, "required: %s, a model directory holding tokenizer.json, or a tokenizer.json path", BuiltinSim)
+		return
+	}
+	st, err := os.Stat(t)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		k.fail(path, "%q does not exist; want %s, a model directory holding tokenizer.json, or a tokenizer.json path", t, BuiltinSim)
+	case err != nil:
+		k.fail(path, "%v", err)
+	case st.IsDir():
+		tj := filepath.Join(t, "tokenizer.json")
+		if _, err := os.Stat(tj); err != nil {
+			k.fail(path, "directory %q holds no tokenizer.json (%q is missing)", t, tj)
+		}
+	case !st.Mode().IsRegular():
+		k.fail(path, "%q is not a regular file", t)
+	}
+}
+
+// profile checks that an engine profile resolves.
+func (k *checker) profile(path, p string) {
+	if p == "" {
+		return
+	}
+	// A file that is not regular (a device, a FIFO) would block or never
+	// end when read: refuse it before ResolveProfile reads it.
+	if st, err := os.Stat(p); err == nil && !st.Mode().IsRegular() {
+		k.fail(path, "%q is not a regular file; want a profile YAML path or a MODEL@GPU preset", p)
+		return
+	} else if err == nil && st.Size() > maxProfileBytes {
+		k.fail(path, "%q is %d bytes; a profile is a small YAML file (at most %v)", p, st.Size(), ByteSize(maxProfileBytes))
+		return
+	}
+	if _, err := calibrate.ResolveProfile(p); err != nil {
+		k.fail(path, "%v", err)
+	}
+}

@@ -54,6 +54,11 @@ type Config struct {
 	// Lookahead is how many upcoming requests are rendered ahead of their
 	// time (default 64), so rendering never delays a send.
 	Lookahead int
+	// SpinWindow is how long before each send the dispatcher stops sleeping
+	// and yields in a loop instead, because timer wake-ups are late by tens
+	// to hundreds of microseconds (default 1 ms; negative: never spin, as
+	// under testing/synctest, where time only moves while all sleep).
+	SpinWindow time.Duration
 }
 
 // Output is what a run measured.
@@ -92,6 +97,12 @@ func (c *Config) validate() error {
 	if c.Lookahead == 0 {
 		c.Lookahead = 64
 	}
+	if c.SpinWindow == 0 {
+		c.SpinWindow = time.Millisecond
+	}
+	if c.SpinWindow < 0 {
+		c.SpinWindow = 0
+	}
 	if c.Client == nil {
 		c.Client = &http.Client{Transport: &http.Transport{
 			MaxIdleConns: 0, MaxIdleConnsPerHost: 10000, IdleConnTimeout: 90 * time.Second,
@@ -101,10 +112,6 @@ func (c *Config) validate() error {
 	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
 	return errors.Join(errs...)
 }
-
-// spinWindow is how long before a send the dispatcher stops sleeping and
-// yields in a loop instead.
-const spinWindow = time.Millisecond
 
 // pending is a request waiting for its time.
 type pending struct {
@@ -231,7 +238,7 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 		}
 		// Sleep until just before the send time, then yield until it: timer
 		// wake-ups are late by tens to hundreds of microseconds.
-		wait := p.w.Arrival - time.Since(r.start) - spinWindow
+		wait := p.w.Arrival - time.Since(r.start) - r.cfg.SpinWindow
 		if wait > 0 {
 			timer.Reset(wait)
 			select {
@@ -245,7 +252,7 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 				return nil, ctx.Err()
 			}
 		}
-		for time.Since(r.start) < p.w.Arrival {
+		for r.cfg.SpinWindow > 0 && time.Since(r.start) < p.w.Arrival {
 			runtime.Gosched()
 		}
 		heap.Pop(&q)

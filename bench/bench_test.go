@@ -98,7 +98,7 @@ func TestBenchMatchesSimulation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err = Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client})
+		got, err = Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client, SpinWindow: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestOpenLoopNoCoordinatedOmission(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client})
+		out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, SpinWindow: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func TestErrorsCounted(t *testing.T) {
 		go func() { srv.Run(ctx); close(done) }()
 		client, stop := serve(t, srv.Handler())
 		src, _ := workload.New(w1(t, 200, 0.5))
-		out, err := Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client, Timeout: time.Minute})
+		out, err := Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client, Timeout: time.Minute, SpinWindow: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

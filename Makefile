@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench lint report clean node-deps stress tokenize-fixtures chat-fixtures
+.PHONY: all build test demo bench bench-live lint report clean node-deps stress tokenize-fixtures chat-fixtures
 
 all: build
 
@@ -77,3 +77,9 @@ tokenize-fixtures:
 # Regenerate router/tokenize/chat golden files (needs python3-jinja2 and ../shared).
 chat-fixtures:
 	scripts/chat-fixtures/run.sh
+
+# Gateway overhead against nginx at 1,000 and 3,000 req/s, and a 50,000-request
+# soak of inferrail live (about 3 minutes; installs nginx-light when run as
+# root). Writes runs/bench-live/results.md.
+bench-live:
+	scripts/bench-live.sh

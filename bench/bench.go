@@ -32,7 +32,9 @@ const (
 
 // Config is one benchmark run.
 type Config struct {
-	// BaseURL is the server, e.g. http://127.0.0.1:8000.
+	// BaseURL is the server, e.g. http://127.0.0.1:8000, or several
+	// separated by commas, taken in turn by request id (to load a fleet
+	// directly, without a gateway).
 	BaseURL string
 	// Model is the model field of every request ("" leaves it out: the
 	// server's default).
@@ -75,8 +77,10 @@ type Output struct {
 
 func (c *Config) validate() error {
 	var errs []error
-	if !strings.HasPrefix(c.BaseURL, "http://") && !strings.HasPrefix(c.BaseURL, "https://") {
-		errs = append(errs, fmt.Errorf("base URL %q: must start with http:// or https://", c.BaseURL))
+	for _, u := range strings.Split(c.BaseURL, ",") {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			errs = append(errs, fmt.Errorf("base URL %q: must start with http:// or https://", u))
+		}
 	}
 	switch c.Endpoint {
 	case "":
@@ -109,7 +113,6 @@ func (c *Config) validate() error {
 			DisableCompression: true,
 		}}
 	}
-	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
 	return errors.Join(errs...)
 }
 
@@ -158,6 +161,7 @@ type runner struct {
 	// a follow-up turn quotes what the server really wrote.
 	answers map[uint64][]byte
 	seq     int
+	bases   []string
 }
 
 // Run sends every request of cfg.Source on its schedule and measures them.
@@ -166,6 +170,9 @@ func Run(ctx context.Context, cfg Config) (*Output, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	r := &runner{cfg: cfg, tok: simtok.New(), answers: make(map[uint64][]byte)}
+	for _, u := range strings.Split(cfg.BaseURL, ",") {
+		r.bases = append(r.bases, strings.TrimRight(u, "/"))
+	}
 	return r.run(ctx)
 }
 
@@ -354,7 +361,7 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 	if r.cfg.Endpoint == ChatCompletions {
 		path = "/v1/chat/completions"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.BaseURL+path, bytes.NewReader(p.body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.bases[w.ID%uint64(len(r.bases))]+path, bytes.NewReader(p.body))
 	if err != nil {
 		res.err = "request: " + err.Error()
 		res.rec = rec

@@ -66,7 +66,7 @@ the rate is the workload's default per-replica rate times --replicas
 	fl.Lookup("replicas").DefValue = "1"
 	f.replicas = 1
 	fl.Lookup("replicas").Usage = "replicas behind --base-url, to scale the default rate"
-	fl.StringVar(&f.baseURL, "base-url", "", "server to load, e.g. http://127.0.0.1:8000 (required)")
+	fl.StringVar(&f.baseURL, "base-url", "", "server to load, e.g. http://127.0.0.1:8000 (required); several, comma-separated, are taken in turn")
 	fl.StringVar(&f.model, "model", "", "model field of every request (default: left out, so the server uses its own model)")
 	fl.StringVar(&f.endpoint, "endpoint", "completions", "API: completions (prompt text) or chat (one user message)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up on a request after this long")

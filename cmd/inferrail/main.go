@@ -63,7 +63,7 @@ simulation: the real router code against virtual vLLM fleets.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newSimCmd(stdout, stderr), newCompareCmd(stdout, stderr), newCapacityCmd(stdout, stderr), newTraceCmd(stdout, stderr),
 		newEngineCmd(stdout, stderr), newBenchCmd(stdout, stderr), newCalibrateCmd(stdout, stderr),
-		newTokenizeCmd(stdout, stderr))
+		newTokenizeCmd(stdout, stderr), newLiveCmd(stdout, stderr))
 	return root
 }
 

@@ -1,0 +1,84 @@
+package live
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/inferrail/inferrail/router"
+)
+
+// DecisionSink receives the decision log, one JSON object per line.
+type DecisionSink = io.Writer
+
+// decisionEntry is one logged decision. Prompts are never logged.
+type decisionEntry struct {
+	Time       time.Time `json:"time"`
+	RequestID  string    `json:"request_id"`
+	Model      string    `json:"model"`
+	Policy     string    `json:"policy"`
+	Replica    string    `json:"replica"`
+	Tokenized  bool      `json:"tokenized"`
+	Prompt     int       `json:"prompt_tokens"`
+	Predicted  int       `json:"predicted_cached_tokens"`
+	InFlight   int       `json:"replica_in_flight"`
+	DecisionUs float64   `json:"decision_us"`
+}
+
+// decisionLog writes sampled decisions off the request path: entries go to
+// a bounded queue and are dropped (and counted) when the writer is behind.
+type decisionLog struct {
+	sink   DecisionSink
+	sample uint64 // decisions with hash < sample are logged
+	queue  chan decisionEntry
+	wg     sync.WaitGroup
+	onDrop func()
+}
+
+func newDecisionLog(sink DecisionSink, sample float64, buffer int, onDrop func()) *decisionLog {
+	if sink == nil || sample <= 0 {
+		return nil
+	}
+	l := &decisionLog{sink: sink, queue: make(chan decisionEntry, max(buffer, 1)), onDrop: onDrop}
+	if sample >= 1 {
+		l.sample = ^uint64(0)
+	} else {
+		l.sample = uint64(sample * float64(^uint64(0)))
+	}
+	l.wg.Add(1)
+	go l.write()
+	return l
+}
+
+func (l *decisionLog) write() {
+	defer l.wg.Done()
+	enc := json.NewEncoder(l.sink)
+	for e := range l.queue {
+		enc.Encode(e) // a failing sink loses entries, never requests
+	}
+}
+
+func (l *decisionLog) close() {
+	close(l.queue)
+	l.wg.Wait()
+}
+
+// logDecision samples by request id, so a request's retries are all logged
+// or all not.
+func (s *Server) logDecision(reqID string, m *model, req *router.Request, a attempt, took time.Duration) {
+	l := s.declog
+	if l == nil || sessionOf(reqID) > l.sample {
+		return
+	}
+	e := decisionEntry{
+		Time: time.Now().UTC(), RequestID: reqID, Model: m.name, Policy: m.opts.Policy, Replica: a.rep.name,
+		Tokenized: req.BlockHashes != nil, Prompt: req.PromptTokens, Predicted: max(a.predicted, 0),
+		InFlight: 0, DecisionUs: float64(took) / 1e3,
+	}
+	select {
+	case l.queue <- e:
+	default:
+		l.onDrop()
+	}
+}

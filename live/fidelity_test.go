@@ -1,0 +1,165 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/inferrail/inferrail/bench"
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/fleet"
+	"github.com/inferrail/inferrail/results"
+	"github.com/inferrail/inferrail/workload"
+)
+
+// pipeNet is an in-memory network of named listeners, so a whole fleet
+// (engines, gateway, load generator) runs inside one synctest bubble.
+type pipeNet struct {
+	mu  sync.Mutex
+	lns map[string]*pipeLn
+}
+
+type pipeLn struct {
+	addr   string
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (l *pipeLn) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+func (l *pipeLn) Close() error   { l.once.Do(func() { close(l.closed) }); return nil }
+func (l *pipeLn) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80} }
+
+func (n *pipeNet) listen(addr string) *pipeLn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lns == nil {
+		n.lns = map[string]*pipeLn{}
+	}
+	l := &pipeLn{addr: addr, conns: make(chan net.Conn), closed: make(chan struct{})}
+	n.lns[addr] = l
+	return l
+}
+
+func (n *pipeNet) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	n.mu.Lock()
+	l := n.lns[addr]
+	n.mu.Unlock()
+	if l == nil {
+		return nil, &net.OpError{Op: "dial", Net: "pipe", Err: fmt.Errorf("connection refused: %s", addr)}
+	}
+	c, s := net.Pipe()
+	select {
+	case l.conns <- s:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// W1 through bench -> live -> 3 engines and through sim with 3 replicas and
+// the same policy: TTFT p50, p99 and hit rate within 10% of each other. On
+// virtual time (synctest), so the comparison is of routing, not of this
+// machine's timers.
+func TestFidelityWithSimulation(t *testing.T) {
+	n := 900
+	if testing.Short() {
+		n = 300
+	}
+	wl, err := workload.DefaultConfig("w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Requests, wl.Rate, wl.Seed = n, fleet.DefaultRate("w1", 3), 3
+	ec := engine.DefaultConfig()
+	const policy = "cost_model"
+	sim, err := fleet.Simulate(fleet.Config{Seed: 3, Workload: wl, Policy: policy, Replicas: 3, Engine: ec,
+		ScrapeInterval: 100 * time.Millisecond, Index: fleet.IndexApproximate, SLO: results.DefaultSLO(), Warmup: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out *bench.Output
+	synctest.Test(t, func(t *testing.T) {
+		var pn pipeNet
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		o := DefaultOptions()
+		mo := ModelOptions{Name: server.DefaultModelName, Policy: policy, Encoder: simModel(t), Index: "approximate", Engine: ec, MaxConcurrency: 1024, MaxPending: 1024}
+		var stops []func()
+		for i := range 3 {
+			addr := fmt.Sprintf("engine-%d:80", i)
+			s, err := server.New(server.Config{Engine: ec, EnablePromptTokensDetails: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs := &http.Server{Handler: s.Handler()}
+			ln := pn.listen(addr)
+			wg.Add(2)
+			go func() { defer wg.Done(); s.Run(ctx) }()
+			go func() { defer wg.Done(); hs.Serve(ln) }()
+			stops = append(stops, func() { hs.Close(); ln.Close() })
+			mo.Replicas = append(mo.Replicas, ReplicaOptions{Name: fmt.Sprintf("replica-%d", i), URL: "http://" + addr})
+		}
+		o.Models = []ModelOptions{mo}
+		o.Transport = &http.Transport{DialContext: pn.dial, MaxIdleConnsPerHost: 4096}
+		gw, err := New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gln := pn.listen("gateway:80")
+		ghs := &http.Server{Handler: gw.Handler()}
+		wg.Add(2)
+		go func() { defer wg.Done(); gw.Run(ctx) }()
+		go func() { defer wg.Done(); ghs.Serve(gln) }()
+		time.Sleep(time.Second) // first scrapes and probes
+		src, err := workload.New(wl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := &http.Client{Transport: &http.Transport{DialContext: pn.dial, MaxIdleConnsPerHost: 4096}}
+		out, err = bench.Run(context.Background(), bench.Config{BaseURL: "http://gateway:80", Source: src, Client: client, Warmup: 60 * time.Second, SpinWindow: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ghs.Close()
+		gln.Close()
+		for _, s := range stops {
+			s()
+		}
+		client.CloseIdleConnections()
+		cancel()
+		wg.Wait()
+		gw.Close()
+		time.Sleep(time.Second)
+	})
+	b, s := out.Summary, sim.Summary
+	if b.Failed != 0 {
+		t.Fatalf("%d failed through the gateway: %v", b.Failed, out.Errors)
+	}
+	t.Logf("TTFT p50/p99: live %.1f/%.1f ms, sim %.1f/%.1f ms; hit rate live %.3f, sim %.3f",
+		b.TTFT.P50, b.TTFT.P99, s.TTFT.P50, s.TTFT.P99, b.HitRate, s.HitRate)
+	for _, c := range []struct {
+		name string
+		x, y float64
+	}{{"TTFT p50", b.TTFT.P50, s.TTFT.P50}, {"TTFT p99", b.TTFT.P99, s.TTFT.P99}, {"hit rate", b.HitRate, s.HitRate}} {
+		if math.Abs(c.x-c.y) > 0.10*c.y {
+			t.Errorf("%s: live %.4g, sim %.4g: more than 10%% apart", c.name, c.x, c.y)
+		}
+	}
+}

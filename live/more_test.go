@@ -1,0 +1,235 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/engine/kvevents"
+	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/router"
+)
+
+// The official OpenAI Node SDK through the gateway, streaming and not.
+func TestOpenAINodeSDKThroughGateway(t *testing.T) {
+	dir := os.Getenv("INFERRAIL_NODE_MODULES")
+	if dir == "" {
+		dir = filepath.Join("..", ".cache", "node", "node_modules")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "openai")); err != nil {
+		t.Skipf("OpenAI Node SDK not installed in %s: run `make node-deps` (make test does)", dir)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node not found")
+	}
+	abs, _ := filepath.Abs(dir)
+	g := startGateway(t, testOptions(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true}), newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})))
+	cmd := exec.Command("node", filepath.Join("..", "engine", "server", "testdata", "openai_sdk.cjs"))
+	cmd.Env = append(os.Environ(), "BASE_URL="+g.base, "NODE_PATH="+abs)
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("node: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatal(err)
+	}
+	var res struct {
+		Models []string `json:"models"`
+		Chat   struct {
+			Object, Content, Finish string
+		} `json:"chat"`
+		ChatStream struct {
+			Text, Finish string
+			Chunks       int
+		} `json:"chatStream"`
+		CompletionStream struct {
+			Text   string
+			Chunks int
+		} `json:"completionStream"`
+		Error *struct {
+			Status int `json:"status"`
+		} `json:"error"`
+		RequestID struct{ Header, ID string } `json:"requestId"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if res.Chat.Object != "chat.completion" || res.Chat.Finish != "length" || res.ChatStream.Chunks < 3 || len(strings.Fields(res.ChatStream.Text)) != 6 || res.CompletionStream.Chunks < 3 || len(strings.Fields(res.CompletionStream.Text)) != 7 ||
+		res.Error == nil || res.Error.Status != 404 || res.RequestID.Header != "sdk-1" || res.RequestID.ID != "chatcmpl-sdk-1" {
+		t.Fatalf("through the gateway: %s", out)
+	}
+}
+
+// The decision log gets sampled decisions as JSON lines, without prompts.
+func TestDecisionLog(t *testing.T) {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	o := testOptions(t, newUpstream(t, server.Config{Engine: testEngineConfig()}))
+	o.DecisionLog = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
+	o.DecisionLogSample = 1
+	g := startGateway(t, o)
+	secret := words(777, 20)
+	for range 5 {
+		if _, _, err := g.complete(context.Background(), secret, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 5 || strings.Contains(buf.String(), strings.Fields(secret)[0]) {
+		t.Fatalf("%d lines:\n%s", len(lines), buf.String())
+	}
+	var e decisionEntry
+	if err := json.Unmarshal([]byte(lines[4]), &e); err != nil || e.Replica != "a" || e.Prompt != 20 || !e.Tokenized || e.Predicted != 16 {
+		t.Fatalf("entry %+v (%v)", e, err)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// With the event-fed index, the engines' KV events (over ZMQ, hashed their
+// own way) reach the router's index under the gateway's own hashes, so a
+// prompt stored on one engine is predicted there.
+func TestEventFedIndex(t *testing.T) {
+	mk := func() (*upstream, string) {
+		kc := kvevents.DefaultConfig()
+		kc.EnableKVCacheEvents, kc.Endpoint, kc.ForceBind, kc.Topic = true, "tcp://127.0.0.1:0", true, "kv"
+		pub, err := kvevents.NewPublisher(context.Background(), kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pub.Close() })
+		cfg := server.Config{Engine: testEngineConfig()}
+		cfg.Engine.EnableKVEvents = true
+		cfg.KVEvents = func(at time.Time, evs []engine.KVEvent, tokens func(kvblock.Hash) []uint32) {
+			pub.Publish(kvevents.Batch{TS: float64(at.UnixNano()) / 1e9, Events: kvevents.FromEngine(evs, tokens)})
+		}
+		return newUpstream(t, cfg), pub.Addr()
+	}
+	ua, ea := mk()
+	ub, eb := mk()
+	o := testOptions(t, ua, ub)
+	o.Models[0].Index = router.IndexEvents
+	o.Models[0].Replicas[0].KVEvents, o.Models[0].Replicas[0].KVEventsTopic = ea, "kv"
+	o.Models[0].Replicas[1].KVEvents, o.Models[0].Replicas[1].KVEventsTopic = eb, "kv"
+	g := startGateway(t, o)
+	// Wait for the subscriptions (ZMQ's slow joiner) by sending until both
+	// replicas have blocks in the index.
+	waitUntil(t, "KV events from both engines", 20*time.Second, func() bool {
+		for i := range 4 {
+			g.complete(context.Background(), words(3000+i*100, 40), 2)
+		}
+		time.Sleep(50 * time.Millisecond)
+		n := 0
+		for _, v := range g.replicaViews() {
+			if v.IndexBlocks > 0 {
+				n++
+			}
+		}
+		return n == 2
+	})
+	prompt := words(9000, 100)
+	resp, _, err := g.complete(context.Background(), prompt, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := resp.Header.Get(HeaderReplica)
+	// Long enough for the speculative record to expire would take 2 s; the
+	// events confirm it at once instead: the prediction holds.
+	time.Sleep(100 * time.Millisecond)
+	resp, _, err = g.complete(context.Background(), prompt, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Header.Get(HeaderReplica) != first || resp.Header.Get(HeaderPredicted) != "96" {
+		t.Fatalf("repeat went to %s (first %s) predicting %s cached tokens", resp.Header.Get(HeaderReplica), first, resp.Header.Get(HeaderPredicted))
+	}
+}
+
+// DNS groups: every address is a replica; a failed lookup keeps the last
+// set; an address that disappears leaves rotation.
+func TestDNSDiscovery(t *testing.T) {
+	a := newUpstream(t, server.Config{Engine: testEngineConfig()})
+	b := newUpstream(t, server.Config{Engine: testEngineConfig()})
+	hostA, portA, _ := net.SplitHostPort(a.addr)
+	_, portB, _ := net.SplitHostPort(b.addr)
+	if portA == portB {
+		t.Skip("same port")
+	}
+	// Both upstreams listen on 127.0.0.1 with different ports, while a DNS
+	// group has one port: use two groups of one name each.
+	res := &fakeResolver{addrs: map[string][]string{"a.test": {hostA}, "b.test": {hostA}}}
+	o := testOptions(t)
+	o.Models[0].Replicas = nil
+	pa, pb := atoiT(t, portA), atoiT(t, portB)
+	o.Models[0].DNS = []DNSGroup{{Name: "ga", Host: "a.test", Port: pa, Scheme: "http"}, {Name: "gb", Host: "b.test", Port: pb, Scheme: "http"}}
+	o.Resolver = res
+	o.DNSRefresh = 20 * time.Millisecond
+	g := startGateway(t, o)
+	waitUntil(t, "both groups resolved", 5*time.Second, func() bool { return len(g.replicaViews()) == 2 })
+	if _, _, err := g.complete(context.Background(), words(1, 10), 2); err != nil {
+		t.Fatal(err)
+	}
+	res.set("b.test", nil, true) // lookups fail: keep the last set
+	time.Sleep(100 * time.Millisecond)
+	if n := len(g.replicaViews()); n != 2 {
+		t.Fatalf("after failed lookups %d replicas, want 2", n)
+	}
+	res.set("b.test", []string{}, false) // the name now has no address
+	waitUntil(t, "gb's replica to leave", 5*time.Second, func() bool { return len(g.replicaViews()) == 1 })
+	for range 10 {
+		resp, _, err := g.complete(context.Background(), words(50, 10), 2)
+		if err != nil || !strings.HasPrefix(resp.Header.Get(HeaderReplica), "ga-") {
+			t.Fatalf("%v %v", resp.Header, err)
+		}
+	}
+}
+
+type fakeResolver struct {
+	mu    sync.Mutex
+	addrs map[string][]string
+	fail  map[string]bool
+}
+
+func (r *fakeResolver) set(host string, addrs []string, fail bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail == nil {
+		r.fail = map[string]bool{}
+	}
+	r.fail[host] = fail
+	if !fail {
+		r.addrs[host] = addrs
+	}
+}
+
+func (r *fakeResolver) LookupHost(_ context.Context, host string) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail[host] {
+		return nil, &net.DNSError{Err: "server misbehaving", Name: host, IsTemporary: true}
+	}
+	return append([]string(nil), r.addrs[host]...), nil
+}
+
+func atoiT(t *testing.T, s string) int {
+	var n int
+	for _, c := range s {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Gateway overhead, side by side in one run against the same three engines:
+# inferrail bench straight to the engines (round robin, client side),
+# through inferrail live (cost_model, edge tokenization and the KV index on)
+# and through nginx (a plain round-robin proxy, Debian's nginx-light), at
+# 1,000 and 3,000 req/s; then a soak of 50,000 requests through live with its
+# resident memory before and after. Engines use the smallest profile costs, so
+# latency is almost all network and proxy. Results: $OUT/results.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/bench-live}
+RATES=${RATES:-"1000 3000"}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+SOAK=${SOAK:-50000}
+SOAK_RATE=${SOAK_RATE:-1000}
+BIN=bin/inferrail
+
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+	if [ "$(id -u)" = 0 ]; then
+		apt-get install -y -q nginx-light >/dev/null
+	else
+		echo "bench-live needs nginx: apt-get install nginx-light" >&2
+		exit 1
+	fi
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+make -s build
+mkdir -p "$OUT"
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	[ -f "$TMP/nginx.pid" ] && kill "$(cat "$TMP/nginx.pid")" 2>/dev/null || true
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+cat >"$TMP/zero.yaml" <<YAML
+name: near-zero
+latency: {step_fixed_ms: 0.001, prefill_token_us: 0.001, prefill_pair_ns: 0, decode_seq_us: 0, decode_ctx_token_ns: 0}
+YAML
+for p in 19001 19002 19003; do
+	$BIN engine --port $p --profile "$TMP/zero.yaml" 2>"$TMP/engine-$p.log" &
+	PIDS+=($!)
+done
+cat >"$TMP/live.yaml" <<YAML
+listen: 127.0.0.1:19080
+admin_listen: 127.0.0.1:19090
+models:
+  - name: inferrail-sim
+    policy: cost_model
+    tokenizer: builtin:sim
+    index: approximate
+    max_concurrency: 100000
+    max_pending: 100000
+    replicas:
+      - {name: a, url: "http://127.0.0.1:19001"}
+      - {name: b, url: "http://127.0.0.1:19002"}
+      - {name: c, url: "http://127.0.0.1:19003"}
+YAML
+$BIN live --config "$TMP/live.yaml" 2>"$TMP/live.log" &
+LIVE=$!
+PIDS+=($LIVE)
+cat >"$TMP/nginx.conf" <<NGINX
+worker_processes auto;
+pid $TMP/nginx.pid;
+error_log $TMP/nginx-error.log warn;
+events { worker_connections 16384; }
+http {
+	access_log off;
+	upstream engines {
+		server 127.0.0.1:19001;
+		server 127.0.0.1:19002;
+		server 127.0.0.1:19003;
+		keepalive 512;
+	}
+	server {
+		listen 127.0.0.1:19081;
+		location / {
+			proxy_pass http://engines;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering off;
+			proxy_request_buffering off;
+			proxy_read_timeout 600s;
+		}
+	}
+}
+NGINX
+"$NGINX" -c "$TMP/nginx.conf" -p "$TMP" -g 'daemon off;' &
+PIDS+=($!)
+sleep 2
+
+# Short prompts (about 256 tokens) and 16-token answers: what is measured is
+# the path, not the engines.
+WL=(--workload w6 --set w6.input_median_tokens=256 --set w6.input_sigma=0.3
+	--set output.median=16 --set output.sigma=0 --set output.min=16 --set output.max_tokens=16)
+run() { # name url rate requests
+	$BIN bench --base-url "$2" "${WL[@]}" --rate "$3" --requests "$4" --timeout 30s --json 2>/dev/null >"$OUT/$1-$3.json"
+}
+summarise() { # name rate
+	python3 - "$OUT/$1-$2.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"{s['ttft_ms']['p50']:.3f} {s['ttft_ms']['p99']:.3f} {s['e2e_ms']['p50']:.3f} {s['e2e_ms']['p99']:.3f} {s['completed']} {s['failed']}")
+PY
+}
+DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
+{
+	echo "# Gateway overhead ($(date -u +%Y-%m-%d), $(nproc) cores, $(git describe --always --dirty))"
+	echo
+	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and 16-token answers, 3 near-zero-cost engines); overhead = through the proxy minus direct."
+	echo
+	echo "| rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 |"
+	echo "|---|---|---|---|---|---|---|---|---|---|"
+} >"$OUT/results.md"
+for rate in $RATES; do
+	n=$((rate * SECONDS_PER_RUN))
+	run warm "$DIRECT" "$rate" $((rate * 2))
+	run direct "$DIRECT" "$rate" "$n"
+	run live http://127.0.0.1:19080 "$rate" "$n"
+	run nginx http://127.0.0.1:19081 "$rate" "$n"
+	read -r d50 d99 _ _ _ _ <<<"$(summarise direct "$rate")"
+	for path in direct live nginx; do
+		read -r t50 t99 e50 e99 ok failed <<<"$(summarise $path "$rate")"
+		a50=$(python3 -c "print(f'{$t50 - $d50:.3f}')")
+		a99=$(python3 -c "print(f'{$t99 - $d99:.3f}')")
+		echo "| $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 |" >>"$OUT/results.md"
+	done
+done
+
+rss() { awk '/VmRSS/ {print $2}' "/proc/$LIVE/status"; }
+run soakwarm http://127.0.0.1:19080 "$SOAK_RATE" 5000
+before=$(rss)
+run soak http://127.0.0.1:19080 "$SOAK_RATE" "$SOAK"
+after=$(rss)
+read -r _ _ _ _ ok failed <<<"$(summarise soak "$SOAK_RATE")"
+{
+	echo
+	echo "Soak: $SOAK requests through live at $SOAK_RATE req/s after 5,000 to warm up: $ok ok, $failed failed; resident memory ${before} KiB before, ${after} KiB after (growth $(( (after - before) / 1024 )) MiB)."
+} >>"$OUT/results.md"
+cat "$OUT/results.md"

@@ -94,11 +94,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if alias {
-		if body, err = rewriteModel(body, m.name); err != nil {
-			s.met.outcome(m.name, "bad_request")
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
-			return
-		}
+		body = rewriteModel(body, f, m.name)
 	}
 
 	// Tokenize at the edge to predict what each replica has cached.

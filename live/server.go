@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -114,12 +115,15 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// AdminHandler serves the gateway's metrics (/metrics) and its view of the
-// replicas (/replicas, JSON).
+// AdminHandler serves the gateway's metrics (/metrics), its view of the
+// replicas (/replicas, JSON) and Go's profiles (/debug/pprof/).
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /replicas", s.handleReplicas)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }
 

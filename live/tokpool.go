@@ -3,8 +3,6 @@ package live
 import (
 	"context"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -19,21 +17,15 @@ const (
 	tokSkipped   tokOutcome = "skipped" // no encoder, or a prompt given as token ids
 )
 
-// tokPool tokenizes on a bounded number of workers with a bounded queue, so
-// a burst of long prompts cannot take every core from the proxy; a request
-// whose prompt is not tokenized in time is routed without a prediction.
+// tokPool bounds edge tokenization: at most Workers prompts are tokenized
+// at once (on the requests' own goroutines, so a free slot costs no
+// hand-off), at most Queue more wait for a slot, and a request that waits
+// past Timeout is routed without a prediction. A burst of long prompts
+// therefore cannot take every core from the proxy.
 type tokPool struct {
-	jobs    chan *tokJob
+	slots   chan struct{}
+	waiting chan struct{}
 	timeout time.Duration
-	wg      sync.WaitGroup
-}
-
-type tokJob struct {
-	fn        func() ([]uint32, error)
-	abandoned atomic.Bool
-	ids       []uint32
-	err       error
-	done      chan struct{}
 }
 
 func newTokPool(o TokenizeOptions) *tokPool {
@@ -41,53 +33,42 @@ func newTokPool(o TokenizeOptions) *tokPool {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	queue := max(o.Queue, 1)
-	p := &tokPool{jobs: make(chan *tokJob, queue), timeout: o.Timeout}
-	for range workers {
-		p.wg.Add(1)
-		go p.work()
-	}
-	return p
+	return &tokPool{slots: make(chan struct{}, workers), waiting: make(chan struct{}, max(o.Queue, 1)), timeout: o.Timeout}
 }
 
-func (p *tokPool) work() {
-	defer p.wg.Done()
-	for j := range p.jobs {
-		if !j.abandoned.Load() {
-			j.ids, j.err = j.fn()
-		}
-		close(j.done)
-	}
-}
-
-// do runs fn on the pool and waits for it up to the pool's timeout.
+// do runs fn once a slot is free, waiting for one up to the pool's timeout.
 func (p *tokPool) do(ctx context.Context, fn func() ([]uint32, error)) ([]uint32, tokOutcome) {
-	j := &tokJob{fn: fn, done: make(chan struct{})}
 	select {
-	case p.jobs <- j:
+	case p.slots <- struct{}{}:
 	default:
-		return nil, tokQueueFull
-	}
-	var timeout <-chan time.Time
-	if p.timeout > 0 {
-		t := time.NewTimer(p.timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case <-j.done:
-		if j.err != nil {
-			return nil, tokError
+		select {
+		case p.waiting <- struct{}{}:
+		default:
+			return nil, tokQueueFull
 		}
-		return j.ids, tokOK
-	case <-timeout:
-	case <-ctx.Done():
+		var timeout <-chan time.Time
+		if p.timeout > 0 {
+			t := time.NewTimer(p.timeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case p.slots <- struct{}{}:
+			<-p.waiting
+		case <-timeout:
+			<-p.waiting
+			return nil, tokTimeout
+		case <-ctx.Done():
+			<-p.waiting
+			return nil, tokTimeout
+		}
 	}
-	j.abandoned.Store(true)
-	return nil, tokTimeout
+	ids, err := fn()
+	<-p.slots
+	if err != nil {
+		return nil, tokError
+	}
+	return ids, tokOK
 }
 
-func (p *tokPool) close() {
-	close(p.jobs)
-	p.wg.Wait()
-}
+func (p *tokPool) close() {}

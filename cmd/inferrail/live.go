@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -127,6 +128,11 @@ func liveOptions(c *config.Config) (live.Options, func(), error) {
 }
 
 func runLive(ctx context.Context, cfg *config.Config, opts live.Options, stderr io.Writer) error {
+	// A proxy's heap is small and its tail latency suffers from collections:
+	// collect four times less often than Go's default unless GOGC says.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 	s, err := live.New(opts)
 	if err != nil {
 		return usageError{err}

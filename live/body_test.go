@@ -1,0 +1,100 @@
+package live
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// readFields agrees with encoding/json on every valid object, and on the
+// fields it reads.
+func TestReadFieldsMatchesEncodingJSON(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		obj := map[string]any{}
+		keys := rapid.SliceOfN(rapid.SampledFrom([]string{"model", "prompt", "cache_salt", "user", "stream", "messages", "max_tokens", "x\"y", "é"}), 0, 8).Draw(t, "keys")
+		for _, k := range keys {
+			switch rapid.IntRange(0, 5).Draw(t, "kind") {
+			case 0:
+				obj[k] = rapid.String().Draw(t, "s")
+			case 1:
+				obj[k] = rapid.Int().Draw(t, "n")
+			case 2:
+				obj[k] = []any{rapid.String().Draw(t, "a"), map[string]any{"k": []any{1.5, nil, true}}}
+			case 3:
+				obj[k] = nil
+			case 4:
+				obj[k] = map[string]any{"role": "user", "content": rapid.String().Draw(t, "c")}
+			default:
+				obj[k] = rapid.Bool().Draw(t, "b")
+			}
+		}
+		body, _ := json.MarshalIndent(obj, "", rapid.SampledFrom([]string{"", " ", "\t"}).Draw(t, "indent"))
+		f, err := readFields(body)
+		var want struct {
+			Model     any `json:"model"`
+			CacheSalt any `json:"cache_salt"`
+		}
+		json.Unmarshal(body, &want)
+		ms, isStr := want.Model.(string)
+		switch {
+		case want.Model != nil && !isStr:
+			if err == nil {
+				t.Fatalf("non-string model %v accepted", want.Model)
+			}
+			return
+		case want.CacheSalt != nil:
+			if _, ok := want.CacheSalt.(string); !ok {
+				return // an error either way
+			}
+		}
+		if _, bad := obj["user"].(string); !bad && obj["user"] != nil {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if isStr && (f.Model == nil || *f.Model != ms) {
+			t.Fatalf("model %v, want %q", f.Model, ms)
+		}
+		if isStr {
+			out := rewriteModel(body, f, "renamed")
+			var back map[string]any
+			if err := json.Unmarshal(out, &back); err != nil || back["model"] != "renamed" || len(back) != len(obj) {
+				t.Fatalf("rewrite: %s (%v)", out, err)
+			}
+		}
+	})
+}
+
+func TestReadFieldsRejects(t *testing.T) {
+	for _, b := range []string{``, `[]`, `"x"`, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1} x`, `{"model": 5}`, `{"a": tru}`, `{"a": "x}`, strings.Repeat("[", 600) + strings.Repeat("]", 600)} {
+		if _, err := readFields([]byte(b)); err == nil {
+			t.Errorf("%.40q accepted", b)
+		}
+	}
+}
+
+func FuzzReadFields(f *testing.F) {
+	f.Add([]byte(`{"model": "m", "prompt": "hi", "messages": [{"role": "user"}]}`))
+	f.Add([]byte(`{"a": [1, {"b": "\"}"}], "model": "x"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		f, err := readFields(b)
+		if err == nil && json.Valid(b) && f.Model != nil {
+			out := rewriteModel(b, f, "z")
+			if !json.Valid(out) {
+				t.Fatalf("rewrite of valid %q is invalid: %q", b, out)
+			}
+		}
+	})
+}
+
+func BenchmarkReadFields(b *testing.B) {
+	body, _ := json.Marshal(map[string]any{"model": "llama", "messages": []map[string]string{{"role": "system", "content": strings.Repeat("word ", 6000)}, {"role": "user", "content": "hi"}}, "max_tokens": 100, "stream": true})
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		readFields(body)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // fields are what the proxy reads of a request body; everything else passes
@@ -202,6 +203,10 @@ func completionPrompt(raw json.RawMessage) (string, bool) {
 	}
 	var s string
 	if raw[0] == '"' {
+		// Most prompts need no unescaping: take their bytes as they are.
+		if len(raw) >= 2 && raw[len(raw)-1] == '"' && plain(raw[1:len(raw)-1]) {
+			return string(raw[1 : len(raw)-1]), true
+		}
 		if json.Unmarshal(raw, &s) == nil {
 			return s, true
 		}
@@ -225,4 +230,15 @@ func rewriteModel(body []byte, f fields, name string) []byte {
 	out = append(out, body[:f.modelStart]...)
 	out = append(out, q...)
 	return append(out, body[f.modelEnd:]...)
+}
+
+// plain reports whether a JSON string's inside holds no escapes, control
+// characters or invalid UTF-8, so its bytes are its value.
+func plain(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c == '"' || c < 0x20 {
+			return false
+		}
+	}
+	return utf8.Valid(b)
 }

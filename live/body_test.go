@@ -98,3 +98,18 @@ func BenchmarkReadFields(b *testing.B) {
 		readFields(body)
 	}
 }
+
+// The fast path for plain prompts gives what encoding/json gives.
+func TestCompletionPromptFastPath(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := rapid.String().Draw(t, "prompt")
+		raw, _ := json.Marshal(p)
+		got, ok := completionPrompt(raw)
+		if !ok || got != p {
+			t.Fatalf("%q -> %q, %v", p, got, ok)
+		}
+	})
+	if _, ok := completionPrompt([]byte(`"a\u00e9"`)); !ok {
+		t.Fatal("escaped prompt refused")
+	}
+}

@@ -431,3 +431,32 @@ func TestHostileRequests(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// A replica that accepts requests and never answers (its /health still
+// fine) holds at most max_pending of them while they wait: then it is full
+// and every other request goes elsewhere.
+func TestHangingReplica(t *testing.T) {
+	hang := newUpstream(t, server.Config{Engine: testEngineConfig(), Faults: server.Faults{HangRate: 1}})
+	o := testOptions(t, hang, newUpstream(t, server.Config{Engine: testEngineConfig()}), newUpstream(t, server.Config{Engine: testEngineConfig()}))
+	o.Models[0].MaxPending = 4
+	g := startGateway(t, o)
+	var hung atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			if _, _, err := g.complete(ctx, words(i*40, 30), 4); err != nil {
+				hung.Add(1)
+			}
+		}()
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	if hung.Load() > 4 {
+		t.Fatalf("%d of 60 requests hung on the silent replica (max_pending 4)", hung.Load())
+	}
+	t.Logf("%d of 60 requests went to the hanging replica", hung.Load())
+}

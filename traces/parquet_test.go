@@ -415,7 +415,10 @@ func TestParquetBoundedMemory(t *testing.T) {
 	if over(peakR) > total/8 {
 		t.Errorf("reading held %d bytes live, want well under the records' %d", over(peakR), total)
 	}
-	if over(peakW) > total/4 {
+	// One row group and the compressor's buffers: 16.7 MB with
+	// klauspost/compress 1.17, 18-19 MB with 1.20 (its zstd encoder keeps
+	// larger windows), both far under the records' 73 MB.
+	if over(peakW) > total/3 {
 		t.Errorf("writing held %d bytes live, want well under the records' %d", over(peakW), total)
 	}
 }

@@ -399,16 +399,21 @@ func skipSpace(b []byte, i int) int {
 // skipString returns the index just past the string starting at b[i]
 // (a quote), or -1.
 func skipString(b []byte, i int) int {
-	for j := i + 1; j < len(b); {
-		k := bytes.IndexAny(b[j:], "\"\\")
+	for j := i + 1; j < len(b); j++ {
+		k := bytes.IndexByte(b[j:], '"')
 		if k < 0 {
 			return -1
 		}
 		j += k
-		if b[j] == '"' {
+		// The quote ends the string unless an odd run of backslashes
+		// (each escaping the next) leads up to it.
+		n := 0
+		for b[j-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 0 {
 			return j + 1
 		}
-		j += 2 // an escape and the byte it escapes
 	}
 	return -1
 }

@@ -31,13 +31,262 @@ type Request struct {
 	// ChatTemplateKwargs is a JSON object of extra template variables
 	// (for example {"enable_thinking": false}), or nil.
 	ChatTemplateKwargs json.RawMessage
+
+	// parsed is ParseRequest's decoding of the fields above, nil for a
+	// Request built by hand.
+	parsed *parsedRequest
 }
 
 // ParseRequest reads an OpenAI /v1/chat/completions request body: messages,
 // tools, documents, add_generation_prompt (default true, as in vLLM),
 // continue_final_message and chat_template_kwargs. Other fields are
 // ignored. Errors name the field to fix.
+//
+// The body is read once: the messages, tools, documents and kwargs are
+// decoded into the values Render needs, so that rendering the request
+// does not decode them again (Render still decodes any field changed since).
 func ParseRequest(body []byte) (Request, error) {
+	if req, ok := parseRequestFast(body); ok {
+		return req, nil
+	}
+	// Errors, and valid bodies the single pass does not take (a repeated
+	// field, very deep nesting), go the long way, which words the errors.
+	return parseRequestSlow(body)
+}
+
+// parsedRequest is what ParseRequest decoded. Each value is kept with a
+// private copy of the bytes it was decoded from: Render uses it only while
+// the request's field holds exactly those bytes, and gives the template a
+// copy, since templates can change lists and dicts (append, pop, update).
+type parsedRequest struct {
+	messages []decoded
+	// tools, documents and chat_template_kwargs; src is nil when absent
+	fields [3]decoded
+}
+
+// decoded is a JSON value's bytes and its decodeJSON.
+type decoded struct {
+	src []byte
+	val jinja.Value
+}
+
+func (p *parsedRequest) message(i int) *decoded {
+	if p == nil || i >= len(p.messages) {
+		return nil
+	}
+	return &p.messages[i]
+}
+
+func (p *parsedRequest) tools() *decoded     { return p.field(0) }
+func (p *parsedRequest) documents() *decoded { return p.field(1) }
+func (p *parsedRequest) kwargs() *decoded    { return p.field(2) }
+
+func (p *parsedRequest) field(i int) *decoded {
+	if p == nil {
+		return nil
+	}
+	return &p.fields[i]
+}
+
+// value returns decodeJSON(raw): a copy of d's value when d was decoded
+// from the same bytes, else a fresh decode.
+func (d *decoded) value(raw []byte) (jinja.Value, error) {
+	if d != nil && d.src != nil && bytes.Equal(d.src, raw) {
+		return cloneValue(d.val), nil
+	}
+	return decodeJSON(raw)
+}
+
+// parseRequestFast is ParseRequest in one pass over the body, for a valid
+// request. It gives up (false) on anything else, and then
+// parseRequestSlow decides; when it succeeds, parseRequestSlow would
+// return the same fields (TestParseRequestFastMatchesSlow).
+func parseRequestFast(body []byte) (Request, bool) {
+	// src is private and never written: decoded strings share its memory
+	// and Render compares fields with it. The fields point into pub.
+	src := bytes.Clone(body)
+	p := jsonParser{data: src, immutable: true}
+	var (
+		msgSpans []span
+		msgVals  []jinja.Value
+		fields   [3]span // tools, documents, chat_template_kwargs
+		vals     [3]jinja.Value
+		bools    [2]jinja.Value // add_generation_prompt, continue_final_message
+		seen     [6]bool
+	)
+	p.space()
+	if p.i >= len(src) || src[p.i] != '{' {
+		return Request{}, false
+	}
+	p.i++
+	p.space()
+	if p.i < len(src) && src[p.i] == '}' {
+		return Request{}, false // no messages
+	}
+	for {
+		p.space()
+		if p.i >= len(src) || src[p.i] != '"' {
+			return Request{}, false
+		}
+		key, err := p.str()
+		if err != nil {
+			return Request{}, false
+		}
+		p.space()
+		if p.i >= len(src) || src[p.i] != ':' {
+			return Request{}, false
+		}
+		p.i++
+		p.space()
+		field := -1
+		switch key {
+		case "messages":
+			field = 0
+		case "tools":
+			field = 1
+		case "documents":
+			field = 2
+		case "chat_template_kwargs":
+			field = 3
+		case "add_generation_prompt":
+			field = 4
+		case "continue_final_message":
+			field = 5
+		}
+		if field >= 0 {
+			if seen[field] {
+				return Request{}, false // the last one counts: leave it to the slow path
+			}
+			seen[field] = true
+		}
+		start := p.i
+		if field == 0 {
+			if msgSpans, msgVals, err = p.messages(); err != nil {
+				return Request{}, false
+			}
+		} else {
+			v, err := p.value(0)
+			if err != nil {
+				return Request{}, false
+			}
+			switch {
+			case field >= 1 && field <= 3:
+				fields[field-1], vals[field-1] = span{start, p.i}, v
+			case field >= 4:
+				bools[field-4] = v
+			}
+		}
+		p.space()
+		if p.i < len(src) && src[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.i < len(src) && src[p.i] == '}' {
+			p.i++
+			break
+		}
+		return Request{}, false
+	}
+	p.space()
+	if p.i != len(src) || len(msgSpans) == 0 {
+		return Request{}, false
+	}
+	for _, m := range msgVals {
+		if !validMessage(m) {
+			return Request{}, false
+		}
+	}
+	req := Request{AddGenerationPrompt: true}
+	for i, want := range []func(jinja.Value) bool{jinja.Value.IsList, jinja.Value.IsList, jinja.Value.IsDict} {
+		if v := vals[i]; seen[i+1] && !v.IsNone() && !want(v) {
+			return Request{}, false
+		}
+	}
+	for i, dst := range []*bool{&req.AddGenerationPrompt, &req.ContinueFinalMessage} {
+		switch v := bools[i]; {
+		case !seen[i+4], v.IsNone():
+		case v.IsBool():
+			*dst = v.AsBool()
+		default:
+			return Request{}, false
+		}
+	}
+
+	pub := bytes.Clone(body)
+	pr := &parsedRequest{messages: make([]decoded, len(msgSpans))}
+	req.Messages = make([]json.RawMessage, len(msgSpans))
+	for i, s := range msgSpans {
+		req.Messages[i] = pub[s.start:s.end:s.end]
+		pr.messages[i] = decoded{src: src[s.start:s.end:s.end], val: msgVals[i]}
+	}
+	for i, dst := range []*json.RawMessage{&req.Tools, &req.Documents, &req.ChatTemplateKwargs} {
+		if !seen[i+1] || vals[i].IsNone() {
+			continue
+		}
+		s := fields[i]
+		*dst = pub[s.start:s.end:s.end]
+		pr.fields[i] = decoded{src: src[s.start:s.end:s.end], val: vals[i]}
+	}
+	req.parsed = pr
+	return req, true
+}
+
+// messages reads the messages array: each message must be an object. It
+// returns each message's span and value.
+func (p *jsonParser) messages() (spans []span, vals []jinja.Value, err error) {
+	if p.i >= len(p.data) || p.data[p.i] != '[' {
+		return nil, nil, p.errorf("expected an array")
+	}
+	p.i++
+	p.space()
+	if p.i < len(p.data) && p.data[p.i] == ']' {
+		return nil, nil, p.errorf("empty array")
+	}
+	for {
+		p.space()
+		if p.i >= len(p.data) || p.data[p.i] != '{' {
+			return nil, nil, p.errorf("expected an object")
+		}
+		start := p.i
+		v, err := p.value(0)
+		if err != nil {
+			return nil, nil, err
+		}
+		spans = append(spans, span{start, p.i})
+		vals = append(vals, v)
+		p.space()
+		if p.i < len(p.data) && p.data[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.i < len(p.data) && p.data[p.i] == ']' {
+			p.i++
+			return spans, vals, nil
+		}
+		return nil, nil, p.errorf("expected ',' or ']' in an array")
+	}
+}
+
+// span is where a value lies in the body.
+type span struct{ start, end int }
+
+// validMessage is checkMessage on a decoded message: an object whose role
+// is a string (or null, which encoding/json reads as "") and whose
+// content, if set, is a string, null or an array.
+func validMessage(m jinja.Value) bool {
+	if !m.IsDict() {
+		return false
+	}
+	role, ok := m.AsDict().Get("role")
+	if !ok || !role.IsString() && !role.IsNone() {
+		return false
+	}
+	c, ok := m.AsDict().Get("content")
+	return !ok || c.IsNone() || c.IsString() || c.IsList()
+}
+
+// parseRequestSlow is ParseRequest with encoding/json; it words the errors.
+func parseRequestSlow(body []byte) (Request, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
 		return Request{}, fmt.Errorf("request body: must be a JSON object: %w", err)
@@ -149,7 +398,7 @@ func convert(req Request, format ContentFormat) (conversation, error) {
 	var c conversation
 	msgs := make([]jinja.Value, len(req.Messages))
 	for i, raw := range req.Messages {
-		v, err := decodeJSON(raw)
+		v, err := req.parsed.message(i).value(raw)
 		if err != nil {
 			return c, fmt.Errorf("messages[%d]: invalid JSON: %w", i, err)
 		}
@@ -165,7 +414,7 @@ func convert(req Request, format ContentFormat) (conversation, error) {
 	c.messages = jinja.NewList(msgs)
 	c.tools = jinja.None()
 	if len(req.Tools) > 0 && !isNull(req.Tools) {
-		v, err := decodeJSON(req.Tools)
+		v, err := req.parsed.tools().value(req.Tools)
 		if err != nil {
 			return c, fmt.Errorf("tools: invalid JSON: %w", err)
 		}
@@ -175,7 +424,7 @@ func convert(req Request, format ContentFormat) (conversation, error) {
 	}
 	c.documents = jinja.None()
 	if len(req.Documents) > 0 && !isNull(req.Documents) {
-		v, err := decodeJSON(req.Documents)
+		v, err := req.parsed.documents().value(req.Documents)
 		if err != nil {
 			return c, fmt.Errorf("documents: invalid JSON: %w", err)
 		}
@@ -185,7 +434,7 @@ func convert(req Request, format ContentFormat) (conversation, error) {
 		c.documents = v
 	}
 	if len(req.ChatTemplateKwargs) > 0 && !isNull(req.ChatTemplateKwargs) {
-		v, err := decodeJSON(req.ChatTemplateKwargs)
+		v, err := req.parsed.kwargs().value(req.ChatTemplateKwargs)
 		if err != nil {
 			return c, fmt.Errorf("chat_template_kwargs: invalid JSON: %w", err)
 		}

@@ -2,12 +2,15 @@ package chat
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -41,6 +44,9 @@ func decodeJSON(data []byte) (jinja.Value, error) {
 type jsonParser struct {
 	data []byte
 	i    int
+	// immutable says data is never written again, so that strings may
+	// share its memory instead of copying it.
+	immutable bool
 }
 
 func (p *jsonParser) errorf(format string, args ...any) error {
@@ -192,45 +198,178 @@ func (p *jsonParser) number() (jinja.Value, error) {
 func (p *jsonParser) str() (string, error) {
 	p.i++ // opening quote
 	start := p.i
-	simple := true
-	for p.i < len(p.data) {
-		c := p.data[p.i]
-		switch {
+	escaped, ascii := false, true
+	for {
+		if p.i < len(p.data) {
+			n, a := plainLen(p.data[p.i:])
+			p.i += n
+			ascii = ascii && a
+		}
+		if p.i >= len(p.data) {
+			return "", p.errorf("unterminated string")
+		}
+		switch c := p.data[p.i]; {
 		case c == '"':
 			raw := p.data[start:p.i]
 			p.i++
-			if simple && utf8.Valid(raw) {
-				return string(raw), nil
+			valid := ascii || validUTF8(raw)
+			if escaped || !valid {
+				return unquote(raw, valid)
 			}
-			return unquote(raw)
+			if p.immutable {
+				return unsafe.String(unsafe.SliceData(raw), len(raw)), nil
+			}
+			return string(raw), nil
 		case c == '\\':
-			simple = false
+			escaped = true
 			p.i += 2
-		case c < 0x20:
+		default: // c < 0x20
 			return "", p.errorf("control character in a string")
-		default:
-			p.i++
 		}
 	}
-	return "", p.errorf("unterminated string")
 }
 
+// plainLen returns how many leading bytes of b need no attention inside a
+// JSON string: anything but '"', '\\' and control characters. ascii says
+// those bytes are all below 0x80 (else the caller checks them as UTF-8).
+// It looks at eight bytes at a time.
+func plainLen(b []byte) (n int, ascii bool) {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	var high uint64
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ ('"' * ones)
+		bs := x ^ ('\\' * ones)
+		// Each term is non-zero exactly when some byte is a quote, a
+		// backslash, or below 0x20 (bytes of 0x80 and above never count).
+		if ((q-ones)&^q|(bs-ones)&^bs|(x-0x20*ones)&^x)&highs != 0 {
+			break
+		}
+		high |= x
+	}
+	for ; i < len(b); i++ {
+		c := b[i]
+		if c == '"' || c == '\\' || c < 0x20 {
+			break
+		}
+		high |= uint64(c)
+	}
+	return i, high&highs == 0
+}
+
+// validUTF8 is utf8.Valid without a branch per rune, which text that mixes
+// scripts mispredicts: a DFA (accept, expect 1, 2 or 3 continuation bytes,
+// the four restricted second bytes of E0, ED, F0 and F4, error) whose
+// transitions for each byte are packed into one word, six bits a state.
+func validUTF8(p []byte) bool {
+	const highs = 0x8080808080808080
+	var st uint64 // bit offset of the state: 0 accepts
+	n := len(p)
+	for i := 0; i < n; {
+		if st&63 == 0 {
+			for i+8 <= n && binary.LittleEndian.Uint64(p[i:])&highs == 0 {
+				i += 8
+			}
+		}
+		for end := min(i+16, n); i < end; i++ {
+			st = utf8DFA[p[i]] >> (st & 63)
+		}
+		if st&63 == dfaError*6 {
+			return false
+		}
+	}
+	return st&63 == 0
+}
+
+// The DFA's states.
+const (
+	dfaAccept = iota
+	dfaCont1  // one continuation byte to go
+	dfaCont2
+	dfaCont3
+	dfaE0 // after E0: A0-BF, then one more
+	dfaED // after ED: 80-9F (no surrogates), then one more
+	dfaF0 // after F0: 90-BF, then two more
+	dfaF4 // after F4: 80-8F (nothing above U+10FFFF), then two more
+	dfaError
+)
+
+// utf8DFA[b] holds, at bit 6*s, 6 times the state that byte b leads to
+// from state s.
+var utf8DFA = func() (t [256]uint64) {
+	for b := range 256 {
+		next := func(s int) int {
+			cont := b >= 0x80 && b <= 0xBF
+			switch s {
+			case dfaAccept:
+				switch {
+				case b < 0x80:
+					return dfaAccept
+				case b >= 0xC2 && b <= 0xDF:
+					return dfaCont1
+				case b == 0xE0:
+					return dfaE0
+				case b == 0xED:
+					return dfaED
+				case b >= 0xE1 && b <= 0xEF:
+					return dfaCont2
+				case b == 0xF0:
+					return dfaF0
+				case b >= 0xF1 && b <= 0xF3:
+					return dfaCont3
+				case b == 0xF4:
+					return dfaF4
+				}
+			case dfaCont1, dfaCont2, dfaCont3:
+				if cont {
+					return s - 1
+				}
+			case dfaE0:
+				if b >= 0xA0 && b <= 0xBF {
+					return dfaCont1
+				}
+			case dfaED:
+				if b >= 0x80 && b <= 0x9F {
+					return dfaCont1
+				}
+			case dfaF0:
+				if b >= 0x90 && b <= 0xBF {
+					return dfaCont2
+				}
+			case dfaF4:
+				if b >= 0x80 && b <= 0x8F {
+					return dfaCont2
+				}
+			}
+			return dfaError
+		}
+		for s := dfaAccept; s <= dfaError; s++ {
+			t[b] |= uint64(6*next(s)) << (6 * s)
+		}
+	}
+	return t
+}()
+
 // unquote decodes the inside of a JSON string with escapes or invalid
-// UTF-8.
-func unquote(raw []byte) (string, error) {
+// UTF-8; valid says raw is valid UTF-8.
+func unquote(raw []byte, valid bool) (string, error) {
 	b := make([]byte, 0, len(raw))
 	for i := 0; i < len(raw); {
-		c := raw[i]
-		if c != '\\' {
-			if c < utf8.RuneSelf {
-				b = append(b, c)
-				i++
-				continue
-			}
-			r, size := utf8.DecodeRune(raw[i:])
-			b = utf8.AppendRune(b, r) // invalid bytes become U+FFFD
-			i += size
-			continue
+		n := bytes.IndexByte(raw[i:], '\\')
+		if n < 0 {
+			n = len(raw) - i
+		}
+		if valid {
+			b = append(b, raw[i:i+n]...)
+		} else {
+			b = appendUTF8(b, raw[i:i+n])
+		}
+		if i += n; i >= len(raw) {
+			break
 		}
 		if i+1 >= len(raw) {
 			return "", errors.New("invalid escape at the end of a string")
@@ -272,7 +411,24 @@ func unquote(raw []byte) (string, error) {
 			return "", fmt.Errorf("invalid escape \\%c in a string", raw[i-1])
 		}
 	}
-	return string(b), nil
+	// b is not written again: the string may share its memory.
+	return unsafe.String(unsafe.SliceData(b), len(b)), nil
+}
+
+// appendUTF8 appends s to b with each invalid UTF-8 byte replaced by
+// U+FFFD, as encoding/json does.
+func appendUTF8(b, s []byte) []byte {
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			b = append(b, c)
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		b = utf8.AppendRune(b, r) // invalid bytes become U+FFFD
+		i += size
+	}
+	return b
 }
 
 func hex4(raw []byte, i int) (rune, bool) {
@@ -341,6 +497,31 @@ func get(d jinja.Value, key string) jinja.Value {
 	v, ok := d.AsDict().Get(key)
 	if !ok {
 		return jinja.Undefined()
+	}
+	return v
+}
+
+// cloneValue returns a deep copy of v's lists and dicts (strings and other
+// scalars are immutable and shared).
+func cloneValue(v jinja.Value) jinja.Value {
+	switch {
+	case v.IsList():
+		items := v.AsList().Items
+		out := make([]jinja.Value, len(items))
+		for i, it := range items {
+			out[i] = cloneValue(it)
+		}
+		return jinja.NewList(out)
+	case v.IsDict():
+		d := v.AsDict()
+		out := jinja.NewDict()
+		od := out.AsDict()
+		od.Keys = slices.Clone(d.Keys)
+		od.Data = make(map[string]jinja.Value, len(d.Data))
+		for k, x := range d.Data {
+			od.Data[k] = cloneValue(x)
+		}
+		return out
 	}
 	return v
 }

@@ -8,11 +8,11 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/engine/simtok"
 )
 
 type streamOptions struct {
@@ -31,23 +31,18 @@ type completionRequest struct {
 	CacheSalt     *string         `json:"cache_salt"`
 }
 
-type chatMessageIn struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
 type chatRequest struct {
-	Model                *string         `json:"model"`
-	Messages             []chatMessageIn `json:"messages"`
-	MaxTokens            *int            `json:"max_tokens"`
-	MaxCompletionTokens  *int            `json:"max_completion_tokens"`
-	Stream               *bool           `json:"stream"`
-	StreamOptions        *streamOptions  `json:"stream_options"`
-	IgnoreEOS            *bool           `json:"ignore_eos"`
-	N                    *int            `json:"n"`
-	CacheSalt            *string         `json:"cache_salt"`
-	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
-	ContinueFinalMessage *bool           `json:"continue_final_message"`
+	Model                *string          `json:"model"`
+	Messages             []simtok.Message `json:"messages"`
+	MaxTokens            *int             `json:"max_tokens"`
+	MaxCompletionTokens  *int             `json:"max_completion_tokens"`
+	Stream               *bool            `json:"stream"`
+	StreamOptions        *streamOptions   `json:"stream_options"`
+	IgnoreEOS            *bool            `json:"ignore_eos"`
+	N                    *int             `json:"n"`
+	CacheSalt            *string          `json:"cache_salt"`
+	AddGenerationPrompt  *bool            `json:"add_generation_prompt"`
+	ContinueFinalMessage *bool            `json:"continue_final_message"`
 }
 
 // generation is a validated request, common to both endpoints.
@@ -236,9 +231,9 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*generation,
 	if addGen && cont && req.AddGenerationPrompt != nil {
 		return nil, badRequest("continue_final_message", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
 	}
-	text, err := RenderChat(req.Messages, addGen && !cont, cont)
+	text, err := simtok.RenderChat(req.Messages, addGen && !cont, cont)
 	if err != nil {
-		return nil, err
+		return nil, badRequest("messages", "%v", err)
 	}
 	g.prompt = s.tok.Encode(text)
 	field := "max_tokens"
@@ -251,59 +246,6 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*generation,
 		g.maxTokens = s.cfg.Engine.MaxModelLen - len(g.prompt)
 	}
 	return g, s.checkLength(g, field)
-}
-
-// RenderChat is the mock engine's chat template: each message as
-// "role: content\n", then "assistant: " when a generation prompt is asked
-// for. Content parts of type text are joined by newlines, as vLLM's "string"
-// content format does. With continueFinal the last message is left open.
-func RenderChat(msgs []chatMessageIn, addGenerationPrompt, continueFinal bool) (string, error) {
-	var b strings.Builder
-	for i, m := range msgs {
-		if m.Role == "" {
-			return "", badRequest("messages", "messages[%d].role is missing", i)
-		}
-		content, err := messageText(m.Content)
-		if err != nil {
-			return "", badRequest("messages", "messages[%d].content: %v", i, err)
-		}
-		b.WriteString(m.Role)
-		b.WriteString(": ")
-		b.WriteString(content)
-		if !(continueFinal && i == len(msgs)-1) {
-			b.WriteString("\n")
-		}
-	}
-	if addGenerationPrompt {
-		b.WriteString("assistant: ")
-	}
-	return b.String(), nil
-}
-
-func messageText(raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("must be a string, null or a list of content parts")
-	}
-	texts := make([]string, 0, len(parts))
-	for i, p := range parts {
-		if p.Type != "text" || p.Text == nil {
-			return "", fmt.Errorf("part %d has type %q: the mock engine takes text parts only", i, p.Type)
-		}
-		texts = append(texts, *p.Text)
-	}
-	return strings.Join(texts, "\n"), nil
 }
 
 func (s *Server) checkLength(g *generation, field string) error {

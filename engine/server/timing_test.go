@@ -12,6 +12,7 @@ import (
 
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/engine/simtok"
 )
 
 type arrival struct {
@@ -314,11 +315,11 @@ func TestMultiTurnReuse(t *testing.T) {
 func mustRender(t *testing.T, msgs []map[string]any) string {
 	t.Helper()
 	b, _ := json.Marshal(msgs)
-	var in []chatMessageIn
+	var in []simtok.Message
 	if err := json.Unmarshal(b, &in); err != nil {
 		t.Fatal(err)
 	}
-	s, err := RenderChat(in, true, false)
+	s, err := simtok.RenderChat(in, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -457,67 +457,14 @@ func skipValue(b []byte, i int) int {
 	return j
 }
 
-// simMessage is a message as the mock engine (engine/server) reads it.
-type simMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// simRenderChat is the mock engine's chat template, as engine/server's
-// RenderChat writes it: each message as "role: content\n" (text parts
-// joined by newlines), the last one left open with continue_final_message,
-// then "assistant: " when a generation prompt is asked for and the final
-// message is not continued.
+// simRenderChat renders a request with builtin:sim's chat template, the
+// mock engine's (simtok.RenderChat).
 func simRenderChat(req chat.Request) (string, error) {
-	cont := req.ContinueFinalMessage
-	var b strings.Builder
+	msgs := make([]simtok.Message, len(req.Messages))
 	for i, raw := range req.Messages {
-		var msg simMessage
-		if err := json.Unmarshal(raw, &msg); err != nil {
+		if err := json.Unmarshal(raw, &msgs[i]); err != nil {
 			return "", fmt.Errorf("messages[%d]: must be an object with a string role: %w", i, err)
 		}
-		if msg.Role == "" {
-			return "", fmt.Errorf("messages[%d].role is missing", i)
-		}
-		content, err := simMessageText(msg.Content)
-		if err != nil {
-			return "", fmt.Errorf("messages[%d].content: %w", i, err)
-		}
-		b.WriteString(msg.Role)
-		b.WriteString(": ")
-		b.WriteString(content)
-		if !(cont && i == len(req.Messages)-1) {
-			b.WriteString("\n")
-		}
 	}
-	if req.AddGenerationPrompt && !cont {
-		b.WriteString("assistant: ")
-	}
-	return b.String(), nil
-}
-
-func simMessageText(raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("must be a string, null or a list of content parts")
-	}
-	texts := make([]string, 0, len(parts))
-	for i, p := range parts {
-		if p.Type != "text" || p.Text == nil {
-			return "", fmt.Errorf("part %d has type %q: the mock engine takes text parts only", i, p.Type)
-		}
-		texts = append(texts, *p.Text)
-	}
-	return strings.Join(texts, "\n"), nil
+	return simtok.RenderChat(msgs, req.AddGenerationPrompt, req.ContinueFinalMessage)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -14,7 +13,6 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/engine/simtok"
 	"github.com/inferrail/inferrail/router/tokenize/chat"
 )
@@ -355,13 +353,11 @@ func TestChatAddSpecialTokens(t *testing.T) {
 	}
 }
 
-// engineRender calls engine/server.RenderChat, the mock engine's template,
-// on a JSON array of messages (its element type is unexported, so the
-// call goes through reflection), with the engine's own flag handling.
+// engineRender renders as the mock engine does: its handler reads the
+// messages into simtok.Message values and its own flags.
 func engineRender(t *rapid.T, messages []byte, addGen, cont *bool) (string, error) {
-	fn := reflect.ValueOf(server.RenderChat)
-	msgs := reflect.New(fn.Type().In(0))
-	if err := json.Unmarshal(messages, msgs.Interface()); err != nil {
+	var msgs []simtok.Message
+	if err := json.Unmarshal(messages, &msgs); err != nil {
 		t.Fatalf("messages %s: %v", messages, err)
 	}
 	add := addGen == nil || *addGen
@@ -369,11 +365,7 @@ func engineRender(t *rapid.T, messages []byte, addGen, cont *bool) (string, erro
 	if add && c && addGen != nil {
 		return "", fmt.Errorf("both set")
 	}
-	out := fn.Call([]reflect.Value{msgs.Elem(), reflect.ValueOf(add && !c), reflect.ValueOf(c)})
-	if err, _ := out[1].Interface().(error); err != nil {
-		return "", err
-	}
-	return out[0].String(), nil
+	return simtok.RenderChat(msgs, add && !c, c)
 }
 
 // TestSimChatMatchesEngine: builtin:sim's chat template gives the same

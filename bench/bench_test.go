@@ -2,8 +2,8 @@ package bench
 
 import (
 	"context"
+	"github.com/inferrail/inferrail/internal/pipenet"
 	"math"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -17,42 +17,12 @@ import (
 	"github.com/inferrail/inferrail/workload"
 )
 
-// pipeListener serves HTTP over net.Pipe so that a whole benchmark runs
-// inside a synctest bubble, on virtual time.
-type pipeListener struct {
-	conns  chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.closed) }); return nil }
-func (l *pipeListener) Addr() net.Addr { return &net.UnixAddr{Name: "pipe", Net: "pipe"} }
-func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	c, s := net.Pipe()
-	select {
-	case l.conns <- s:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
 // serve starts handler over pipes and returns a client for it.
 func serve(t *testing.T, h http.Handler) (*http.Client, func()) {
-	ln := &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+	ln := pipenet.Listen("server")
 	hs := &http.Server{Handler: h}
 	go hs.Serve(ln)
-	tr := &http.Transport{DialContext: ln.dial, MaxIdleConnsPerHost: 10000}
+	tr := &http.Transport{DialContext: ln.Dial, MaxIdleConnsPerHost: 10000}
 	return &http.Client{Transport: tr}, func() {
 		tr.CloseIdleConnections()
 		hs.Close()

@@ -3,6 +3,7 @@ package calibrate
 import (
 	"bytes"
 	"context"
+	"github.com/inferrail/inferrail/internal/pipenet"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -37,12 +38,12 @@ func startEngine(t *testing.T, cfg server.Config) (url string, client *http.Clie
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ln := newPipeListener()
+	ln := pipenet.Listen("engine")
 	hs := &http.Server{Handler: s.Handler()}
 	runDone := make(chan struct{})
 	go func() { s.Run(ctx); close(runDone) }()
 	go hs.Serve(ln)
-	tr := &http.Transport{DialContext: ln.dial, MaxIdleConnsPerHost: 256}
+	tr := &http.Transport{DialContext: ln.Dial, MaxIdleConnsPerHost: 256}
 	return "http://engine", &http.Client{Transport: tr}, func() {
 		tr.CloseIdleConnections()
 		hs.Close()
@@ -165,11 +166,11 @@ func TestResetCacheRefused(t *testing.T) {
 			calls++
 			w.WriteHeader(http.StatusConflict)
 		})
-		l := newPipeListener()
+		l := pipenet.Listen("engine")
 		hs := &http.Server{Handler: mux}
 		go hs.Serve(l)
 		defer hs.Close()
-		p := &prober{cfg: ProbeConfig{BaseURL: "http://engine"}, client: &http.Client{Transport: &http.Transport{DialContext: l.dial}},
+		p := &prober{cfg: ProbeConfig{BaseURL: "http://engine"}, client: &http.Client{Transport: &http.Transport{DialContext: l.Dial}},
 			res: &ProbeResult{}, noted: map[string]bool{}}
 		p.resetCache(context.Background())
 		if calls < 2 {

@@ -4,12 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/inferrail/inferrail/internal/pipenet"
 	"hash/fnv"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -173,51 +172,14 @@ func (f *fakeServer) handler() http.Handler {
 	return mux
 }
 
-// pipeListener is an in-memory listener, so that HTTP works inside a
-// synctest bubble.
-type pipeListener struct {
-	conns  chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error { l.once.Do(func() { close(l.closed) }); return nil }
-
-func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
-
-func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	a, b := net.Pipe()
-	select {
-	case l.conns <- a:
-		return b, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
 // startFake serves f on an in-memory listener and returns a client for it;
 // stop closes everything.
 func startFake(f *fakeServer) (url string, client *http.Client, stop func()) {
-	l := newPipeListener()
+	l := pipenet.Listen("engine")
 	srv := httptest.NewUnstartedServer(f.handler())
 	srv.Listener = l
 	srv.Start()
-	tr := &http.Transport{DialContext: l.dial}
+	tr := &http.Transport{DialContext: l.Dial}
 	return srv.URL, &http.Client{Transport: tr}, func() {
 		tr.CloseIdleConnections()
 		srv.Close()

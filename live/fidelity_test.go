@@ -3,8 +3,8 @@ package live
 import (
 	"context"
 	"fmt"
+	"github.com/inferrail/inferrail/internal/pipenet"
 	"math"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -18,60 +18,6 @@ import (
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/workload"
 )
-
-// pipeNet is an in-memory network of named listeners, so a whole fleet
-// (engines, gateway, load generator) runs inside one synctest bubble.
-type pipeNet struct {
-	mu  sync.Mutex
-	lns map[string]*pipeLn
-}
-
-type pipeLn struct {
-	addr   string
-	conns  chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func (l *pipeLn) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-func (l *pipeLn) Close() error   { l.once.Do(func() { close(l.closed) }); return nil }
-func (l *pipeLn) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80} }
-
-func (n *pipeNet) listen(addr string) *pipeLn {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.lns == nil {
-		n.lns = map[string]*pipeLn{}
-	}
-	l := &pipeLn{addr: addr, conns: make(chan net.Conn), closed: make(chan struct{})}
-	n.lns[addr] = l
-	return l
-}
-
-func (n *pipeNet) dial(ctx context.Context, _, addr string) (net.Conn, error) {
-	n.mu.Lock()
-	l := n.lns[addr]
-	n.mu.Unlock()
-	if l == nil {
-		return nil, &net.OpError{Op: "dial", Net: "pipe", Err: fmt.Errorf("connection refused: %s", addr)}
-	}
-	c, s := net.Pipe()
-	select {
-	case l.conns <- s:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
 
 // W1 through bench -> live -> 3 engines and through sim with 3 replicas and
 // the same policy: TTFT p50, p99 and hit rate within 10% of each other. On
@@ -96,7 +42,7 @@ func TestFidelityWithSimulation(t *testing.T) {
 	}
 	var out *bench.Output
 	synctest.Test(t, func(t *testing.T) {
-		var pn pipeNet
+		var pn pipenet.Network
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		o := DefaultOptions()
@@ -109,7 +55,7 @@ func TestFidelityWithSimulation(t *testing.T) {
 				t.Fatal(err)
 			}
 			hs := &http.Server{Handler: s.Handler()}
-			ln := pn.listen(addr)
+			ln := pn.Listen(addr)
 			wg.Add(2)
 			go func() { defer wg.Done(); s.Run(ctx) }()
 			go func() { defer wg.Done(); hs.Serve(ln) }()
@@ -117,12 +63,12 @@ func TestFidelityWithSimulation(t *testing.T) {
 			mo.Replicas = append(mo.Replicas, ReplicaOptions{Name: fmt.Sprintf("replica-%d", i), URL: "http://" + addr})
 		}
 		o.Models = []ModelOptions{mo}
-		o.Transport = &http.Transport{DialContext: pn.dial, MaxIdleConnsPerHost: 4096}
+		o.Transport = &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096}
 		gw, err := New(o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		gln := pn.listen("gateway:80")
+		gln := pn.Listen("gateway:80")
 		ghs := &http.Server{Handler: gw.Handler()}
 		wg.Add(2)
 		go func() { defer wg.Done(); gw.Run(ctx) }()
@@ -132,7 +78,7 @@ func TestFidelityWithSimulation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		client := &http.Client{Transport: &http.Transport{DialContext: pn.dial, MaxIdleConnsPerHost: 4096}}
+		client := &http.Client{Transport: &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096}}
 		out, err = bench.Run(context.Background(), bench.Config{BaseURL: "http://gateway:80", Source: src, Client: client, Warmup: 60 * time.Second, SpinWindow: -1})
 		if err != nil {
 			t.Fatal(err)

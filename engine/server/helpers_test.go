@@ -7,61 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/inferrail/inferrail/internal/pipenet"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
 )
-
-// pipeListener is an in-memory net.Listener (net.Pipe connections), so that
-// HTTP tests can run inside a testing/synctest bubble.
-type pipeListener struct {
-	conns  chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	c, s := net.Pipe()
-	select {
-	case l.conns <- s:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
 
 // testServer is a running server and a client that reaches it.
 type testServer struct {
@@ -79,12 +34,12 @@ func startPipe(t testing.TB, cfg Config) *testServer {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ln := newPipeListener()
+	ln := pipenet.Listen("engine")
 	hs := &http.Server{Handler: s.Handler()}
 	runDone := make(chan struct{})
 	go func() { s.Run(ctx); close(runDone) }()
 	go hs.Serve(ln)
-	tr := &http.Transport{DialContext: ln.dial, MaxIdleConnsPerHost: 4096}
+	tr := &http.Transport{DialContext: ln.Dial, MaxIdleConnsPerHost: 4096}
 	ts := &testServer{Server: s, client: &http.Client{Transport: tr}, base: "http://engine"}
 	ts.stop = func() {
 		tr.CloseIdleConnections()

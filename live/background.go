@@ -154,21 +154,19 @@ func (s *Server) onScrape(target string, rep remote.Report) {
 	}
 }
 
-// onProbe applies an active health check.
+// onProbe applies an active health check: a failed probe counts as a
+// failure toward ejection (within the share cap), a passing one resets the
+// count. An ejected replica comes back when its ejection ends; if it still
+// fails, it is ejected again for twice as long.
 func (s *Server) onProbe(target string, ok bool, _ error) {
 	m, r := s.find(target)
 	if r == nil {
 		return
 	}
 	if ok {
-		m.mu.Lock()
-		r.probeOK = true
-		m.mu.Unlock()
+		m.succeeded(r)
 		return
 	}
-	m.mu.Lock()
-	r.probeOK = false
-	m.mu.Unlock()
 	if m.failed(r, time.Now()) {
 		s.met.ejected(m.name, r.name)
 	}

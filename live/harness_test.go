@@ -104,7 +104,7 @@ type gateway struct {
 func testOptions(t testing.TB, ups ...*upstream) Options {
 	o := DefaultOptions()
 	o.Health.Interval = 50 * time.Millisecond
-	o.Health.Timeout = 50 * time.Millisecond
+	o.Health.Timeout = 200 * time.Millisecond
 	o.Health.EjectTime = 200 * time.Millisecond
 	o.Scrape.Interval = 50 * time.Millisecond
 	o.Backoff = time.Millisecond

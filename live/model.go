@@ -38,8 +38,8 @@ type replica struct {
 	engineAt time.Time
 	capacity int // KV blocks, from the engine's cache_config_info
 
-	// health
-	probeOK      bool
+	// health: failed requests and failed probes both count; ejection is
+	// the only way out of rotation, so the share cap always holds.
 	failures     int // consecutive
 	ejections    int
 	ejectedUntil time.Time
@@ -114,7 +114,7 @@ func (m *model) add(r ReplicaOptions, group string) (*replica, error) {
 		idx: len(m.reps), name: name, base: u,
 		maxConc: r.MaxConcurrency, maxPending: r.MaxPending,
 		kvEvents: r.KVEvents, kvReplay: r.KVEventsReplay, kvTopic: r.KVEventsTopic,
-		group: group, probeOK: true,
+		group: group,
 	}
 	if rep.maxConc <= 0 {
 		rep.maxConc = m.opts.MaxConcurrency
@@ -128,9 +128,9 @@ func (m *model) add(r ReplicaOptions, group string) (*replica, error) {
 	return rep, nil
 }
 
-// healthy reports whether r takes new requests now.
+// healthy reports whether r takes new requests now: it is not ejected.
 func (r *replica) healthy(now time.Time) bool {
-	return !r.gone && r.probeOK && !now.Before(r.ejectedUntil)
+	return !r.gone && !now.Before(r.ejectedUntil)
 }
 
 // full reports whether a new request would overshoot r's caps.
@@ -245,7 +245,7 @@ func (m *model) failed(r *replica, now time.Time) bool {
 			continue
 		}
 		total++
-		if now.Before(o.ejectedUntil) || !o.probeOK {
+		if now.Before(o.ejectedUntil) {
 			ejected++
 		}
 	}

@@ -62,7 +62,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(HeaderRequestID, reqID)
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := readBody(w, r, s.opts.MaxBodyBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -343,4 +343,18 @@ func sessionOf(user string) uint64 {
 		h = (h ^ uint64(user[i])) * 1099511628211
 	}
 	return kvblock.Mix64(h)
+}
+
+// readBody reads the request body up to limit, in one allocation when the
+// client announced its length.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(rd, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(rd)
 }

@@ -50,11 +50,17 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "KV-cache-aware routing for LLM inference fleets, and the simulator that proves it",
 		Long: `inferrail routes LLM requests to the replica that already holds most of their
 prompt in its KV cache, without letting any replica overload, and proves it by
-simulation: the real router code against virtual vLLM fleets.`,
+simulation: the real router code against virtual vLLM fleets. The same router
+runs as a production proxy (live) in front of real engines, or of mock ones
+(engine) that run the simulator's engine model on real time.`,
 		Example: `  inferrail sim --workload w1 --policy cost_model --replicas 4
   inferrail compare --workload w1 --policies round_robin,cost_model --seeds 3 --out runs/w1
   inferrail capacity --workload w1 --policies all --slo ttft_p99=2s,tpot_p99=100ms
-  inferrail trace stats ../shared/traces/mooncake/conversation_trace.jsonl`,
+  inferrail trace stats ../shared/traces/mooncake/conversation_trace.jsonl
+  inferrail engine --port 8001 &
+  inferrail live --config examples/live.yaml
+  inferrail bench --base-url http://127.0.0.1:8080 --workload w1 --replicas 3 --requests 500
+  inferrail calibrate --from-log ../shared/traces/vllm-logs/RTX4090-Llama-3.1-8B --holdout 0.5 --out rtx4090.yaml`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

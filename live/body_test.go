@@ -113,3 +113,33 @@ func TestCompletionPromptFastPath(t *testing.T) {
 		t.Fatal("escaped prompt refused")
 	}
 }
+
+// An answer's text is read back whatever the reads' boundaries, from a
+// stream or from a whole body.
+func TestAnswerText(t *testing.T) {
+	sse := "data: {\"choices\":[{\"index\":0,\"text\":\"ab \"}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"cd\\n\"}}]}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\ndata: [DONE]\n\n"
+	rapid.Check(t, func(t *rapid.T) {
+		a := &answer{stream: true}
+		rest := []byte(sse)
+		for len(rest) > 0 {
+			n := rapid.IntRange(1, len(rest)).Draw(t, "n")
+			a.feed(rest[:n])
+			rest = rest[n:]
+		}
+		if text, ok := a.finish(); !ok || string(text) != "ab cd\n" {
+			t.Fatalf("%q, %v", text, ok)
+		}
+	})
+	a := &answer{}
+	a.feed([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"whole"}}]}`))
+	if text, ok := a.finish(); !ok || string(text) != "whole" {
+		t.Fatalf("body: %q, %v", text, ok)
+	}
+	a = &answer{}
+	a.feed([]byte(`not json`))
+	if _, ok := a.finish(); ok {
+		t.Fatal("garbage read as an answer")
+	}
+}

@@ -460,3 +460,46 @@ func TestHangingReplica(t *testing.T) {
 	}
 	t.Logf("%d of 60 requests went to the hanging replica", hung.Load())
 }
+
+// With the approximate index, the proxy learns the blocks of each answer it
+// streams: a next turn that quotes the answer is predicted cached as far as
+// the engine really has it.
+func TestAnswersAreIndexed(t *testing.T) {
+	g := startGateway(t, testOptions(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})))
+	prompt := words(400, 100)
+	_, sse, err := g.complete(context.Background(), prompt, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := ""
+	for _, line := range strings.Split(sse, "\n") {
+		var ev struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if d, ok := strings.CutPrefix(line, "data: {"); ok && json.Unmarshal([]byte("{"+d), &ev) == nil && len(ev.Choices) > 0 {
+			answer += ev.Choices[0].Text
+		}
+	}
+	if got := len(strings.Fields(answer)); got != 40 {
+		t.Fatalf("answer has %d words", got)
+	}
+	resp, err := g.post(context.Background(), "/v1/completions", map[string]any{"prompt": prompt + answer + words(900, 20), "max_tokens": 2, "ignore_eos": true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Usage struct {
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	// 100 prompt tokens and 39 answer tokens are held: 8 full blocks.
+	if resp.Header.Get(HeaderPredicted) != "128" || body.Usage.PromptTokensDetails.CachedTokens != 128 {
+		t.Fatalf("predicted %s cached tokens, the engine found %d; want 128 and 128", resp.Header.Get(HeaderPredicted), body.Usage.PromptTokensDetails.CachedTokens)
+	}
+}

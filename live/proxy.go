@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,11 +104,11 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	req := router.Request{}
 	ids, outcome := s.tokenize(ctx, m, chat, body, f)
 	s.met.tokenized(m.name, outcome)
+	salt := m.salt
+	if f.CacheSalt != nil && *f.CacheSalt != "" {
+		salt = kvblock.Salt(m.name, "", *f.CacheSalt)
+	}
 	if ids != nil {
-		salt := m.salt
-		if f.CacheSalt != nil && *f.CacheSalt != "" {
-			salt = kvblock.Salt(m.name, "", *f.CacheSalt)
-		}
 		req.PromptTokens = len(ids)
 		req.BlockHashes = kvblock.AppendHashes(make([]kvblock.Hash, 0, len(ids)/m.opts.Engine.BlockSize+1), salt, ids, m.opts.Engine.BlockSize)
 	} else {
@@ -196,12 +197,12 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_replica_available", fmt.Sprintf("every replica of %s failed or is busy; retry shortly", m.name))
 		return
 	}
-	s.relay(w, r, m, &a, resp, req.BlockHashes, began)
+	s.relay(w, r, m, &a, resp, req.BlockHashes, ids, salt, began)
 }
 
 // relay streams the engine's response to the client, one read at a time,
 // flushing each (an engine flushes each SSE event).
-func (s *Server) relay(w http.ResponseWriter, r *http.Request, m *model, a *attempt, resp *http.Response, hashes []kvblock.Hash, began time.Time) {
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, m *model, a *attempt, resp *http.Response, hashes []kvblock.Hash, prompt []uint32, salt kvblock.Hash, began time.Time) {
 	defer resp.Body.Close()
 	h := w.Header()
 	for k, vs := range resp.Header {
@@ -225,6 +226,13 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, m *model, a *atte
 	buf := *bp
 	first := false
 	var readErr, writeErr error
+	// In approximate mode the index learns the answer's blocks too: the
+	// engine keeps them cached after the request, as the simulator knows.
+	var ans *answer
+	te, canRead := m.opts.Encoder.(TextEncoder)
+	if canRead && m.opts.Index == router.IndexApproximate && prompt != nil && resp.StatusCode == http.StatusOK {
+		ans = &answer{stream: strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")}
+	}
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
@@ -234,6 +242,9 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, m *model, a *atte
 					m.firstByte(a)
 				}
 				s.met.ttft(m.name, time.Since(began))
+			}
+			if ans != nil {
+				ans.feed(buf[:n])
 			}
 			if _, writeErr = w.Write(buf[:n]); writeErr == nil {
 				writeErr = rc.Flush()
@@ -257,6 +268,11 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, m *model, a *atte
 		s.met.outcome(m.name, statusOutcome(resp.StatusCode))
 		s.met.duration(m.name, time.Since(began))
 		return
+	}
+	if served && complete && ans != nil {
+		if text, ok := ans.finish(); ok {
+			hashes = withAnswer(hashes, salt, prompt, te.EncodeText(string(text)), m.opts.Engine.BlockSize)
+		}
 	}
 	m.release(a, served, !first, hashes)
 	switch {
@@ -357,4 +373,25 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		return b, nil
 	}
 	return io.ReadAll(rd)
+}
+
+// withAnswer extends a prompt's block hashes with the blocks the engine
+// holds once it has answered: the full blocks of prompt and answer but the
+// answer's last token (never fed back to the model).
+func withAnswer(hashes []kvblock.Hash, salt kvblock.Hash, prompt, answer []uint32, blockSize int) []kvblock.Hash {
+	n := len(prompt) + len(answer) - 1
+	done := len(hashes) * blockSize
+	if n/blockSize <= len(hashes) {
+		return hashes
+	}
+	all := make([]uint32, 0, n-done)
+	if done < len(prompt) {
+		all = append(all, prompt[done:]...)
+	}
+	all = append(all, answer[:len(answer)-1]...)
+	parent := salt
+	if len(hashes) > 0 {
+		parent = hashes[len(hashes)-1]
+	}
+	return kvblock.AppendHashes(hashes[:len(hashes):len(hashes)], parent, all, blockSize)
 }

@@ -179,6 +179,11 @@ func llamaStyle(class string) bool {
 	return false
 }
 
+// EncodeText tokenizes text as the engine's own output reads back: no
+// special tokens added, no template. The proxy uses it to learn the blocks
+// of an answer it streamed.
+func (m *Model) EncodeText(text string) []uint32 { return m.enc.Encode(text, false) }
+
 // Encoder returns the model's tokenizer as an Encoder.
 func (m *Model) Encoder() Encoder { return m.enc }
 

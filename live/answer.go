@@ -1,0 +1,104 @@
+package live
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// TextEncoder is what an Encoder offers to read an answer back into tokens
+// (tokenize.Model has it). With it, the approximate index learns the blocks
+// of each answer, as the simulator's does, so a later turn that quotes it is
+// predicted cached.
+type TextEncoder interface {
+	EncodeText(text string) []uint32
+}
+
+// maxAnswerBytes bounds the text kept of one answer.
+const maxAnswerBytes = 1 << 20
+
+// answer collects the text of a response as it streams through: the text
+// or delta content of each SSE event, or of the whole body when the
+// response is not a stream.
+type answer struct {
+	stream  bool
+	pending []byte // an SSE line not yet complete, or the whole JSON body
+	text    []byte
+	over    bool
+}
+
+type choiceText struct {
+	Choices []struct {
+		Text  *string `json:"text"`
+		Delta *struct {
+			Content *string `json:"content"`
+		} `json:"delta"`
+		Message *struct {
+			Content *string `json:"content"`
+		} `json:"message"`
+	} `json:"choices"`
+}
+
+func (a *answer) add(c choiceText) {
+	for _, ch := range c.Choices {
+		var s *string
+		switch {
+		case ch.Text != nil:
+			s = ch.Text
+		case ch.Delta != nil:
+			s = ch.Delta.Content
+		case ch.Message != nil:
+			s = ch.Message.Content
+		}
+		if s != nil {
+			if len(a.text)+len(*s) > maxAnswerBytes {
+				a.over = true
+				return
+			}
+			a.text = append(a.text, *s...)
+		}
+		return // the first choice only (n = 1)
+	}
+}
+
+// feed takes the next bytes of the response.
+func (a *answer) feed(p []byte) {
+	if a.over {
+		return
+	}
+	a.pending = append(a.pending, p...)
+	if !a.stream {
+		if len(a.pending) > 4*maxAnswerBytes {
+			a.over = true
+		}
+		return
+	}
+	for {
+		i := bytes.IndexByte(a.pending, '\n')
+		if i < 0 {
+			return
+		}
+		line := a.pending[:i]
+		if data, ok := bytes.CutPrefix(line, []byte("data: {")); ok {
+			var c choiceText
+			if json.Unmarshal(append([]byte("{"), data...), &c) == nil {
+				a.add(c)
+			}
+		}
+		a.pending = a.pending[i+1:]
+	}
+}
+
+// finish returns the answer's text, or false when it could not be read.
+func (a *answer) finish() ([]byte, bool) {
+	if a.over {
+		return nil, false
+	}
+	if !a.stream {
+		var c choiceText
+		if json.Unmarshal(a.pending, &c) != nil {
+			return nil, false
+		}
+		a.add(c)
+	}
+	return a.text, !a.over
+}

@@ -78,11 +78,8 @@ func (a *answer) feed(p []byte) {
 			return
 		}
 		line := a.pending[:i]
-		if data, ok := bytes.CutPrefix(line, []byte("data: {")); ok {
-			var c choiceText
-			if json.Unmarshal(append([]byte("{"), data...), &c) == nil {
-				a.add(c)
-			}
+		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && len(data) > 0 && data[0] == '{' {
+			a.event(data)
 		}
 		a.pending = a.pending[i+1:]
 	}
@@ -101,4 +98,40 @@ func (a *answer) finish() ([]byte, bool) {
 		a.add(c)
 	}
 	return a.text, !a.over
+}
+
+var (
+	keyText    = []byte(`"text":`)
+	keyContent = []byte(`"content":`)
+)
+
+// event takes one SSE event's JSON. The common case (one text or content
+// field holding a plain string) is read without decoding the event; anything
+// else is decoded.
+func (a *answer) event(data []byte) {
+	key := keyText
+	i := bytes.Index(data, key)
+	if i < 0 {
+		key = keyContent
+		if i = bytes.Index(data, key); i < 0 {
+			return // no text in this event (usage, role only)
+		}
+	}
+	if bytes.Index(data[i+len(key):], key) < 0 {
+		j := skipSpace(data, i+len(key))
+		if j < len(data) && data[j] == '"' {
+			if end, err := skipString(data, j); err == nil && plain(data[j+1:end-1]) {
+				if len(a.text)+end-j-2 > maxAnswerBytes {
+					a.over = true
+					return
+				}
+				a.text = append(a.text, data[j+1:end-1]...)
+				return
+			}
+		}
+	}
+	var c choiceText
+	if json.Unmarshal(data, &c) == nil {
+		a.add(c)
+	}
 }

@@ -143,3 +143,22 @@ func TestAnswerText(t *testing.T) {
 		t.Fatal("garbage read as an answer")
 	}
 }
+
+// The fast read of an event's text agrees with decoding it.
+func TestAnswerFastPath(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		text := rapid.String().Draw(t, "text")
+		var ev any
+		if rapid.Bool().Draw(t, "chat") {
+			ev = map[string]any{"id": "x", "choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": text}, "logprobs": nil}}}
+		} else {
+			ev = map[string]any{"id": "x", "choices": []any{map[string]any{"index": 0, "text": text, "finish_reason": nil}}}
+		}
+		b, _ := json.Marshal(ev)
+		a := &answer{stream: true}
+		a.feed(append(append([]byte("data: "), b...), "\n\n"...))
+		if got, ok := a.finish(); !ok || string(got) != text {
+			t.Fatalf("%s: %q", b, got)
+		}
+	})
+}

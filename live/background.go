@@ -13,9 +13,7 @@ import (
 )
 
 // Resolver resolves DNS groups (net.DefaultResolver is one).
-type Resolver interface {
-	LookupHost(ctx context.Context, host string) ([]string, error)
-}
+type Resolver = remote.Resolver
 
 // background is what Run starts: scraping, health probes, discovery and
 // KV event subscriptions.
@@ -68,11 +66,7 @@ func (s *Server) Run(ctx context.Context) error {
 	run(bg.scraper.Run)
 	run(bg.prober.Run)
 	if len(groups) > 0 {
-		res := s.opts.Resolver
-		if res == nil {
-			res = net.DefaultResolver
-		}
-		bg.disco, err = remote.NewDiscovery(remote.DiscoveryConfig{Resolver: res, Refresh: s.opts.DNSRefresh, Groups: groups}, s.onDiscovery)
+		bg.disco, err = remote.NewDiscovery(remote.DiscoveryConfig{Resolver: s.opts.Resolver, Refresh: s.opts.DNSRefresh, Groups: groups}, s.onDiscovery)
 		if err != nil {
 			return fmt.Errorf("live: discovery: %w", err)
 		}
@@ -114,9 +108,6 @@ func (s *Server) refreshTargets() {
 	bg.scraper.SetTargets(targets)
 	bg.prober.SetTargets(targets)
 }
-
-// Resolver is what discovery needs of DNS.
-var _ Resolver = remote.Resolver(nil)
 
 // find resolves a target name.
 func (s *Server) find(target string) (*model, *replica) {

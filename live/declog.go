@@ -74,7 +74,7 @@ func (s *Server) logDecision(reqID string, m *model, req *router.Request, a atte
 	e := decisionEntry{
 		Time: time.Now().UTC(), RequestID: reqID, Model: m.name, Policy: m.opts.Policy, Replica: a.rep.name,
 		Tokenized: req.BlockHashes != nil, Prompt: req.PromptTokens, Predicted: max(a.predicted, 0),
-		InFlight: 0, DecisionUs: float64(took) / 1e3,
+		InFlight: a.inFlight, DecisionUs: float64(took) / 1e3,
 	}
 	select {
 	case l.queue <- e:

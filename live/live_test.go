@@ -187,16 +187,6 @@ func TestDeadReplica(t *testing.T) {
 		}
 		return false
 	})
-	served := func() float64 {
-		var n float64
-		for _, v := range g.replicaViews() {
-			if v.Replica == "b" {
-				n = float64(v.InFlight)
-			}
-		}
-		return n
-	}
-	_ = served
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	before.wg.Wait()

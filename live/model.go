@@ -147,6 +147,8 @@ type attempt struct {
 	predicted int
 	// released is set once the attempt's slot is given back.
 	released bool
+	// inFlight is the replica's requests in flight once this one was added.
+	inFlight int
 }
 
 // route picks a replica among those not yet tried and takes a slot on it.
@@ -190,7 +192,7 @@ func (m *model) route(req *router.Request, tried map[*replica]bool, now time.Tim
 	if req.BlockHashes != nil {
 		pred = d.PredictedCachedTokens
 	}
-	return attempt{rep: r, decision: d, prompt: req.PromptTokens, predicted: pred}, nil
+	return attempt{rep: r, decision: d, prompt: req.PromptTokens, predicted: pred, inFlight: r.load.InFlight}, nil
 }
 
 func (r *replica) capacityOr(def int) int {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -175,7 +176,8 @@ func TestDNSDiscovery(t *testing.T) {
 	res := &fakeResolver{addrs: map[string][]string{"a.test": {hostA}, "b.test": {hostA}}}
 	o := testOptions(t)
 	o.Models[0].Replicas = nil
-	pa, pb := atoiT(t, portA), atoiT(t, portB)
+	pa, _ := strconv.Atoi(portA)
+	pb, _ := strconv.Atoi(portB)
 	o.Models[0].DNS = []DNSGroup{{Name: "ga", Host: "a.test", Port: pa, Scheme: "http"}, {Name: "gb", Host: "b.test", Port: pb, Scheme: "http"}}
 	o.Resolver = res
 	o.DNSRefresh = 20 * time.Millisecond
@@ -224,12 +226,4 @@ func (r *fakeResolver) LookupHost(_ context.Context, host string) ([]string, err
 		return nil, &net.DNSError{Err: "server misbehaving", Name: host, IsTemporary: true}
 	}
 	return append([]string(nil), r.addrs[host]...), nil
-}
-
-func atoiT(t *testing.T, s string) int {
-	var n int
-	for _, c := range s {
-		n = n*10 + int(c-'0')
-	}
-	return n
 }

@@ -1,7 +1,6 @@
 package live
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -222,13 +221,9 @@ func (s *Server) handleReplicas(w http.ResponseWriter, _ *http.Request) {
 // HTTP servers have shut down and Run has returned.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
-		s.tok.close()
 		if s.declog != nil {
 			s.declog.close()
 		}
 		s.upstream.CloseIdleConnections()
 	})
 }
-
-// _ keeps context imported for background.go's use in this file set.
-var _ = context.Background

@@ -70,5 +70,3 @@ func (p *tokPool) do(ctx context.Context, fn func() ([]uint32, error)) ([]uint32
 	}
 	return ids, tokOK
 }
-
-func (p *tokPool) close() {}

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"sort"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -325,6 +323,3 @@ func mustRender(t *testing.T, msgs []map[string]any) string {
 	}
 	return s
 }
-
-var _ = fmt.Sprintf
-var _ = sort.Ints

@@ -225,9 +225,6 @@ func (l *loop) handle(c command) {
 		}
 		c.reply <- err
 	case cmdAbort:
-		if c.reply != nil {
-			defer func() { c.reply <- nil }()
-		}
 		a := l.reqs[c.id]
 		if a == nil {
 			return

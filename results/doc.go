@@ -4,7 +4,12 @@
 //
 // Start reading at Record (record.go), then Summarize (summary.go), which
 // reduces a run's records to a Summary: latency percentiles, throughput, cache
-// hit rates, SLO attainment and goodput, and per-replica load. Histogram
+// hit rates, SLO attainment and goodput, per-replica load (busy fraction, peak
+// KV-cache reservation and running requests, preemptions) and, when requests
+// carry priorities, a per-priority breakdown. Requests the gateway refused
+// have OutcomeRejected and a reason (Record.Reject); they count as failed but
+// apart from engine failures (Summary.Rejected, Summary.EngineFailed), and
+// never in dispatch statistics such as the router wait. Histogram
 // (histogram.go) is the bounded-error, allocation-free sketch used for metrics
 // with millions of samples such as inter-token latency; Quantile (stats.go) is
 // the exact, interpolating percentile used for per-request metrics.

@@ -14,6 +14,9 @@ import (
 // (truncated); the derived latencies are float milliseconds computed at full
 // precision, and 0 where undefined. Workload, Policy and Seed identify the
 // run, so that several runs can share one file.
+//
+// Reject, Priority and Tenant were added after the first files were written:
+// ReadParquet reads files without those columns, with "", 0 and "" in them.
 type Row struct {
 	Workload string `parquet:"workload,dict"`
 	Policy   string `parquet:"policy,dict"`
@@ -39,7 +42,7 @@ type Row struct {
 	TTFTMs  float64 `parquet:"ttft_ms"`  // 0 without a first token
 	TPOTMs  float64 `parquet:"tpot_ms"`  // 0 where TPOT is undefined
 	E2EMs   float64 `parquet:"e2e_ms"`   // 0 unless the outcome is ok
-	QueueMs float64 `parquet:"queue_ms"` // 0 if never dispatched
+	QueueMs float64 `parquet:"queue_ms"` // 0 if never dispatched (or rejected)
 
 	PromptTokens          int64 `parquet:"prompt_tokens"`
 	CachedTokens          int64 `parquet:"cached_tokens"`
@@ -48,6 +51,10 @@ type Row struct {
 	Preemptions           int32 `parquet:"preemptions"`
 
 	Outcome string `parquet:"outcome,dict"`
+	Reject  string `parquet:"reject,dict"` // Record.Reject: "" unless the outcome is rejected
+
+	Priority int32  `parquet:"priority"`
+	Tenant   string `parquet:"tenant,dict"`
 }
 
 // RowsFromRecords converts records to rows tagged with the run's workload,
@@ -75,6 +82,9 @@ func RowsFromRecords(recs []Record, workload, policy string, seed uint64) []Row 
 			OutputTokens:          int64(r.OutputTokens),
 			Preemptions:           int32(r.Preemptions),
 			Outcome:               string(r.Outcome),
+			Reject:                r.Reject,
+			Priority:              int32(r.Priority),
+			Tenant:                r.Tenant,
 		}
 		if r.HasFirstToken {
 			row.TTFTMs = durMs(r.TTFT())
@@ -85,7 +95,7 @@ func RowsFromRecords(recs []Record, workload, policy string, seed uint64) []Row 
 		if r.Outcome == OutcomeOK {
 			row.E2EMs = durMs(r.E2E())
 		}
-		if r.Replica >= 0 {
+		if r.dispatched() {
 			row.QueueMs = durMs(r.Queue())
 		}
 		rows[i] = row

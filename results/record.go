@@ -9,19 +9,37 @@ type Outcome string
 const (
 	// OutcomeOK: the request produced all its output tokens.
 	OutcomeOK Outcome = "ok"
-	// OutcomeFailed: the request was rejected or failed (e.g. it could never
-	// fit in the KV cache).
+	// OutcomeFailed: the request failed (e.g. it could never fit in the KV
+	// cache). A request the gateway refused on purpose is OutcomeRejected.
 	OutcomeFailed Outcome = "failed"
 	// OutcomeAborted: the request was still in flight when the run stopped,
 	// or was cancelled.
 	OutcomeAborted Outcome = "aborted"
+	// OutcomeRejected: the gateway refused the request (queue full, queue
+	// timeout, no replica, too long...); Record.Reject says why. A rejected
+	// request was never dispatched and is not a failure of an engine.
+	OutcomeRejected Outcome = "rejected"
+)
+
+// Reasons for a rejection, the usual values of Record.Reject. Any other
+// non-empty string is allowed.
+const (
+	RejectQueueFull    = "queue_full"    // the gateway's queue was full
+	RejectQueueTimeout = "queue_timeout" // the request waited in the queue too long
+	RejectNoReplica    = "no_replica"    // no replica could take the request
+	RejectTooLong      = "too_long"      // the request exceeds what any replica serves
+	RejectSLOShed      = "slo_shed"      // shed to protect the latency objective
+	// RejectUnknown is what Summarize counts a rejected request with an
+	// empty Reject under.
+	RejectUnknown = "unknown"
 )
 
 // Record is one request's life. Times are durations since the start of the
 // run.
 //
 // FirstToken is meaningful only when HasFirstToken is set, and End only when
-// Outcome is OutcomeOK.
+// Outcome is OutcomeOK. A rejected request (OutcomeRejected) was never
+// dispatched: Summarize ignores its Replica and Dispatch.
 type Record struct {
 	ID      uint64
 	Session uint64
@@ -45,6 +63,15 @@ type Record struct {
 	Preemptions           int // times the request was preempted
 
 	Outcome Outcome
+	// Reject is the reason the gateway refused the request, one of the
+	// Reject* constants such as RejectQueueFull; "" unless Outcome is
+	// OutcomeRejected.
+	Reject string
+
+	// Priority and Tenant classify the request for per-class reporting
+	// (Summary.ByPriority); 0 and "" when the workload has no classes.
+	Priority int
+	Tenant   string
 }
 
 // TTFT is the time to first token, FirstToken-Arrival. It is meaningful only
@@ -66,5 +93,17 @@ func (r *Record) TPOT() (time.Duration, bool) {
 }
 
 // Queue is the router wait, Dispatch-Arrival. It is meaningful only when the
-// request was dispatched (Replica >= 0).
+// request was dispatched (Replica >= 0 and Outcome is not OutcomeRejected).
 func (r *Record) Queue() time.Duration { return r.Dispatch - r.Arrival }
+
+// dispatched reports whether the request was handed to a replica: it has a
+// replica and was not rejected.
+func (r *Record) dispatched() bool { return r.Replica >= 0 && r.Outcome != OutcomeRejected }
+
+// rejectReason is the key Summary.Rejected counts a rejected request under.
+func (r *Record) rejectReason() string {
+	if r.Reject == "" {
+		return RejectUnknown
+	}
+	return r.Reject
+}

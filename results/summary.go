@@ -1,7 +1,9 @@
 package results
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -31,12 +33,20 @@ func (s SLO) Validate() error {
 type ReplicaInfo struct {
 	Name string
 	Busy time.Duration // time the engine spent executing steps over the whole run
+
+	// PeakReservedBlocks is the most KV-cache blocks the engine held
+	// reserved at once over the whole run, PeakRunning the most requests it
+	// ran at once, and CapacityBlocks the size of its KV cache in blocks (0
+	// if unknown).
+	PeakReservedBlocks int
+	PeakRunning        int
+	CapacityBlocks     int
 }
 
 // SummaryOptions parameterises Summarize.
 type SummaryOptions struct {
 	// Warmup excludes records with Arrival < Warmup from every statistic
-	// (busy fractions, which come from Replicas, excepted).
+	// (busy fractions and replica peaks, which come from Replicas, excepted).
 	Warmup time.Duration
 	// SLO is the objective for attainment and goodput. A zero field takes its
 	// value from DefaultSLO.
@@ -55,7 +65,7 @@ type SummaryOptions struct {
 type ReplicaSummary struct {
 	Replica string `json:"replica"`
 	// Requests counts measured requests dispatched to the replica, whatever
-	// their outcome.
+	// their outcome; rejected requests were never dispatched.
 	Requests int `json:"requests"`
 	// PromptTokens, CachedTokens and HitRate cover the replica's measured
 	// completed requests, like Summary.HitRate.
@@ -64,6 +74,29 @@ type ReplicaSummary struct {
 	HitRate      float64 `json:"hit_rate"`
 	// BusyFraction is ReplicaInfo.Busy over SummaryOptions.SimulatedEnd.
 	BusyFraction float64 `json:"busy_fraction"`
+	// PeakReservedBlocks, PeakRunning and CapacityBlocks are copied from
+	// ReplicaInfo (whole run, warmup included).
+	PeakReservedBlocks int `json:"peak_reserved_blocks"`
+	PeakRunning        int `json:"peak_running"`
+	CapacityBlocks     int `json:"capacity_blocks"`
+	// Preemptions sums the preemptions of the measured requests dispatched
+	// to the replica.
+	Preemptions int `json:"preemptions"`
+}
+
+// ClassSummary is one priority class's share of a run: the measured requests
+// with that Record.Priority.
+type ClassSummary struct {
+	Priority  int `json:"priority"`
+	Requests  int `json:"requests"`
+	Completed int `json:"completed"`
+	Rejected  int `json:"rejected"` // requests with OutcomeRejected
+	// TTFTP99Ms is the p99 time to first token of the class's requests with
+	// a first token, whatever their outcome, like Summary.TTFT.
+	TTFTP99Ms float64 `json:"ttft_p99_ms"`
+	// QueueP99Ms is the p99 router wait of the class's dispatched requests,
+	// like Summary.QueueMs.
+	QueueP99Ms float64 `json:"queue_p99_ms"`
 }
 
 // Summary condenses one run. Latencies are in milliseconds, rounded to 6
@@ -80,8 +113,19 @@ type Summary struct {
 	Requests  int `json:"requests"`
 	Completed int `json:"completed"`
 	// Failed counts measured requests that did not complete: failed,
-	// aborted, or any other outcome than ok.
+	// aborted, rejected, or any other outcome than ok. It is EngineFailed +
+	// RejectedTotal.
 	Failed int `json:"failed"`
+	// EngineFailed counts measured requests that did not complete for any
+	// reason other than a gateway rejection: failed, aborted, or any outcome
+	// other than ok and rejected.
+	EngineFailed int `json:"engine_failed"`
+	// RejectedTotal counts measured requests the gateway refused
+	// (OutcomeRejected), and Rejected splits them by Record.Reject (an empty
+	// reason counts as RejectUnknown). Summarize always sets Rejected to a
+	// non-nil map, so that it encodes as {} rather than null.
+	RejectedTotal int            `json:"rejected_total"`
+	Rejected      map[string]int `json:"rejected"`
 
 	// DurationS is the measured window: from the first measured arrival to
 	// the later of the last measured completion and the last measured
@@ -95,7 +139,8 @@ type Summary struct {
 	ITL  Latency `json:"itl_ms"`  // from SummaryOptions.ITL, nearest-rank percentiles
 	E2E  Latency `json:"e2e_ms"`  // completed requests
 	// QueueMs is the router wait, Dispatch-Arrival, of measured requests that
-	// were dispatched.
+	// were dispatched (Replica >= 0); rejected requests, never dispatched,
+	// are left out whatever their Replica.
 	QueueMs Latency `json:"queue_ms"`
 
 	// HitRate is sum CachedTokens / sum PromptTokens over measured completed
@@ -110,7 +155,8 @@ type Summary struct {
 	SLOTPOTP99Ms float64 `json:"slo_tpot_p99_ms"`
 	// SLOAttainment is the share of measured requests that completed with
 	// TTFT <= SLO.TTFTP99 and TPOT <= SLO.TPOTP99 (or TPOT undefined). A
-	// completed request without a first token uses its E2E as TTFT.
+	// completed request without a first token uses its E2E as TTFT. Rejected
+	// requests count in the denominator: they do not meet the SLO.
 	SLOAttainment float64 `json:"slo_attainment"`
 	// SLOMet: at least one request completed, and the TTFT and TPOT p99s are
 	// within the SLO.
@@ -121,6 +167,14 @@ type Summary struct {
 
 	Preemptions int              `json:"preemptions"` // over measured requests
 	PerReplica  []ReplicaSummary `json:"per_replica"`
+	// PeakReservedOverCapacity is the largest PeakReservedBlocks /
+	// CapacityBlocks over the replicas, rounded like the fractions; replicas
+	// of unknown capacity count as 0.
+	PeakReservedOverCapacity float64 `json:"peak_reserved_over_capacity"`
+	// ByPriority breaks the measured requests down by Record.Priority, one
+	// entry per priority present, by descending priority. It is nil (and
+	// omitted from JSON) when every measured request has priority 0.
+	ByPriority []ClassSummary `json:"by_priority,omitempty"`
 
 	SimulatedS float64 `json:"simulated_s"` // SummaryOptions.SimulatedEnd
 	SimWallS   float64 `json:"sim_wall_s"`  // wall-clock time of the simulation, set by the caller
@@ -130,7 +184,9 @@ type Summary struct {
 // Summarize reduces a run's records to a Summary. It fills every field except
 // Workload, Policy, Seed, RateRPS, SimWallS and SimEvents, which the caller
 // sets. Records whose Replica is outside opts.Replicas count in the totals
-// but in no ReplicaSummary. recs is not modified.
+// but in no ReplicaSummary. A rejected record counts in Requests, Failed,
+// RejectedTotal, Rejected and ByPriority only: its Replica, Dispatch and
+// first token are ignored. recs is not modified.
 func Summarize(recs []Record, opts SummaryOptions) Summary {
 	slo := opts.SLO
 	def := DefaultSLO()
@@ -159,7 +215,9 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		outTokens                 int64
 		good                      int
 		pred                      predictionAcc
+		classes                   bool // a measured request has a non-zero priority
 	)
+	s.Rejected = map[string]int{}
 	for i := range recs {
 		r := &recs[i]
 		if r.Arrival < opts.Warmup {
@@ -173,13 +231,21 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		}
 		s.Requests++
 		s.Preemptions += r.Preemptions
+		classes = classes || r.Priority != 0
 
+		if r.Outcome == OutcomeRejected {
+			s.Failed++
+			s.RejectedTotal++
+			s.Rejected[r.rejectReason()]++
+			continue
+		}
 		var rs *ReplicaSummary
 		if r.Replica >= 0 {
 			queue = append(queue, r.Queue())
 			if r.Replica < len(per) {
 				rs = &per[r.Replica]
 				rs.Requests++
+				rs.Preemptions += r.Preemptions
 			}
 		}
 		if r.HasFirstToken {
@@ -187,6 +253,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		}
 		if r.Outcome != OutcomeOK {
 			s.Failed++
+			s.EngineFailed++
 			continue
 		}
 
@@ -247,8 +314,16 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		rs.Replica = info.Name
 		rs.HitRate = roundFrac(ratio(float64(rs.CachedTokens), float64(rs.PromptTokens)))
 		rs.BusyFraction = roundFrac(ratio(float64(info.Busy), float64(opts.SimulatedEnd)))
+		rs.PeakReservedBlocks = info.PeakReservedBlocks
+		rs.PeakRunning = info.PeakRunning
+		rs.CapacityBlocks = info.CapacityBlocks
+		s.PeakReservedOverCapacity = max(s.PeakReservedOverCapacity,
+			roundFrac(ratio(float64(info.PeakReservedBlocks), float64(info.CapacityBlocks))))
 	}
 	s.PerReplica = per
+	if classes {
+		s.ByPriority = byPriority(recs, opts.Warmup)
+	}
 
 	s.TTFT = s.TTFT.rounded()
 	s.TPOT = s.TPOT.rounded()
@@ -257,6 +332,53 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 	s.QueueMs = s.QueueMs.rounded()
 	s.SimulatedS = roundSig(durS(opts.SimulatedEnd))
 	return s
+}
+
+// classAcc gathers one priority class for byPriority.
+type classAcc struct {
+	ClassSummary
+	ttft, queue []time.Duration
+}
+
+// byPriority is Summary.ByPriority over the records arriving at or after
+// warmup, by descending priority.
+func byPriority(recs []Record, warmup time.Duration) []ClassSummary {
+	accs := map[int]*classAcc{}
+	for i := range recs {
+		r := &recs[i]
+		if r.Arrival < warmup {
+			continue
+		}
+		a := accs[r.Priority]
+		if a == nil {
+			a = &classAcc{ClassSummary: ClassSummary{Priority: r.Priority}}
+			accs[r.Priority] = a
+		}
+		a.Requests++
+		switch {
+		case r.Outcome == OutcomeRejected:
+			a.Rejected++
+			continue
+		case r.Outcome == OutcomeOK:
+			a.Completed++
+		}
+		if r.HasFirstToken {
+			a.ttft = append(a.ttft, r.TTFT())
+		}
+		if r.Replica >= 0 {
+			a.queue = append(a.queue, r.Queue())
+		}
+	}
+	out := make([]ClassSummary, 0, len(accs))
+	for _, a := range accs {
+		slices.Sort(a.ttft)
+		slices.Sort(a.queue)
+		a.TTFTP99Ms = roundSig(latencyOfSorted(a.ttft).P99)
+		a.QueueP99Ms = roundSig(latencyOfSorted(a.queue).P99)
+		out = append(out, a.ClassSummary)
+	}
+	slices.SortFunc(out, func(x, y ClassSummary) int { return cmp.Compare(y.Priority, x.Priority) })
+	return out
 }
 
 // Prediction is the accuracy of the router's cached-token predictions.

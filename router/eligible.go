@@ -11,6 +11,8 @@ type Replica struct {
 	Models []string
 	// MaxInFlight caps requests in flight (0 = no cap).
 	MaxInFlight int
+	// MaxPending caps requests waiting for their first byte (0 = no cap).
+	MaxPending int
 }
 
 // Eligible appends to out the candidates a policy may choose for model:
@@ -22,6 +24,9 @@ func Eligible(model string, reps []Replica, out []Candidate) []Candidate {
 			continue
 		}
 		if r.MaxInFlight > 0 && r.Load.InFlight >= r.MaxInFlight {
+			continue
+		}
+		if r.MaxPending > 0 && r.Load.Pending >= r.MaxPending {
 			continue
 		}
 		out = append(out, r.Candidate)

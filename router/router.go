@@ -97,9 +97,21 @@ func (r *Router) Index() *kvindex.Index { return r.idx }
 // SetCapacity tells the index a replica's KV cache size in blocks.
 func (r *Router) SetCapacity(replica, blocks int) { r.idx.SetCapacity(replica, blocks) }
 
+// Admit reports whether a candidate, with its prediction filled in, may
+// take the request now (the gateway core's admission). It is called once per
+// eligible candidate, before the policy sees them.
+type Admit func(c *Candidate) bool
+
 // Route picks a replica for req among reps at time now and records the
 // decision in the index. req.BlockHashes are the prompt's full blocks.
 func (r *Router) Route(now time.Duration, req *Request, reps []Replica) (Decision, error) {
+	return r.RouteAdmitted(now, req, reps, nil)
+}
+
+// RouteAdmitted is Route where the policy chooses only among the eligible
+// candidates admit accepts (all of them when admit is nil). It returns
+// ErrNoCandidates when no replica is eligible or none is admitted.
+func (r *Router) RouteAdmitted(now time.Duration, req *Request, reps []Replica, admit Admit) (Decision, error) {
 	r.cands = Eligible(req.Model, reps, r.cands[:0])
 	if len(r.cands) == 0 {
 		return Decision{}, ErrNoCandidates
@@ -126,6 +138,19 @@ func (r *Router) Route(now time.Duration, req *Request, reps []Replica) (Decisio
 		c.IndexedBlocks = r.idx.Blocks(c.Replica)
 		c.ActiveBlocks = r.idx.PinnedBlocks(c.Replica)
 	}
+	if admit != nil {
+		n := 0
+		for i := range r.cands {
+			if admit(&r.cands[i]) {
+				r.cands[n] = r.cands[i]
+				n++
+			}
+		}
+		r.cands = r.cands[:n]
+		if n == 0 {
+			return Decision{}, ErrNoCandidates
+		}
+	}
 	i, err := Pick(r.pol, req, r.cands)
 	if err != nil {
 		return Decision{}, err
@@ -140,6 +165,12 @@ func (r *Router) Route(now time.Duration, req *Request, reps []Replica) (Decisio
 	}
 	return d, nil
 }
+
+// BlockSize is the block size the router hashes and predicts with.
+func (r *Router) BlockSize() int { return r.cfg.Options.BlockSize }
+
+// IndexMode is the router's index mode.
+func (r *Router) IndexMode() IndexMode { return r.cfg.Index }
 
 // Abandon takes a decision back: the attempt failed before the engine
 // computed the prompt, so the index must not believe it cached it.

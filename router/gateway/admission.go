@@ -1,0 +1,90 @@
+package gateway
+
+import (
+	"math"
+	"time"
+
+	"github.com/inferrail/inferrail/router"
+)
+
+// poolGate is the pool-level part of the peers' admission rules, evaluated
+// once per routing attempt.
+type poolGate struct {
+	// llmdAny: some replica scores below 1 on llm-d's utilization detector
+	// (its filter keeps those; with none it keeps all).
+	llmdAny bool
+	scores  []float64
+}
+
+// open reports whether the pool takes a request now at all.
+func (g *poolGate) open(c *Core, now time.Duration) bool {
+	switch c.cfg.Admission {
+	case AdmitLLMDUtilization:
+		// Saturation = unweighted mean over replicas of max(waiting/qt,
+		// kv/kvt); a stale or missing report counts as fully saturated.
+		g.scores = g.scores[:0]
+		sum, n := 0.0, 0
+		g.llmdAny = false
+		for _, r := range c.reps {
+			if r.gone {
+				g.scores = append(g.scores, math.Inf(1))
+				continue
+			}
+			s := 1.0
+			if r.reported && now-r.reportAt <= c.cfg.Peers.LLMDStaleness {
+				s = max(float64(r.report.Waiting)/c.cfg.Peers.LLMDQueueThreshold, r.report.KVUsage/c.cfg.Peers.LLMDKVThreshold)
+			}
+			g.scores = append(g.scores, s)
+			if s < 1 {
+				g.llmdAny = true
+			}
+			sum += s
+			n++
+		}
+		return n > 0 && sum/float64(n) < 1
+	case AdmitLLMDConcurrency:
+		inflight, n := 0, 0
+		for _, r := range c.reps {
+			if !r.gone {
+				inflight += r.load.InFlight
+				n++
+			}
+		}
+		return inflight < c.cfg.Peers.LLMDMaxConcurrency*n
+	}
+	return true
+}
+
+// admit reports whether candidate cand may take the request being routed
+// (c.cur).
+func (c *Core) admit(cand *router.Candidate) bool {
+	r := c.reps[cand.Replica]
+	switch c.cfg.Admission {
+	case AdmitKV, AdmitTokenFlow:
+		capb := c.capacity(r)
+		if capb <= 0 {
+			return true // unknown capacity: nothing to weigh against
+		}
+		reserved := c.ledger.Reserved(cand.Replica)
+		if reserved == 0 {
+			return true // an empty replica always takes its next request
+		}
+		w := c.weight(c.cur, cand.PredictedCachedTokens)
+		if c.cfg.Admission == AdmitTokenFlow {
+			return reserved+w <= capb
+		}
+		used := reserved
+		if el := cand.Load.Engine; el.Valid {
+			// The engine's own count also holds what other gateways sent.
+			used = max(used, int(math.Ceil(el.KVCacheUsage*float64(capb))))
+		}
+		return float64(used+w) <= float64(capb)*c.cfg.Overcommit
+	case AdmitLLMDUtilization:
+		return !c.gate.llmdAny || c.gate.scores[cand.Replica] < 1
+	case AdmitLLMDConcurrency:
+		return r.load.InFlight < c.cfg.Peers.LLMDMaxConcurrency
+	case AdmitDynamo:
+		return float64(r.load.PendingPrefillTokens) <= c.cfg.Peers.DynamoQueueThreshold*float64(c.cfg.Router.Options.MaxNumBatchedTokens)
+	}
+	return true
+}

@@ -1,0 +1,109 @@
+package gateway
+
+import (
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/kvblock"
+)
+
+// KVEvent is one KV cache event of an engine, as it arrives: the engine's
+// own block ids and, for stored blocks, their tokens. Engines hash blocks
+// their own way (vLLM: sha256 or xxhash with a per-deployment seed), so the
+// core recomputes its own hashes from each stored block's tokens, chained
+// from a parent it already placed, and keeps an engine-id to own-hash map
+// per replica for removals (llm-d's "dual key"). A block whose parent it
+// never saw (events from before it subscribed) cannot be placed and is
+// skipped; decisions recorded speculatively stand in meanwhile.
+type KVEvent struct {
+	Kind engine.KVEventKind
+	// Blocks are the engine's ids of the stored or removed blocks.
+	Blocks []uint64
+	// Parent is the engine's id of the block before the first stored one,
+	// if HasParent.
+	Parent    uint64
+	HasParent bool
+	// TokenIDs are the stored blocks' tokens, BlockSize per block.
+	TokenIDs []uint32
+	// Own, when set, gives the core's hashes of the stored blocks directly
+	// (an engine that hashes as the core does: the simulated one); TokenIDs
+	// are then not needed.
+	Own []kvblock.Hash
+	// BlockSize is the engine's block size (0: the core's).
+	BlockSize int
+}
+
+// FromEngine converts a simulated engine's event, which carries the
+// core's own hashes, keyed by their low 64 bits as vLLM's ids are.
+func FromEngine(ev engine.KVEvent) KVEvent {
+	out := KVEvent{Kind: ev.Kind, Own: ev.BlockHashes, BlockSize: ev.BlockSize, HasParent: ev.HasParent, Parent: ev.ParentBlockHash.Lo}
+	if len(ev.BlockHashes) > 0 {
+		out.Blocks = make([]uint64, len(ev.BlockHashes))
+		for i, h := range ev.BlockHashes {
+			out.Blocks[i] = h.Lo
+		}
+	}
+	return out
+}
+
+// kvTranslator maps one replica's engine block ids to the core's hashes.
+type kvTranslator struct {
+	own map[uint64]kvblock.Hash
+}
+
+// translate turns events into engine events keyed by the core's hashes,
+// appended to out; buf is scratch for the hashes.
+func (k *kvTranslator) translate(evs []KVEvent, salt kvblock.Hash, bs int, out []engine.KVEvent) []engine.KVEvent {
+	if k.own == nil {
+		k.own = make(map[uint64]kvblock.Hash)
+	}
+	for i := range evs {
+		e := &evs[i]
+		switch e.Kind {
+		case engine.BlockStored:
+			if e.BlockSize != 0 && e.BlockSize != bs {
+				continue // a block size the model is not configured for
+			}
+			if e.Own == nil && len(e.TokenIDs) != bs*len(e.Blocks) {
+				continue // cannot recompute
+			}
+			if e.Own != nil && len(e.Own) != len(e.Blocks) {
+				continue
+			}
+			parent := salt
+			if e.HasParent {
+				p, ok := k.own[e.Parent]
+				if !ok {
+					continue
+				}
+				parent = p
+			}
+			ours := make([]kvblock.Hash, 0, len(e.Blocks))
+			for j, id := range e.Blocks {
+				if e.Own != nil {
+					parent = e.Own[j]
+				} else {
+					parent = kvblock.HashBlock(parent, e.TokenIDs[j*bs:(j+1)*bs])
+				}
+				k.own[id] = parent
+				ours = append(ours, parent)
+			}
+			out = append(out, engine.KVEvent{Kind: engine.BlockStored, BlockHashes: ours, BlockSize: bs, Medium: engine.MediumGPU})
+		case engine.BlockRemoved:
+			var ours []kvblock.Hash
+			for _, id := range e.Blocks {
+				if o, ok := k.own[id]; ok {
+					ours = append(ours, o)
+					delete(k.own, id)
+				}
+			}
+			if len(ours) > 0 {
+				out = append(out, engine.KVEvent{Kind: engine.BlockRemoved, BlockHashes: ours, Medium: engine.MediumGPU})
+			}
+		case engine.AllBlocksCleared:
+			clear(k.own)
+			out = append(out, engine.KVEvent{Kind: engine.AllBlocksCleared})
+		}
+	}
+	return out
+}
+
+func (k *kvTranslator) reset() { clear(k.own) }

@@ -9,6 +9,7 @@ const (
 	evStepEnd                   // a replica's step ends (or an idle replica is kicked)
 	evScrape                    // the gateway scrapes a replica's metrics
 	evKVEvents                  // a replica's oldest batch of KV events reaches the router
+	evGateway                   // a gateway's queue deadline (or an ejection's end)
 )
 
 // event is one entry of the heap, ordered by (at, seq).
@@ -17,6 +18,7 @@ type event struct {
 	seq     uint64
 	kind    eventKind
 	replica int32
+	gateway int32
 	req     *reqState
 }
 

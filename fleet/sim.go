@@ -11,6 +11,7 @@ import (
 	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/router/gateway"
 	"github.com/inferrail/inferrail/workload"
 )
 
@@ -52,6 +53,24 @@ type Config struct {
 	SpeculationTTL time.Duration
 	// SessionAffinity turns on cost_model's session affinity.
 	SessionAffinity bool
+	// Admission is the gateways' admission rule (gateway.Admissions).
+	Admission gateway.Admission
+	// Overcommit scales the replicas' KV capacity for kv admission.
+	Overcommit float64
+	// QueueTimeout bounds a request's wait in a gateway's queue.
+	QueueTimeout time.Duration
+	// QueueMaxRequests bounds each gateway's queue (0: no queue, a request
+	// no replica admits is rejected at once).
+	QueueMaxRequests int
+	// MaxPriority caps the requests' priority classes.
+	MaxPriority int
+	// Gateways is the number of gateway cores in front of the fleet, each
+	// with its own view, index and scrape phase; requests reach them by
+	// session (or request id), as a sticky load balancer would spread them.
+	Gateways int
+	// Ledger says whether the gateways share one reservation ledger
+	// (LedgerShared) or keep one each (LedgerIndependent).
+	Ledger string
 	// Progress, when set, is called now and then during the run and once at the end.
 	Progress func(Progress)
 }
@@ -78,10 +97,20 @@ const (
 // IndexModes lists the valid index modes.
 func IndexModes() []string { return router.IndexModes() }
 
+// The ledger modes of several gateways (Config.Ledger).
+const (
+	LedgerShared      = "shared"
+	LedgerIndependent = "independent"
+)
+
+// MaxGateways bounds Config.Gateways.
+const MaxGateways = 64
+
 // DefaultConfig returns the defaults of `inferrail sim`: W1 on four default
 // engines, round robin, 100 ms scrapes, the default SLO.
 func DefaultConfig() Config {
 	w, _ := workload.DefaultConfig("w1")
+	gw := gateway.DefaultConfig()
 	return Config{
 		Seed:           1,
 		Workload:       w,
@@ -93,6 +122,15 @@ func DefaultConfig() Config {
 		Index:          IndexApproximate,
 		KVEventDelay:   50 * time.Millisecond,
 		SpeculationTTL: 2 * time.Second,
+		// The lab's default is no admission, so runs compare with the
+		// published reports; live defaults to kv.
+		Admission:        gateway.AdmitNone,
+		Overcommit:       gateway.DefaultOvercommit,
+		QueueTimeout:     gw.Queue.Timeout,
+		QueueMaxRequests: gw.Queue.MaxRequests,
+		MaxPriority:      gw.Queue.MaxPriority,
+		Gateways:         1,
+		Ledger:           LedgerShared,
 	}
 }
 
@@ -123,6 +161,18 @@ func (c *Config) Validate() error {
 	if _, err := router.New(c.Policy, router.Options{}); err != nil {
 		errs = append(errs, fmt.Errorf("policy: %w", err))
 	}
+	if c.Gateways < 1 || c.Gateways > MaxGateways {
+		errs = append(errs, fmt.Errorf("gateways: must be between 1 and %d, got %d", MaxGateways, c.Gateways))
+	}
+	if c.Ledger != LedgerShared && c.Ledger != LedgerIndependent {
+		errs = append(errs, fmt.Errorf("ledger: must be %s or %s, got %q", LedgerShared, LedgerIndependent, c.Ledger))
+	}
+	if c.Replicas >= 1 && c.Replicas <= MaxReplicas {
+		if gc := c.gatewayConfig(gateway.NewLocalLedger()); gc.Validate() != nil {
+			err := gc.Validate()
+			errs = append(errs, err)
+		}
+	}
 	if err := c.SLO.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -148,19 +198,58 @@ type Output struct {
 	Engines []engine.Metrics
 }
 
-// replica is one engine and the gateway's view of it.
+// gatewayConfig is the gateway core of one simulated gateway.
+func (c *Config) gatewayConfig(ledger gateway.Ledger) gateway.Config {
+	g := gateway.DefaultConfig()
+	g.Model = c.Workload.Model
+	g.Router = router.Config{
+		Policy: c.Policy,
+		Options: router.Options{
+			Seed:                c.Seed,
+			BlockSize:           c.Engine.BlockSize,
+			Profile:             c.Engine.Latency,
+			MaxNumBatchedTokens: c.Engine.MaxNumBatchedTokens,
+			SessionAffinity:     c.SessionAffinity,
+		},
+		Index:          c.Index,
+		SpeculationTTL: c.SpeculationTTL,
+	}
+	g.Admission = c.Admission
+	g.Overcommit = c.Overcommit
+	g.MaxModelLen = c.Engine.MaxModelLen
+	g.DefaultCapacityBlocks = c.Engine.NumGPUBlocks
+	g.Queue.Timeout = c.QueueTimeout
+	g.Queue.MaxRequests = c.QueueMaxRequests
+	g.Queue.MaxPriority = c.MaxPriority
+	// A report is as old as the scrape interval at most; the live default
+	// (500 ms) only drops reports when scraping stalls.
+	g.MaxAge = max(g.MaxAge, 5*c.ScrapeInterval)
+	g.Ledger = ledger
+	return g
+}
+
+// replica is one engine and what the fleet measures of it.
 type replica struct {
 	name      string
 	eng       *engine.Engine
-	load      router.Load
-	scrapedAt time.Duration
 	stepping  bool               // a step-end event is in the heap
 	pending   []engine.Emission  // outputs of the step in progress
-	kvBatches [][]engine.KVEvent // KV events on their way to the router, oldest first
-	queries   int64              // prefix-cache queries at the last scrape (restart detection)
+	kvBatches [][]engine.KVEvent // KV events on their way to the gateways, oldest first
+	// reserved is the KV blocks all gateways together reserved on the
+	// replica (the sum of their dispatched requests' weights).
+	reserved     int
+	peakReserved int
+	peakRunning  int
 }
 
-// reqState is a request in flight.
+// gw is one gateway: its core and when it asked to be woken.
+type gw struct {
+	core *gateway.Core
+	wake time.Duration // the pending evGateway event's time, -1 if none
+	kvEv []gateway.KVEvent
+}
+
+// reqState is a request in the fleet.
 type reqState struct {
 	w         *workload.Request
 	rec       int // index into sim.records
@@ -168,8 +257,9 @@ type reqState struct {
 	replica   int
 	lastToken time.Duration
 	measured  bool
-	predicted int // cached tokens predicted on the chosen replica
-	decision  router.Decision
+	gateway   int
+	ticket    gateway.Ticket
+	weight    int
 }
 
 type memoKey struct {
@@ -182,13 +272,12 @@ type sim struct {
 	cfg      Config
 	src      workload.Source
 	reps     []*replica
+	gws      []*gw
 	heap     eventHeap
 	reqs     reqTable
 	hashFree [][]kvblock.Hash // hash slices of finished requests, for reuse
 	records  []results.Record
 	itl      *results.Histogram
-	rt       *router.Router
-	views    []router.Replica
 	salts    map[string]kvblock.Hash
 	memo     map[memoKey][]kvblock.Hash
 	segsBuf  []kvblock.Segment
@@ -236,50 +325,55 @@ func newSim(cfg Config) (*sim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
-	rt, err := router.NewRouter(router.Config{
-		Policy: cfg.Policy,
-		Options: router.Options{
-			Seed:                cfg.Seed,
-			BlockSize:           cfg.Engine.BlockSize,
-			Profile:             cfg.Engine.Latency,
-			MaxNumBatchedTokens: cfg.Engine.MaxNumBatchedTokens,
-			SessionAffinity:     cfg.SessionAffinity,
-		},
-		Index:                 cfg.Index,
-		SpeculationTTL:        cfg.SpeculationTTL,
-		DefaultCapacityBlocks: cfg.Engine.NumGPUBlocks,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("router: %w", err)
-	}
 	s := &sim{
 		cfg:   cfg,
 		src:   src,
-		rt:    rt,
 		reqs:  reqTable{sparse: make(map[uint64]*reqState)},
 		itl:   results.NewHistogram(),
 		salts: make(map[string]kvblock.Hash),
 		memo:  make(map[memoKey][]kvblock.Hash),
 	}
+	var shared gateway.Ledger
+	if cfg.Ledger == LedgerShared {
+		shared = gateway.NewLocalLedger()
+	}
+	s.gws = make([]*gw, cfg.Gateways)
+	for g := range s.gws {
+		ledger := shared
+		if ledger == nil {
+			ledger = gateway.NewLocalLedger()
+		}
+		gc := cfg.gatewayConfig(ledger)
+		gc.Model = wcfg.Model
+		core, err := gateway.New(gc)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		s.gws[g] = &gw{core: core, wake: -1}
+	}
 	s.reps = make([]*replica, cfg.Replicas)
-	s.views = make([]router.Replica, cfg.Replicas)
 	ecfg := cfg.Engine
 	ecfg.EnableKVEvents = cfg.Index == IndexEvents
 	for i := range s.reps {
-		rt.SetCapacity(i, cfg.Engine.NumGPUBlocks)
 		eng, err := engine.New(ecfg)
 		if err != nil {
 			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
 		s.reps[i] = &replica{name: fmt.Sprintf("replica-%d", i), eng: eng}
-		s.views[i] = router.Replica{
-			Candidate: router.Candidate{Replica: i, Name: s.reps[i].name, KVCapacityBlocks: cfg.Engine.NumGPUBlocks},
-			Healthy:   true,
-			Models:    []string{wcfg.Model},
+		for _, g := range s.gws {
+			if _, err := g.core.AddReplica(gateway.ReplicaConfig{Name: s.reps[i].name}); err != nil {
+				return nil, err
+			}
 		}
-		// Scrapes are spread over the interval, as independent scrapers are.
-		phase := cfg.ScrapeInterval * time.Duration(i) / time.Duration(cfg.Replicas)
-		s.heap.push(event{at: phase, kind: evScrape, replica: int32(i)})
+	}
+	// Scrapes are spread over the interval, as independent scrapers are:
+	// each gateway scrapes each replica at its own phase.
+	n := time.Duration(cfg.Replicas * cfg.Gateways)
+	for i := range s.reps {
+		for g := range s.gws {
+			phase := cfg.ScrapeInterval * time.Duration(i*cfg.Gateways+g) / n
+			s.heap.push(event{at: phase, kind: evScrape, replica: int32(i), gateway: int32(g)})
+		}
 	}
 	s.pullArrival()
 	return s, nil
@@ -313,9 +407,15 @@ func (s *sim) run() error {
 				return err
 			}
 		case evScrape:
-			s.scrape(int(ev.replica))
+			s.scrape(int(ev.gateway), int(ev.replica))
 		case evKVEvents:
 			s.applyKVEvents(int(ev.replica))
+		case evGateway:
+			g := s.gws[ev.gateway]
+			if g.wake == ev.at {
+				g.wake = -1
+				s.decided(int(ev.gateway), g.core.Advance(s.now))
+			}
 		}
 		if s.cfg.Progress != nil && s.events%progressEvery == 0 {
 			s.cfg.Progress(s.progress(false))
@@ -398,79 +498,136 @@ func (s *sim) hashes(w *workload.Request) []kvblock.Hash {
 	return kvblock.AppendSegmentHashesFrom(out, parent, segs[max(len(w.Prompt)-1, 0):], bs, 0, -1)
 }
 
-// arrive routes a request and hands it to the chosen engine.
+// gatewayOf is the gateway a request reaches: by session, so a chat's
+// turns meet the same gateway, else by id.
+func (s *sim) gatewayOf(w *workload.Request) int {
+	if len(s.gws) == 1 {
+		return 0
+	}
+	k := w.ID
+	if w.Session != 0 {
+		k = w.Session
+	}
+	return int(kvblock.Mix64(k) % uint64(len(s.gws)))
+}
+
+// arrive hands a request to its gateway.
 func (s *sim) arrive(rs *reqState) {
 	w := rs.w
 	rs.measured = w.Arrival >= s.cfg.Warmup
 	rs.rec = len(s.records)
 	rs.replica = -1
 	s.records = append(s.records, results.Record{
-		ID: w.ID, Session: w.Session, Turn: w.Turn, Replica: -1,
+		ID: w.ID, Session: w.Session, Turn: w.Turn, Replica: -1, Priority: w.Priority, Tenant: w.Tenant,
 		Arrival: w.Arrival, PromptTokens: w.PromptTokens(), Outcome: results.OutcomeFailed,
 	})
 	rec := &s.records[rs.rec]
-	// The gateway knows the engines' limits (vLLM publishes max_model_len)
-	// and refuses what no replica could serve before routing it.
-	if s.cfg.Engine.Admissible(rec.PromptTokens, w.OutputTokens, w.MaxTokens) != nil {
-		s.fail(rs)
-		return
-	}
 	hashes := s.hashes(w)
 	bs := s.cfg.Engine.BlockSize
-	rreq := router.Request{
-		ID: w.ID, Model: w.Model, Session: w.Session, Priority: w.Priority,
-		PromptTokens: rec.PromptTokens, BlockHashes: hashes[:min(len(hashes), rec.PromptTokens/bs)],
+	rs.hashes = hashes
+	rs.gateway = s.gatewayOf(w)
+	s.reqs.put(w.ID, rs)
+	g := s.gws[rs.gateway]
+	d, others := g.core.Submit(s.now, gateway.Request{
+		ID: w.ID, Session: w.Session, PromptTokens: rec.PromptTokens, PromptKnown: true,
+		BlockHashes: hashes[:min(len(hashes), rec.PromptTokens/bs)], MaxTokens: w.MaxTokens,
+		Priority: w.Priority, Tenant: w.Tenant,
+	})
+	s.decide(rs.gateway, d)
+	s.decided(rs.gateway, others)
+}
+
+// decided applies the decisions a gateway call returned.
+func (s *sim) decided(g int, ds []gateway.Decision) {
+	for _, d := range ds {
+		s.decide(g, d)
 	}
-	for i, r := range s.reps {
-		v := &s.views[i]
-		v.Load = r.load
-		if v.Load.Engine.Valid {
-			v.Load.Engine.Age = s.now - r.scrapedAt
-		}
-	}
-	d, err := s.rt.Route(s.now, &rreq, s.views)
-	if err != nil {
-		s.fail(rs)
+	s.schedule(g)
+}
+
+// schedule asks to be woken at the gateway's next deadline.
+func (s *sim) schedule(g int) {
+	gw := s.gws[g]
+	at, ok := gw.core.NextDeadline(s.now)
+	if !ok || (gw.wake >= 0 && gw.wake <= at) {
 		return
 	}
+	gw.wake = max(at, s.now)
+	s.heap.push(event{at: gw.wake, kind: evGateway, gateway: int32(g), replica: -3})
+}
+
+// decide carries out one decision of gateway g.
+func (s *sim) decide(g int, d gateway.Decision) {
+	rs := s.reqs.get(d.ID)
+	if rs == nil {
+		return
+	}
+	switch d.Kind {
+	case gateway.Queued:
+		rs.ticket = d.Ticket
+		s.schedule(g)
+	case gateway.Rejected:
+		rec := &s.records[rs.rec]
+		rec.Outcome = results.OutcomeRejected
+		rec.Reject = d.Reason
+		s.end(rs, false)
+	case gateway.Dispatched:
+		s.dispatch(g, rs, d)
+	}
+}
+
+// dispatch hands a request to the engine its gateway chose.
+func (s *sim) dispatch(g int, rs *reqState, d gateway.Decision) {
+	w := rs.w
+	rec := &s.records[rs.rec]
 	rep := s.reps[d.Replica]
+	rs.ticket = d.Ticket
 	rec.Dispatch = s.now
 	rec.Replica = d.Replica
 	rec.PredictedCachedTokens = d.PredictedCachedTokens
-	err = rep.eng.Add(s.now, engine.Request{
+	err := rep.eng.Add(s.now, engine.Request{
 		ID:           engine.RequestID(w.ID),
 		PromptTokens: rec.PromptTokens,
 		OutputTokens: w.OutputTokens,
 		MaxTokens:    w.MaxTokens,
-		BlockHashes:  hashes,
+		BlockHashes:  rs.hashes,
 	})
 	if err != nil {
 		// The engine refused it (too long, too large) before computing
-		// anything: the client gets an error and the index forgets the record.
-		s.rt.Abandon(d)
-		s.fail(rs)
+		// anything: the client gets an error and the gateway takes it back.
+		rec.Replica = -1
+		others := s.gws[g].core.Fail(s.now, d.Ticket, false)
+		s.end(rs, false)
+		s.decided(g, others)
 		return
 	}
 	rs.replica = d.Replica
-	rs.hashes = hashes
-	rs.predicted = d.PredictedCachedTokens
-	rs.decision = d
-	s.reqs.put(w.ID, rs)
-	rep.load.InFlight++
-	rep.load.Pending++
-	rep.load.PendingPromptTokens += rec.PromptTokens
-	rep.load.PendingPrefillTokens += rec.PromptTokens - rs.predicted
-	rep.load.InFlightPromptTokens += rec.PromptTokens
+	rs.weight = d.Weight
+	rep.reserved += d.Weight
+	rep.peakReserved = max(rep.peakReserved, rep.reserved)
 	if !rep.stepping {
 		rep.stepping = true
 		s.heap.push(event{at: s.now, kind: evStepEnd, replica: int32(d.Replica)})
 	}
 }
 
-func (s *sim) fail(rs *reqState) {
+// end finishes a request's life in the fleet.
+func (s *sim) end(rs *reqState, ok bool) {
+	if rs.replica >= 0 {
+		rep := s.reps[rs.replica]
+		rep.reserved -= rs.weight
+		rs.weight = 0
+	}
+	s.reqs.del(rs.w.ID)
+	// The engine has let go of the request: its hashes can be reused,
+	// unless the index's speculation queue may still hold them.
+	if ok && s.cfg.Index != IndexEvents && len(s.hashFree) < 1024 {
+		s.hashFree = append(s.hashFree, rs.hashes)
+	}
+	rs.hashes = nil
 	s.live--
 	s.finished++
-	s.followUp(rs.w, false)
+	s.followUp(rs.w, ok)
 }
 
 // followUp tells the source a request ended and schedules what it causes.
@@ -516,12 +673,11 @@ func (s *sim) deliver(rep *replica) {
 	for _, em := range rep.pending {
 		rs := s.reqs.get(uint64(em.ID))
 		rec := &s.records[rs.rec]
+		core := s.gws[rs.gateway].core
 		if em.Output == 1 {
 			rec.FirstToken, rec.HasFirstToken = s.now, true
 			rec.CachedTokens = em.CachedTokens
-			rep.load.Pending--
-			rep.load.PendingPromptTokens -= rec.PromptTokens
-			rep.load.PendingPrefillTokens -= rec.PromptTokens - rs.predicted
+			s.decided(rs.gateway, core.FirstByte(s.now, rs.ticket, em.CachedTokens))
 		} else if rs.measured {
 			s.itl.Add(s.now - rs.lastToken)
 		}
@@ -531,53 +687,43 @@ func (s *sim) deliver(rep *replica) {
 			rec.OutputTokens = em.Output
 			rec.Preemptions = em.Preemptions
 			rec.Outcome = results.OutcomeOK
-			rep.load.InFlight--
-			rep.load.InFlightPromptTokens -= rec.PromptTokens
 			// The proxy has seen the whole exchange: the engine now holds the
 			// prompt and the answer (all but its last token).
 			held := min(len(rs.hashes), (rec.PromptTokens+em.Output-1)/s.cfg.Engine.BlockSize)
-			s.rt.Finished(rs.decision, rs.hashes[:held])
-			rs.decision = router.Decision{}
-			s.reqs.del(uint64(em.ID))
-			// The engine has let go of the request: its hashes can be reused,
-			// unless the index's speculation queue may still hold them.
-			if s.cfg.Index != IndexEvents && len(s.hashFree) < 1024 {
-				s.hashFree = append(s.hashFree, rs.hashes)
-			}
-			rs.hashes = nil
-			s.live--
-			s.finished++
-			s.followUp(rs.w, true)
+			others := core.Finished(s.now, rs.ticket, gateway.Usage{Known: true, PromptTokens: rec.PromptTokens, CachedTokens: em.CachedTokens, CompletionTokens: em.Output}, rs.hashes[:held])
+			s.end(rs, true)
+			s.decided(rs.gateway, others)
 		}
 	}
 	rep.pending = rep.pending[:0]
 }
 
-// applyKVEvents feeds a replica's oldest batch of KV events to the index.
+// applyKVEvents feeds a replica's oldest batch of KV events to every gateway.
 func (s *sim) applyKVEvents(i int) {
 	rep := s.reps[i]
 	batch := rep.kvBatches[0]
 	rep.kvBatches[0] = nil
 	rep.kvBatches = rep.kvBatches[1:]
-	s.rt.KVEvents(i, batch)
+	for _, g := range s.gws {
+		g.kvEv = g.kvEv[:0]
+		for _, ev := range batch {
+			g.kvEv = append(g.kvEv, gateway.FromEngine(ev))
+		}
+		g.core.KVEvents(s.now, i, g.kvEv)
+	}
 }
 
-// restarted reports whether an engine's prefix-cache counters went backwards
-// since the last scrape: it restarted, and its cache is empty.
-func restarted(prevQueries, queries int64) bool { return queries < prevQueries }
-
-// scrape refreshes the gateway's copy of an engine's own metrics.
-func (s *sim) scrape(i int) {
+// scrape refreshes gateway g's copy of engine i's own metrics.
+func (s *sim) scrape(g, i int) {
 	rep := s.reps[i]
 	m := rep.eng.Metrics()
-	if restarted(rep.queries, m.PrefixCacheQueries) {
-		s.rt.Restarted(i)
-	}
-	rep.queries = m.PrefixCacheQueries
-	rep.load.Engine = router.EngineLoad{Valid: true, Running: m.Running, Waiting: m.Waiting, KVCacheUsage: m.KVCacheUsage}
-	rep.scrapedAt = s.now
+	rep.peakRunning = max(rep.peakRunning, m.Running)
+	s.decided(g, s.gws[g].core.Report(s.now, i, gateway.Report{
+		Running: m.Running, Waiting: m.Waiting, KVUsage: m.KVCacheUsage, NumGPUBlocks: m.NumGPUBlocks,
+		PrefixQueries: m.PrefixCacheQueries, PrefixHits: m.PrefixCacheHits, Preemptions: m.Preemptions,
+	}))
 	if s.live > 0 {
-		s.heap.push(event{at: s.now + s.cfg.ScrapeInterval, kind: evScrape, replica: int32(i)})
+		s.heap.push(event{at: s.now + s.cfg.ScrapeInterval, kind: evScrape, replica: int32(i), gateway: int32(g)})
 	}
 }
 
@@ -586,7 +732,7 @@ func (s *sim) output(wall time.Duration) *Output {
 	engines := make([]engine.Metrics, len(s.reps))
 	for i, r := range s.reps {
 		engines[i] = r.eng.Metrics()
-		infos[i] = results.ReplicaInfo{Name: r.name, Busy: engines[i].BusyTime}
+		infos[i] = results.ReplicaInfo{Name: r.name, Busy: engines[i].BusyTime, PeakReservedBlocks: r.peakReserved, PeakRunning: r.peakRunning, CapacityBlocks: s.cfg.Engine.NumGPUBlocks}
 	}
 	sum := results.Summarize(s.records, results.SummaryOptions{
 		Warmup:       s.cfg.Warmup,

@@ -180,8 +180,9 @@ func TestRouterSeesScrapedLoadNoOlderThanTheInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := &spy{Policy: s.rt.Policy()}
-	s.rt.SetPolicy(sp)
+	rt := s.gws[0].core.Router()
+	sp := &spy{Policy: rt.Policy()}
+	rt.SetPolicy(sp)
 	if err := s.run(); err != nil {
 		t.Fatal(err)
 	}
@@ -223,5 +224,9 @@ func TestRequestTooLongFails(t *testing.T) {
 	}
 	if out.Summary.Failed == 0 || out.Summary.Completed+out.Summary.Failed != 50 {
 		t.Fatalf("completed %d failed %d", out.Summary.Completed, out.Summary.Failed)
+	}
+	// The gateway refuses them before routing, as too long, not the engine.
+	if out.Summary.Rejected["too_long"] != out.Summary.Failed || out.Summary.EngineFailed != 0 {
+		t.Fatalf("rejected %v, engine failed %d, failed %d", out.Summary.Rejected, out.Summary.EngineFailed, out.Summary.Failed)
 	}
 }

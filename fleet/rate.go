@@ -18,6 +18,9 @@ func RatePerReplica(workload string) float64 {
 		return 5
 	case "w6":
 		return 2.5
+	case "w7":
+		// The light background stream; the heavy bursts come on top.
+		return 0.5
 	}
 	return 1
 }
@@ -26,4 +29,14 @@ func RatePerReplica(workload string) float64 {
 // fleet of n default replicas when no rate is given.
 func DefaultRate(workload string, n int) float64 {
 	return RatePerReplica(workload) * float64(n)
+}
+
+// DefaultRequests is the run length `inferrail sim` uses for a workload when
+// neither a request count nor a duration is given: 2000, but for w7, whose
+// 600 hold two bursts and their background.
+func DefaultRequests(workload string) int {
+	if workload == "w7" {
+		return 600
+	}
+	return 2000
 }

@@ -61,8 +61,8 @@ func TestGammaArrivals(t *testing.T) {
 
 // TestArrivalEveryWorkload checks that the arrival process drives every
 // open-loop process: the requests of w1, w4 and w6, the session and task
-// starts of w2 and w3 (Next without Done) and the batch starts of w5 (one
-// request per batch, no window).
+// starts of w2 and w3 (Next without Done), the batch starts of w5 (one
+// request per batch, no window) and the background of w7 (no burst yet).
 func TestArrivalEveryWorkload(t *testing.T) {
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
@@ -79,6 +79,10 @@ func TestArrivalEveryWorkload(t *testing.T) {
 				rate /= float64(c.W3.StepsMin+c.W3.StepsMax) / 2
 			case "w5":
 				c.W5.BatchSize, c.W5.BurstWindow = 1, 0
+			case "w7":
+				// Only the background: the first burst is after the
+				// 50k arrivals (1250s).
+				c.W7.FirstBurst = 24 * time.Hour
 			}
 			src := mustNew(t, c)
 			at := make([]time.Duration, 50000)

@@ -38,6 +38,21 @@ func BenchmarkW1NextZipf(b *testing.B) {
 
 func BenchmarkW6Next(b *testing.B) { benchOpen(b, "w6") }
 
+// BenchmarkW6NextMix is BenchmarkW6Next with a tenant/priority mix.
+func BenchmarkW6NextMix(b *testing.B) {
+	c := mustConfig(b, "w6")
+	c.Requests = b.N
+	c.Mix = []MixClass{{Tenant: "a", Share: 0.5}, {Tenant: "b", Priority: 1, Share: 0.3}, {Tenant: "c", Priority: 2, Share: 0.2}}
+	src := mustNew(b, c)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, ok := src.Next(); !ok {
+			b.Fatal("source ran dry")
+		}
+	}
+}
+
 func BenchmarkW4Next(b *testing.B) { benchOpen(b, "w4") }
 
 func BenchmarkW4NextRandomOrder(b *testing.B) {

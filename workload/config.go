@@ -26,6 +26,8 @@ const (
 	maxBurstWindow = 24 * time.Hour
 	// maxArrivalCV bounds arrival.cv (gamma shape 1/cv² >= 1e-4).
 	maxArrivalCV = 100
+	// maxBurstEvery bounds w7.burst_every and w7.first_burst.
+	maxBurstEvery = 24 * time.Hour
 )
 
 // Arrival processes (ArrivalParams.Process).
@@ -46,9 +48,9 @@ const (
 
 // Config selects and parameterises a workload. Start from DefaultConfig or
 // LoadConfig; New validates. Only the section of the selected workload (W1
-// to W6) is used and validated.
+// to W7) is used and validated; Mix applies to every workload.
 type Config struct {
-	// Workload is the generator: "w1" to "w6" (see Names).
+	// Workload is the generator: "w1" to "w7" (see Names).
 	Workload string `yaml:"workload"`
 	// Seed seeds every random stream of the run. Default 1.
 	Seed uint64 `yaml:"seed"`
@@ -57,14 +59,16 @@ type Config struct {
 	// rate: sessions (tasks) start at Rate / mean turns (steps) per session,
 	// the midpoint of turns_min..turns_max (steps_min..steps_max); sessions
 	// cut short by max_model_len make the real rate lower. For w5 batches
-	// start at Rate / w5.batch_size. Default 10.
+	// start at Rate / w5.batch_size. For w7 it is the rate of the light
+	// background stream only; the bursts come on top. Default 10 (w7: 2).
 	Rate float64 `yaml:"rate"`
 	// Arrival is the inter-arrival distribution of every open-loop process:
-	// the requests of w1, w4 and w6 and the session, task and batch starts
-	// of w2, w3 and w5.
+	// the requests of w1, w4 and w6, the session, task and batch starts
+	// of w2, w3 and w5, and the background requests of w7 (not its
+	// bursts).
 	Arrival ArrivalParams `yaml:"arrival"`
 	// Requests stops the run after this many requests in total, 0 for no
-	// limit. Default 1000.
+	// limit. Default 1000 (w7: 600, two bursts and their background).
 	Requests int `yaml:"requests"`
 	// Duration admits no arrival after this time, 0 for no limit (YAML: a
 	// Go duration such as "10m"). At least one of Requests and Duration
@@ -77,6 +81,15 @@ type Config struct {
 	MaxModelLen int `yaml:"max_model_len"`
 	// Output is the output length distribution.
 	Output OutputParams `yaml:"output"`
+	// Mix is the tenant/priority mix of every workload: each request (for
+	// the closed-loop w2 and w3, each session, so that all its turns share
+	// one class) draws its class with probability share / (sum of shares)
+	// and gets the class's Tenant and Priority. The draws come from a
+	// stream of their own, so a mix changes no other draw: the same seed
+	// gives the same prompts, outputs and arrivals with or without it.
+	// Empty (the default): every request has tenant "" and priority 0. At
+	// most 64 classes, each with a distinct (tenant, priority).
+	Mix []MixClass `yaml:"mix"`
 	// W1 parameterises workload w1 (shared system prompts).
 	W1 W1Params `yaml:"w1"`
 	// W2 parameterises workload w2 (multi-turn chat).
@@ -89,6 +102,8 @@ type Config struct {
 	W5 W5Params `yaml:"w5"`
 	// W6 parameterises workload w6 (no sharing).
 	W6 W6Params `yaml:"w6"`
+	// W7 parameterises workload w7 (overload bursts).
+	W7 W7Params `yaml:"w7"`
 }
 
 // ArrivalParams is an open-loop arrival process: a renewal process whose
@@ -288,8 +303,72 @@ type W6Params struct {
 	InputMaxTokens int `yaml:"input_max_tokens"`
 }
 
+// W7Params parameterises w7, overload bursts: bursts of heavy requests, each
+// burst far more than the fleet's KV cache holds, over a light background
+// stream. Burst k (from 0) starts at first_burst + k × burst_every and its
+// burst_requests heavy requests arrive uniformly at random within
+// [start, start + burst_window]. A heavy prompt is [shared system prompt of
+// heavy_shared_tokens (one segment for the whole run), fresh text], of
+// total length uniform in [heavy_prompt_min_tokens,
+// heavy_prompt_max_tokens]; its max_tokens is heavy_max_tokens and its true
+// output is drawn from Output (log-normal) clamped to [output.min,
+// heavy_max_tokens]. The background is the open-loop process of Config.Rate
+// and Config.Arrival, of light requests whose prompt is one fresh segment
+// uniform in [light_prompt_min_tokens, light_prompt_max_tokens], with
+// Output's lengths and max_tokens. Both streams are merged in arrival order
+// (a heavy request first on a tie); Session and Turn are always 0.
+//
+// Sizing of the defaults against the default fleet: engine.DefaultConfig
+// has BlockSize 16 and NumGPUBlocks 4096 (64Ki tokens) per replica, so 4
+// default replicas hold 16,384 blocks (262,144 tokens). One default burst
+// asks for 200 × (mean prompt 7,350 + max_tokens 512) = 1,572,400 tokens =
+// 98,275 blocks ≈ 6.0 × 16,384 (5.998×; with each request rounded up to
+// whole blocks as engine.Add sizes it, ≈ 98,360; seed 1's first burst
+// draws 98,748, 6.03×). Less is really resident: the shared 256-token
+// prefix (16 blocks) is cached once per replica, which leaves ≈ 5.8× in
+// distinct blocks, and outputs have median 200 (mean ≈ 243 after the clamp
+// at 512), so a burst's prompts plus true outputs are ≈ 5.8× too. One heavy
+// request needs ≈ 492 blocks (545 at most), so a default replica holds
+// about 8 at once.
+// (Prompts of 1,200..1,600 tokens would give only 200 × 1,912 / 16 =
+// 23,900 blocks ≈ 1.46×, hence the longer prompts.) The background adds
+// 2 req/s of ≈ 250-token prompts. With Requests 600 a default run has two
+// full bursts (at 10s and 70s) and 200 background requests, ending at
+// about 100s (92s with seed 1), well before a third burst at 130s.
+type W7Params struct {
+	// BurstRequests is the number of heavy requests per burst.
+	// Default 200.
+	BurstRequests int `yaml:"burst_requests"`
+	// BurstEvery is the time between burst starts, in (0, 24h].
+	// Default 60s.
+	BurstEvery time.Duration `yaml:"burst_every"`
+	// BurstWindow is the span over which one burst's arrivals are spread
+	// (uniform), in [0, burst_every]: bursts never overlap. 0 puts a
+	// burst's requests all at its start. Default 1s.
+	BurstWindow time.Duration `yaml:"burst_window"`
+	// FirstBurst is the start of the first burst, in [0, 24h]; before it
+	// only the background runs. Default 10s.
+	FirstBurst time.Duration `yaml:"first_burst"`
+	// HeavySharedTokens is the length of the system prompt every heavy
+	// prompt starts with, in [0, heavy_prompt_min_tokens); 0 for none (a
+	// heavy prompt is then one fresh segment). Default 256.
+	HeavySharedTokens int `yaml:"heavy_shared_tokens"`
+	// HeavyPromptMinTokens is the shortest heavy prompt, shared system
+	// prompt included. Default 6500.
+	HeavyPromptMinTokens int `yaml:"heavy_prompt_min_tokens"`
+	// HeavyPromptMaxTokens is the longest heavy prompt. Default 8200.
+	HeavyPromptMaxTokens int `yaml:"heavy_prompt_max_tokens"`
+	// HeavyMaxTokens is every heavy request's max_tokens and its longest
+	// output, at least output.min. Default 512.
+	HeavyMaxTokens int `yaml:"heavy_max_tokens"`
+	// LightPromptMinTokens is the shortest background prompt. Default 100.
+	LightPromptMinTokens int `yaml:"light_prompt_min_tokens"`
+	// LightPromptMaxTokens is the longest background prompt. Default 400.
+	LightPromptMaxTokens int `yaml:"light_prompt_max_tokens"`
+}
+
 // Names returns the workload names New accepts.
-func Names() []string { return []string{"w1", "w2", "w3", "w4", "w5", "w6"} }
+func Names() []string { return []string{"w1", "w2", "w3", "w4", "w5", "w6", "w7"} }
 
 func knownWorkload(name string) bool {
 	for _, n := range Names() {
@@ -301,12 +380,13 @@ func knownWorkload(name string) bool {
 }
 
 // DefaultConfig returns the default configuration of the named workload.
-// Every parameter section is filled, not only the selected one.
+// Every parameter section is filled, not only the selected one. The common
+// fields are the same for every workload except Rate and Requests of w7.
 func DefaultConfig(workload string) (Config, error) {
 	if !knownWorkload(workload) {
 		return Config{}, fmt.Errorf("unknown workload %q: want one of %s", workload, strings.Join(Names(), ", "))
 	}
-	return Config{
+	c := Config{
 		Workload:    workload,
 		Seed:        1,
 		Rate:        10,
@@ -378,7 +458,24 @@ func DefaultConfig(workload string) (Config, error) {
 			InputMinTokens:    32,
 			InputMaxTokens:    8192,
 		},
-	}, nil
+		W7: W7Params{
+			BurstRequests:        200,
+			BurstEvery:           60 * time.Second,
+			BurstWindow:          time.Second,
+			FirstBurst:           10 * time.Second,
+			HeavySharedTokens:    256,
+			HeavyPromptMinTokens: 6500,
+			HeavyPromptMaxTokens: 8200,
+			HeavyMaxTokens:       512,
+			LightPromptMinTokens: 100,
+			LightPromptMaxTokens: 400,
+		},
+	}
+	if workload == "w7" {
+		c.Rate = 2
+		c.Requests = 600
+	}
+	return c, nil
 }
 
 // FieldError is one invalid configuration field. Field is its YAML path,
@@ -487,6 +584,7 @@ func (c *Config) Validate() error {
 	default:
 		k.fail("arrival.process", "must be %s or %s, got %q", ArrivalPoisson, ArrivalGamma, c.Arrival.Process)
 	}
+	k.mix(c.Mix)
 	if len(k.errs) > 0 {
 		// Per-workload checks below rely on sane common fields.
 		return k.errs
@@ -573,6 +671,32 @@ func (c *Config) Validate() error {
 		if len(k.errs) == 0 {
 			k.fits(c, "w6.input_max_tokens", p.InputMaxTokens)
 		}
+	case "w7":
+		p := &c.W7
+		k.count("w7.burst_requests", p.BurstRequests, 1, maxBatchSize)
+		if p.BurstEvery <= 0 || p.BurstEvery > maxBurstEvery {
+			k.fail("w7.burst_every", "must be in (0, %v], got %v", maxBurstEvery, p.BurstEvery)
+		}
+		if p.BurstWindow < 0 || p.BurstWindow > max(p.BurstEvery, 0) {
+			k.fail("w7.burst_window", "must be in [0, w7.burst_every (%v)] (bursts must not overlap), got %v", p.BurstEvery, p.BurstWindow)
+		}
+		if p.FirstBurst < 0 || p.FirstBurst > maxBurstEvery {
+			k.fail("w7.first_burst", "must be in [0, %v], got %v", maxBurstEvery, p.FirstBurst)
+		}
+		k.span("w7.heavy_prompt_min_tokens", "w7.heavy_prompt_max_tokens", p.HeavyPromptMinTokens, p.HeavyPromptMaxTokens, 1, lim)
+		if p.HeavySharedTokens < 0 || p.HeavySharedTokens >= p.HeavyPromptMinTokens {
+			k.fail("w7.heavy_shared_tokens", "must be in [0, w7.heavy_prompt_min_tokens (%d)), got %d", p.HeavyPromptMinTokens, p.HeavySharedTokens)
+		}
+		if p.HeavyMaxTokens < c.Output.Min || p.HeavyMaxTokens > lim {
+			k.fail("w7.heavy_max_tokens", "must be in [output.min (%d), max_model_len (%d)], got %d", c.Output.Min, lim, p.HeavyMaxTokens)
+		}
+		k.span("w7.light_prompt_min_tokens", "w7.light_prompt_max_tokens", p.LightPromptMinTokens, p.LightPromptMaxTokens, 1, lim)
+		if len(k.errs) == 0 {
+			if n := p.HeavyPromptMaxTokens + p.HeavyMaxTokens; n > c.MaxModelLen {
+				k.fail("max_model_len", "must be at least w7.heavy_prompt_max_tokens + w7.heavy_max_tokens = %d, got %d", n, c.MaxModelLen)
+			}
+			k.fits(c, "w7.light_prompt_max_tokens", p.LightPromptMaxTokens)
+		}
 	}
 	if len(k.errs) > 0 {
 		return k.errs
@@ -654,7 +778,9 @@ func New(c Config) (Source, error) {
 		return newW4(&c), nil
 	case "w5":
 		return newW5(&c), nil
-	default: // "w6", by Validate
+	case "w6":
 		return newW6(&c), nil
+	default: // "w7", by Validate
+		return newW7(&c), nil
 	}
 }

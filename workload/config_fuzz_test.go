@@ -9,6 +9,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("workload: w2\nw2:\n  turns_min: 0\n"))
 	f.Add([]byte("workload: w5\narrival: {process: gamma, cv: 3}\n"))
 	f.Add([]byte("bogus: 1\n"))
+	f.Add([]byte("workload: w7\nrequests: 50\nw7: {burst_requests: 20, burst_window: 0s}\n"))
+	f.Add([]byte("workload: w2\nrequests: 30\nmix:\n  - {tenant: a, priority: 1, share: 2}\n  - {tenant: b, share: 1}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {

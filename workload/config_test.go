@@ -72,16 +72,27 @@ func TestLoadConfigSamples(t *testing.T) {
 	if c.Arrival != (ArrivalParams{Process: ArrivalGamma, CV: 3}) {
 		t.Fatalf("arrival not decoded: %+v", c.Arrival)
 	}
-	// The samples spell out the defaults of w3, w4 and w5.
-	for _, name := range []string{"w3", "w4", "w5"} {
+	// The samples spell out the defaults of w3, w4, w5 and w7.
+	for _, name := range []string{"w3", "w4", "w5", "w7"} {
 		c, err := LoadConfig(filepath.Join("testdata", name+".yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		d := mustConfig(t, name)
-		if !reflect.DeepEqual([]any{c.W3, c.W4, c.W5}, []any{d.W3, d.W4, d.W5}) {
-			t.Fatalf("%s sample differs from the defaults:\n got %+v %+v %+v\nwant %+v %+v %+v", name, c.W3, c.W4, c.W5, d.W3, d.W4, d.W5)
+		if !reflect.DeepEqual([]any{c.W3, c.W4, c.W5, c.W7}, []any{d.W3, d.W4, d.W5, d.W7}) {
+			t.Fatalf("%s sample differs from the defaults:\n got %+v %+v %+v %+v\nwant %+v %+v %+v %+v", name, c.W3, c.W4, c.W5, c.W7, d.W3, d.W4, d.W5, d.W7)
 		}
+	}
+	c, err = LoadConfig("testdata/w7.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := mustConfig(t, "w7"); c.Rate != d.Rate || c.Requests != d.Requests {
+		t.Fatalf("w7 sample: rate %v requests %d, defaults %v %d", c.Rate, c.Requests, d.Rate, d.Requests)
+	}
+	wantMix := []MixClass{{Tenant: "batch", Priority: 0, Share: 0.7}, {Tenant: "interactive", Priority: 10, Share: 0.3}}
+	if !reflect.DeepEqual(c.Mix, wantMix) {
+		t.Fatalf("mix not decoded: %+v", c.Mix)
 	}
 }
 
@@ -112,7 +123,12 @@ func TestLoadConfigErrors(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ yaml, want string }{
-		{"workload: w7\n", "w7"},
+		{"workload: w9\n", "w9"},
+		{"workload: w1\nmix:\n  - {tenant: a, priority: 0, share: -1}\n", "mix[0].share: must be positive, got -1"},
+		{"workload: w1\nmix:\n  - {tenant: a, weight: 1}\n", "weight"},
+		{"workload: w1\nmix: a:0:1\n", "line 2"},
+		{"workload: w7\nw7:\n  burst_every: 1\n", "line 3"},
+		{"workload: w7\nw7:\n  burst_size: 1\n", "burst_size"},
 		{"workload: w1\nrate: fast\n", "fast"},
 		{"workload: w1\nrate: 1\nrate: 2\n", "rate"},
 		{"workload: w1\n---\nworkload: w1\n", "more than one"},
@@ -211,6 +227,40 @@ func TestValidateNamesField(t *testing.T) {
 		{"w5", "w5.output_median_tokens", func(c *Config) { c.W5.OutputMedianTokens = math.Inf(1) }},
 		{"w5", "w5.output_sigma", func(c *Config) { c.W5.OutputSigma = -0.1 }},
 		{"w5", "max_model_len", func(c *Config) { c.MaxModelLen = 7000 }},
+		{"w7", "w7.burst_requests", func(c *Config) { c.W7.BurstRequests = 0 }},
+		{"w7", "w7.burst_requests", func(c *Config) { c.W7.BurstRequests = 1<<20 + 1 }},
+		{"w7", "w7.burst_every", func(c *Config) { c.W7.BurstEvery = 0 }},
+		{"w7", "w7.burst_every", func(c *Config) { c.W7.BurstEvery = -time.Second }},
+		{"w7", "w7.burst_every", func(c *Config) { c.W7.BurstEvery = 25 * time.Hour }},
+		{"w7", "w7.burst_window", func(c *Config) { c.W7.BurstWindow = -time.Nanosecond }},
+		{"w7", "w7.burst_window", func(c *Config) { c.W7.BurstWindow = 61 * time.Second }},
+		{"w7", "w7.first_burst", func(c *Config) { c.W7.FirstBurst = -time.Second }},
+		{"w7", "w7.first_burst", func(c *Config) { c.W7.FirstBurst = 25 * time.Hour }},
+		{"w7", "w7.heavy_prompt_min_tokens", func(c *Config) { c.W7.HeavyPromptMinTokens = 0 }},
+		{"w7", "w7.heavy_prompt_min_tokens", func(c *Config) { c.W7.HeavyPromptMinTokens = 8201 }},
+		{"w7", "w7.heavy_prompt_max_tokens", func(c *Config) { c.W7.HeavyPromptMaxTokens = 40000 }},
+		{"w7", "w7.heavy_shared_tokens", func(c *Config) { c.W7.HeavySharedTokens = -1 }},
+		{"w7", "w7.heavy_shared_tokens", func(c *Config) { c.W7.HeavySharedTokens = 6500 }},
+		{"w7", "w7.heavy_max_tokens", func(c *Config) { c.W7.HeavyMaxTokens = 7 }}, // < output.min
+		{"w7", "w7.heavy_max_tokens", func(c *Config) { c.W7.HeavyMaxTokens = 40000 }},
+		{"w7", "w7.light_prompt_min_tokens", func(c *Config) { c.W7.LightPromptMinTokens = 0 }},
+		{"w7", "w7.light_prompt_min_tokens", func(c *Config) { c.W7.LightPromptMinTokens = 401 }},
+		{"w7", "w7.light_prompt_max_tokens", func(c *Config) { c.W7.LightPromptMaxTokens = 40000 }},
+		{"w7", "max_model_len", func(c *Config) { c.MaxModelLen = 8700 }},              // heavy 8200 + 512
+		{"w7", "max_model_len", func(c *Config) { c.W7.LightPromptMaxTokens = 32000 }}, // light + output.max_tokens
+		{"w7", "rate", func(c *Config) { c.Rate = 0 }},
+		{"w1", "mix[0].share", func(c *Config) { c.Mix = []MixClass{{Tenant: "a", Share: -1}} }},
+		{"w2", "mix[0].share", func(c *Config) { c.Mix = []MixClass{{Tenant: "a", Share: 0}} }},
+		{"w3", "mix[0].share", func(c *Config) { c.Mix = []MixClass{{Tenant: "a", Share: math.NaN()}} }},
+		{"w4", "mix[1].share", func(c *Config) { c.Mix = []MixClass{{Tenant: "a", Share: 1}, {Share: math.Inf(1)}} }},
+		{"w5", "mix[1].priority", func(c *Config) { c.Mix = []MixClass{{Tenant: "a", Share: 1}, {Priority: 1001, Share: 1}} }},
+		{"w6", "mix[0].priority", func(c *Config) { c.Mix = []MixClass{{Priority: -1, Share: 1}} }},
+		{"w7", "mix[0].tenant", func(c *Config) { c.Mix = []MixClass{{Tenant: strings.Repeat("t", 129), Share: 1}} }},
+		{"w7", "mix[0].tenant", func(c *Config) { c.Mix = []MixClass{{Tenant: "\xff", Share: 1}} }},
+		{"w1", "mix", func(c *Config) { c.Mix = make([]MixClass, 65) }},
+		{"w1", "mix[2]", func(c *Config) {
+			c.Mix = []MixClass{{Tenant: "a", Share: 1}, {Tenant: "a", Priority: 1, Share: 1}, {Tenant: "a", Share: 2}}
+		}},
 	} {
 		c := mustConfig(t, tc.workload)
 		tc.edit(&c)
@@ -250,8 +300,43 @@ func TestValidateIgnoresOtherSections(t *testing.T) {
 	c.W3 = W3Params{}
 	c.W4 = W4Params{}
 	c.W5 = W5Params{}
+	c.W7 = W7Params{}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("w6 config rejected for its unused sections: %v", err)
+	}
+	c = mustConfig(t, "w7")
+	c.W1, c.W2, c.W3, c.W4, c.W5, c.W6 = W1Params{}, W2Params{}, W3Params{}, W4Params{}, W5Params{}, W6Params{}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("w7 config rejected for its unused sections: %v", err)
+	}
+}
+
+// TestValidateMixMessages pins the wording of mix errors.
+func TestValidateMixMessages(t *testing.T) {
+	c := mustConfig(t, "w1")
+	c.Mix = []MixClass{{Tenant: "a", Share: 0.5}, {Tenant: "b", Share: 0.5}, {Tenant: "c", Share: -1}}
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "mix[2].share: must be positive, got -1") {
+		t.Fatalf("error %v", err)
+	}
+	c.Mix = []MixClass{{Tenant: "a", Priority: 2000, Share: math.Inf(1)}}
+	err = c.Validate()
+	for _, want := range []string{"mix[0].priority: must be in [0, 1000], got 2000", "mix[0].share: must be finite, got +Inf"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %v does not mention %q", err, want)
+		}
+	}
+	// Shares need not sum to 1; one class is fine; an empty tenant too.
+	for _, mix := range [][]MixClass{
+		{{Tenant: "a", Share: 7}, {Tenant: "b", Share: 3}},
+		{{Share: 1e-300}},
+		{{Tenant: "a", Share: math.MaxFloat64}, {Tenant: "b", Share: math.MaxFloat64}},
+		{{Tenant: "", Priority: 1000, Share: 1}, {Tenant: "", Priority: 0, Share: 1}},
+	} {
+		c.Mix = mix
+		if err := c.Validate(); err != nil {
+			t.Fatalf("mix %+v rejected: %v", mix, err)
+		}
 	}
 }
 
@@ -283,5 +368,36 @@ func TestOverlay(t *testing.T) {
 	}
 	if !reflect.DeepEqual(c, before) {
 		t.Fatal("a failed Overlay changed the config")
+	}
+}
+
+// TestOverlayMix: a later document's mix replaces the earlier one (it is
+// not merged item by item), and an empty list removes it.
+func TestOverlayMix(t *testing.T) {
+	c := mustConfig(t, "w1")
+	if err := Overlay(&c, []byte("mix:\n  - {tenant: a, priority: 1, share: 1}\n  - {tenant: b, share: 2}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Overlay(&c, []byte("mix: [{tenant: c, share: 3}]\n")); err != nil {
+		t.Fatal(err)
+	}
+	if want := []MixClass{{Tenant: "c", Share: 3}}; !reflect.DeepEqual(c.Mix, want) {
+		t.Fatalf("mix %+v, want %+v", c.Mix, want)
+	}
+	// A failed overlay leaves the mix alone, items included.
+	if err := Overlay(&c, []byte("mix: [{tenant: z, share: 9}]\nbogus: 1\n")); err == nil {
+		t.Fatal("unknown key accepted")
+	}
+	if want := []MixClass{{Tenant: "c", Share: 3}}; !reflect.DeepEqual(c.Mix, want) {
+		t.Fatalf("a failed Overlay changed the mix to %+v", c.Mix)
+	}
+	if err := Overlay(&c, []byte("mix: []\n")); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Mix) != 0 {
+		t.Fatalf("mix %+v after mix: []", c.Mix)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -27,16 +27,31 @@
 //     or one of a few benchmarks), each with a fresh question and a short
 //     answer; requests are handed out in arrival order.
 //   - w6: no sharing, the control. Every prompt is one fresh segment.
+//   - w7: overload bursts. Periodic bursts of heavy requests (long, mostly
+//     unique prompts after a short shared system prompt), each burst
+//     arriving within a short window and asking for about 6x the KV cache
+//     of four default replicas, over a light open-loop background stream
+//     (see W7Params for the arithmetic).
 //
 // Every open-loop process (the requests of w1, w4 and w6; the session, task
-// and batch starts of w2, w3 and w5) follows Config.Arrival: Poisson by
-// default, or gamma inter-arrival times of a chosen coefficient of variation
-// for bursty (cv > 1) or smooth (cv < 1) load.
+// and batch starts of w2, w3 and w5; the background of w7) follows
+// Config.Arrival: Poisson by default, or gamma inter-arrival times of a
+// chosen coefficient of variation for bursty (cv > 1) or smooth (cv < 1)
+// load.
+//
+// Any workload may carry a tenant/priority mix (Config.Mix, or ParseMix for
+// a flag such as "a:0:0.7,b:1:0.3"): each request, or for w2 and w3 each
+// session, draws a class by its share and gets its Request.Tenant and
+// Request.Priority. Without a mix every request has tenant "" and priority
+// 0.
 //
 // Start reading at Request and Source (request.go), then Config
 // (config.go): DefaultConfig or LoadConfig, then New. Generation is
 // deterministic: every generator owns its random streams, seeded from
 // Config.Seed and a per-purpose label, so the same Config yields the same
-// request stream bit for bit, and there is no global mutable state. The
-// default streams of w1, w2 and w6 are pinned by testdata/golden_streams.txt.
+// request stream bit for bit, and there is no global mutable state. The mix
+// draws from a stream of its own, so adding one changes no prompt, output or
+// arrival. The default streams of w1, w2 and w6 are pinned by
+// testdata/golden_streams.txt; those of w7 and of w1, w2 and w7 under a mix
+// by testdata/golden_w7_mix.txt.
 package workload

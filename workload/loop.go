@@ -58,7 +58,8 @@ type closedLoop struct {
 	followR  *rand.Rand // follow-up message lengths
 	follow   sampler
 	out      outputs
-	plan     bool // draw each session's script when it starts
+	mix      mixer // Config.Mix, drawn per session
+	plan     bool  // draw each session's script when it starts
 	finished bool
 }
 
@@ -71,6 +72,8 @@ type session struct {
 	tokens  int               // tokens in hist (without plan)
 	hist    []kvblock.Segment // the latest turn's prompt (owned, never handed out)
 	answer  kvblock.Segment   // the latest turn's output
+	tenant  string            // the session's class of Config.Mix
+	prio    int
 	// With plan, hist is the whole script instead: [system, first, output
 	// 0, follow-up 1, output 1, ...]; turn t's prompt is hist[:2+2t] and
 	// its output hist[2+2t].
@@ -103,6 +106,7 @@ func (s *closedLoop) Next() (*Request, bool) {
 		turns: turns,
 		hist:  make([]kvblock.Segment, 0, hcap),
 	}
+	sess.tenant, sess.prio = s.mix.draw()
 	sys := s.sys[s.sysR.IntN(len(s.sys))]
 	u := s.ids.segment(s.first.sample(s.firstR))
 	// Validate guarantees system + first message + max_tokens fit
@@ -159,6 +163,8 @@ func (s *closedLoop) turn(sess *session, at time.Duration) *Request {
 		Model:        s.model,
 		Session:      sess.id,
 		Turn:         sess.next,
+		Tenant:       sess.tenant,
+		Priority:     sess.prio,
 		Prompt:       prompt,
 		MaxTokens:    s.maxTokens,
 		OutputTokens: o.Len,

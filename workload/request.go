@@ -23,7 +23,12 @@ type Request struct {
 	// Turn is the 0-based turn (w3: step) of the request in its session;
 	// 0 for open-loop requests.
 	Turn int
-	// Priority is the scheduling priority (the generators always use 0).
+	// Tenant is the request's fairness flow, like the OpenAI `user` field;
+	// "" means none. Drawn from Config.Mix ("" without a mix); every turn
+	// of a session has its session's tenant.
+	Tenant string
+	// Priority is the scheduling priority: higher is more important, 0 is
+	// the default. Drawn from Config.Mix with Tenant (0 without a mix).
 	Priority int
 	// Prompt is the whole prompt as a segment chain.
 	Prompt []kvblock.Segment

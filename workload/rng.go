@@ -179,6 +179,7 @@ func (o *outputs) sample(ids *idGen) kvblock.Segment { return ids.segment(o.dist
 // stopped.
 type openLoop struct {
 	arr      arrivals
+	mix      mixer  // Config.Mix, drawn per request
 	limit    int    // Config.Requests; 0 = none
 	n        uint64 // requests created
 	finished bool

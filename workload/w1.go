@@ -29,7 +29,7 @@ func newW1(c *Config) *w1 {
 	s := &w1{
 		model:     c.Model,
 		maxTokens: c.Output.MaxTokens,
-		openLoop:  openLoop{limit: c.Requests, arr: newArrivals(c, "w1/arrivals", c.Rate)},
+		openLoop:  openLoop{limit: c.Requests, arr: newArrivals(c, "w1/arrivals", c.Rate), mix: newMixer(c)},
 		ids:       newIDGen(c.Seed, "w1/segment-ids"),
 		pick:      newRand(c.Seed, "w1/popularity"),
 		qr:        newRand(c.Seed, "w1/questions"),
@@ -105,6 +105,7 @@ func (s *w1) Next() (*Request, bool) {
 		OutputTokens: o.Len,
 		Output:       o,
 	}
+	s.mix.apply(&a.req)
 	return &a.req, true
 }
 

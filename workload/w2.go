@@ -21,6 +21,7 @@ func newW2(c *Config) *w2 {
 		limit:       c.Requests,
 		duration:    c.Duration,
 		sessions:    make(map[uint64]*session),
+		mix:         newMixer(c),
 		arr:         newArrivals(c, "w2/arrivals", c.Rate/meanTurns),
 		ids:         newIDGen(c.Seed, "w2/segment-ids"),
 		turnsR:      newRand(c.Seed, "w2/turns"),

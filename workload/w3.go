@@ -24,6 +24,7 @@ func newW3(c *Config) *w3 {
 		limit:       c.Requests,
 		duration:    c.Duration,
 		sessions:    make(map[uint64]*session),
+		mix:         newMixer(c),
 		arr:         newArrivals(c, "w3/arrivals", c.Rate/meanSteps),
 		ids:         newIDGen(c.Seed, "w3/segment-ids"),
 		turnsR:      newRand(c.Seed, "w3/steps"),

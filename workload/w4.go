@@ -39,7 +39,7 @@ func newW4(c *Config) *w4 {
 	s := &w4{
 		model:     c.Model,
 		maxTokens: c.Output.MaxTokens,
-		openLoop:  openLoop{limit: c.Requests, arr: newArrivals(c, "w4/arrivals", c.Rate)},
+		openLoop:  openLoop{limit: c.Requests, arr: newArrivals(c, "w4/arrivals", c.Rate), mix: newMixer(c)},
 		ids:       newIDGen(c.Seed, "w4/segment-ids"),
 		cdf:       zipfCDF(p.Documents, p.PopularityZipf),
 		k:         p.DocsPerPrompt,
@@ -150,7 +150,7 @@ func (s *w4) Next() (*Request, bool) {
 	}
 	prompt[len(prompt)-1] = s.ids.segment(uniform(s.qr, s.qmin, s.qmax))
 	o := s.out.sample(&s.ids)
-	return &Request{
+	r := &Request{
 		ID:           s.n,
 		Arrival:      at,
 		Model:        s.model,
@@ -158,7 +158,9 @@ func (s *w4) Next() (*Request, bool) {
 		MaxTokens:    s.maxTokens,
 		OutputTokens: o.Len,
 		Output:       o,
-	}, true
+	}
+	s.mix.apply(r)
+	return r, true
 }
 
 // Done never causes a follow-up: w4 is open loop.

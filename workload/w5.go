@@ -22,6 +22,7 @@ type w5 struct {
 	duration  time.Duration // Config.Duration; 0 = none
 	n         uint64        // requests handed out
 	p         W5Params
+	mix       mixer // Config.Mix, drawn per request as handed out
 
 	arr      arrivals
 	ids      idGen
@@ -46,6 +47,7 @@ func newW5(c *Config) *w5 {
 		limit:     c.Requests,
 		duration:  c.Duration,
 		p:         p,
+		mix:       newMixer(c),
 		arr:       newArrivals(c, "w5/arrivals", c.Rate/float64(p.BatchSize)),
 		ids:       newIDGen(c.Seed, "w5/segment-ids"),
 		lenR:      newRand(c.Seed, "w5/prefix-lengths"),
@@ -124,6 +126,7 @@ func (s *w5) Next() (*Request, bool) {
 	}
 	s.n++
 	r.ID = s.n
+	s.mix.apply(r)
 	return r, true
 }
 

@@ -24,7 +24,7 @@ func newW6(c *Config) *w6 {
 	return &w6{
 		model:     c.Model,
 		maxTokens: c.Output.MaxTokens,
-		openLoop:  openLoop{limit: c.Requests, arr: newArrivals(c, "w6/arrivals", c.Rate)},
+		openLoop:  openLoop{limit: c.Requests, arr: newArrivals(c, "w6/arrivals", c.Rate), mix: newMixer(c)},
 		ids:       newIDGen(c.Seed, "w6/segment-ids"),
 		lr:        newRand(c.Seed, "w6/input-lengths"),
 		input:     newLengthDist(p.InputMedianTokens, p.InputSigma, p.InputMinTokens, p.InputMaxTokens),
@@ -55,6 +55,7 @@ func (s *w6) Next() (*Request, bool) {
 		OutputTokens: o.Len,
 		Output:       o,
 	}
+	s.mix.apply(&a.req)
 	return &a.req, true
 }
 

@@ -137,6 +137,7 @@ request, with policy, seed, rate and fleet-size columns), report.md and PNG char
 		},
 	}
 	f.register(cmd, "every summary")
+	f.gw.register(cmd)
 	f.registerCompare(cmd)
 	cmd.Flags().StringVar(&f.rates, "rates", "", "offered loads to sweep, in requests per second, comma-separated (the first is the main comparison)")
 	return cmd
@@ -215,6 +216,7 @@ load is what 8 default replicas serve at about 70% under round robin.`,
 		},
 	}
 	f.register(cmd, "every summary")
+	f.gw.register(cmd)
 	f.registerCompare(cmd)
 	cmd.Flags().IntVar(&f.maxReplicas, "max-replicas", 16, "largest fleet to try")
 	return cmd

@@ -16,6 +16,7 @@ import (
 	"github.com/inferrail/inferrail/fleet"
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/router/gateway"
 	"github.com/inferrail/inferrail/traces"
 	"github.com/inferrail/inferrail/workload"
 )
@@ -49,6 +50,79 @@ type simFlags struct {
 	sets           []string
 	json           bool
 	out            string
+	gw             gatewayFlags
+}
+
+// gatewayFlags are the gateway's admission, queue and scale-out, for sim,
+// compare and capacity.
+type gatewayFlags struct {
+	registered   bool
+	admission    string
+	overcommit   float64
+	queueTimeout time.Duration
+	queueMax     int
+	maxPriority  int
+	mix          string
+	gateways     int
+	ledger       string
+}
+
+func (g *gatewayFlags) register(cmd *cobra.Command) {
+	d := fleet.DefaultConfig()
+	fl := cmd.Flags()
+	g.registered = true
+	fl.StringVar(&g.admission, "admission", string(d.Admission), "admission before routing: "+strings.Join(gateway.Admissions(), ", "))
+	fl.Float64Var(&g.overcommit, "overcommit", d.Overcommit, "kv admission: share of each replica's KV capacity that reservations may fill, in (0, 4]")
+	fl.DurationVar(&g.queueTimeout, "queue-timeout", d.QueueTimeout, "longest wait in the gateway's queue before a 429")
+	fl.IntVar(&g.queueMax, "queue-max", d.QueueMaxRequests, "requests the gateway's queue holds (0: reject what no replica admits at once)")
+	fl.IntVar(&g.maxPriority, "max-priority", d.MaxPriority, "highest priority class (requests' priorities are capped at it)")
+	fl.StringVar(&g.mix, "mix", "", "tenants and priorities of the requests, as tenant:priority:share,... e.g. batch:0:0.7,chat:5:0.3")
+	fl.IntVar(&g.gateways, "gateways", d.Gateways, "gateway cores in front of the fleet, each with its own view and scrape phase")
+	fl.StringVar(&g.ledger, "ledger", d.Ledger, "with several gateways: shared (one reservation ledger) or independent (one each)")
+}
+
+// apply checks the gateway flags and sets them on cfg.
+func (g *gatewayFlags) apply(cfg *fleet.Config, wl *workload.Config) error {
+	if !g.registered {
+		return nil
+	}
+	a, err := gateway.ParseAdmission(g.admission)
+	if err != nil {
+		return usagef("--admission: %w", err)
+	}
+	cfg.Admission = a
+	if !(g.overcommit > 0 && g.overcommit <= 4) {
+		return usagef("--overcommit: must be in (0, 4], got %v", g.overcommit)
+	}
+	cfg.Overcommit = g.overcommit
+	if g.queueTimeout <= 0 {
+		return usagef("--queue-timeout: must be positive, got %v", g.queueTimeout)
+	}
+	cfg.QueueTimeout = g.queueTimeout
+	if g.queueMax < 0 || g.queueMax > gateway.MaxQueueRequests {
+		return usagef("--queue-max: must be between 0 and %d, got %d", gateway.MaxQueueRequests, g.queueMax)
+	}
+	cfg.QueueMaxRequests = g.queueMax
+	if g.maxPriority < 0 || g.maxPriority > gateway.MaxPriorityLimit {
+		return usagef("--max-priority: must be between 0 and %d, got %d", gateway.MaxPriorityLimit, g.maxPriority)
+	}
+	cfg.MaxPriority = g.maxPriority
+	if g.mix != "" {
+		mix, err := workload.ParseMix(g.mix)
+		if err != nil {
+			return usagef("--mix: %w", err)
+		}
+		wl.Mix = mix
+	}
+	if g.gateways < 1 || g.gateways > fleet.MaxGateways {
+		return usagef("--gateways: must be between 1 and %d, got %d", fleet.MaxGateways, g.gateways)
+	}
+	cfg.Gateways = g.gateways
+	if g.ledger != fleet.LedgerShared && g.ledger != fleet.LedgerIndependent {
+		return usagef("--ledger: must be %s or %s, got %q", fleet.LedgerShared, fleet.LedgerIndependent, g.ledger)
+	}
+	cfg.Ledger = g.ledger
+	return nil
 }
 
 func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -81,6 +155,7 @@ robin sustains on the default engine profile).`,
 	}
 	fl := cmd.Flags()
 	f.register(cmd, "the run")
+	f.gw.register(cmd)
 	fl.StringVar(&f.policy, "policy", "round_robin", "routing policy: "+strings.Join(router.Names(), ", "))
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload and the router; the same seed gives the same result")
 	fl.BoolVar(&f.affinity, "session-affinity", false, "cost_model keeps a session on its previous replica unless that is 25% slower")
@@ -88,9 +163,6 @@ robin sustains on the default engine profile).`,
 	fl.StringVar(&f.out, "out", "", "directory to write summary.json and requests.parquet into")
 	return cmd
 }
-
-// defaultRequests is the run length when neither --requests nor --duration is given.
-const defaultRequests = 2000
 
 // register adds the flags that describe the traffic, the fleet and the SLO,
 // shared by sim, compare and capacity.
@@ -101,7 +173,7 @@ func (f *simFlags) register(cmd *cobra.Command, what string) {
 	fl.StringArrayVar(&f.sets, "set", nil, "override one workload parameter, as yaml.path=value (repeatable)")
 	fl.IntVar(&f.replicas, "replicas", 4, "number of engines in the fleet")
 	fl.Float64Var(&f.rate, "rate", 0, "offered load in requests per second (default: the workload's per-replica rate x replicas)")
-	fl.IntVar(&f.requests, "requests", 0, "requests per simulation (default 2000, or unlimited with --duration)")
+	fl.IntVar(&f.requests, "requests", 0, "requests per simulation (default 2000, 600 for w7, or unlimited with --duration)")
 	fl.DurationVar(&f.duration, "duration", 0, "stop arrivals after this much virtual time, e.g. 10m")
 	fl.DurationVar(&f.warmup, "warmup", 0, "leave requests arriving before this virtual time out of "+what)
 	fl.StringVar(&f.profile, "profile", "", "engine profile: a YAML file (scheduler limits, KV blocks, latency model) or a preset MODEL@GPU (inferrail calibrate --list-presets); default: an 8B model on one 24 GB GPU")
@@ -193,7 +265,7 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 		if err != nil {
 			return cfg, usagef("--workload: %w", err)
 		}
-		wl.Requests = defaultRequests
+		wl.Requests = fleet.DefaultRequests(wl.Workload)
 	}
 	for _, s := range f.sets {
 		if err := applySet(&wl, s); err != nil {
@@ -282,6 +354,9 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 			return cfg, err
 		}
 		cfg.Source, cfg.SourceName = src, name
+	}
+	if err := f.gw.apply(&cfg, &wl); err != nil {
+		return cfg, err
 	}
 	cfg.Workload = wl
 	if f.policy != "" {

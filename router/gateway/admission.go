@@ -73,12 +73,33 @@ func (c *Core) admit(cand *router.Candidate) bool {
 		if c.cfg.Admission == AdmitTokenFlow {
 			return reserved+w <= capb
 		}
-		used := reserved
+		limit := float64(capb) * c.cfg.Overcommit
+		// Three views of the replica's demand with this request, the
+		// largest wins: the ledger's reservations (every gateway's, each
+		// request's uncached prompt and max_tokens), the engine's own
+		// usage as last scraped (it also holds what other gateways sent),
+		// and, where the index pins prompts in flight (approximate mode),
+		// their exact footprint: distinct pinned blocks, a prefix shared
+		// by requests in flight counted once, plus every request's tail.
+		used := reserved + w
 		if el := cand.Load.Engine; el.Valid {
-			// The engine's own count also holds what other gateways sent.
-			used = max(used, int(math.Ceil(el.KVCacheUsage*float64(capb))))
+			used = max(used, int(math.Ceil(el.KVCacheUsage*float64(capb)))+w)
 		}
-		return float64(used+w) <= float64(capb)*c.cfg.Overcommit
+		if float64(used) > limit {
+			return false
+		}
+		if c.rt.IndexMode() != router.IndexApproximate {
+			return true
+		}
+		e := c.cur
+		pinned := cand.ActiveBlocks + r.tail + c.fullBlocks(e) + c.tailBlocks(e)
+		if float64(pinned) <= limit {
+			return true // even with none of its prompt held already
+		}
+		if e.req.BlockHashes != nil {
+			pinned -= c.rt.Index().PinnedDepth(cand.Replica, e.req.BlockHashes)
+		}
+		return float64(pinned) <= limit
 	case AdmitLLMDUtilization:
 		return !c.gate.llmdAny || c.gate.scores[cand.Replica] < 1
 	case AdmitLLMDConcurrency:

@@ -173,6 +173,7 @@ type entry struct {
 	replica  int
 	dec      router.Decision
 	weight   int
+	tail     int // blocks beyond the prompt's full ones: its last partial block and max_tokens
 	tried    []int32
 }
 
@@ -193,6 +194,9 @@ type replica struct {
 	kvApplied    int64
 	peakReserved int
 	peakInFlight int
+	// tail sums the in-flight requests' tail blocks (entry.tail); with the
+	// index's pinned prompt blocks it is their exact KV demand.
+	tail int
 }
 
 // Core is the gateway core for one served model. It is not safe for
@@ -217,6 +221,9 @@ type Core struct {
 	admitFn router.Admit
 	evbuf   []engine.KVEvent
 	gate    poolGate
+	// rreq is try's request to the router, kept here: the router hands it
+	// to the policy (an interface call), so a local would escape.
+	rreq router.Request
 
 	// drain rate: the times of the last dispatches from the queue.
 	drained  [32]time.Duration
@@ -579,14 +586,15 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 		v.MaxInFlight = r.cfg.MaxInFlight
 		v.MaxPending = r.cfg.MaxPending
 	}
-	rreq := router.Request{ID: e.req.ID, Model: c.cfg.Model, Session: e.req.Session, Priority: e.prio, PromptTokens: e.req.PromptTokens, BlockHashes: e.req.BlockHashes}
+	c.rreq = router.Request{ID: e.req.ID, Model: c.cfg.Model, Session: e.req.Session, Priority: e.prio, PromptTokens: e.req.PromptTokens, BlockHashes: e.req.BlockHashes}
 	c.cur = e
 	var admit router.Admit
 	if c.cfg.Admission != AdmitNone {
 		admit = c.admitFn
 	}
-	d, err := c.rt.RouteAdmitted(now, &rreq, c.views, admit)
+	d, err := c.rt.RouteAdmitted(now, &c.rreq, c.views, admit)
 	c.cur = nil
+	c.rreq.BlockHashes = nil // keep no reference past the call
 	if err != nil {
 		return Decision{}, false
 	}
@@ -600,6 +608,8 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	e.replica = d.Replica
 	e.dec = d
 	e.weight = w
+	e.tail = c.tailBlocks(e)
+	r.tail += e.tail
 	e.tried = append(e.tried, int32(d.Replica))
 	c.ledger.Add(d.Replica, w)
 	r.peakReserved = max(r.peakReserved, c.ledger.Reserved(d.Replica))
@@ -636,6 +646,19 @@ func (c *Core) weight(e *entry, cached int) int {
 		cached = 0
 	}
 	return max(1, total-cached/c.bs)
+}
+
+// fullBlocks is the number of full blocks of e's prompt.
+func (c *Core) fullBlocks(e *entry) int {
+	if e.req.BlockHashes != nil {
+		return len(e.req.BlockHashes)
+	}
+	return e.req.PromptTokens / c.bs
+}
+
+// tailBlocks is what e needs beyond its prompt's full blocks.
+func (c *Core) tailBlocks(e *entry) int {
+	return max(0, (e.req.PromptTokens+c.maxTokens(e)+c.bs-1)/c.bs-c.fullBlocks(e))
 }
 
 // FirstByte records a dispatched request's first response byte; cached is
@@ -699,6 +722,8 @@ func (c *Core) endAttempt(r *replica, e *entry) {
 	l.InFlightPromptTokens = max(0, l.InFlightPromptTokens-e.req.PromptTokens)
 	c.ledger.Add(e.replica, -e.weight)
 	e.weight = 0
+	r.tail = max(0, r.tail-e.tail)
+	e.tail = 0
 }
 
 // takeBack undoes a dispatched attempt that failed before its first byte.

@@ -610,3 +610,34 @@ func (x *Index) PinnedBlocks(replica int) int {
 	}
 	return p.npinned
 }
+
+// PinnedDepth returns how many leading blocks of hashes RecordPinned
+// receipts pin on replica: the part of a prompt that requests in flight
+// there already hold, so a new request sharing it adds nothing for it.
+// Pins cover whole prompt prefixes (a pinned block's ancestors are pinned
+// too), so the depth is found by binary search.
+func (x *Index) PinnedDepth(replica int, hashes []kvblock.Hash) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if replica < 0 || replica > MaxReplica {
+		return 0
+	}
+	p := x.get(replica)
+	if p == nil || p.npinned == 0 {
+		return 0
+	}
+	pinned := func(i int) bool {
+		id := p.lookup(hashes[i])
+		return id != nilNode && p.nodes[id].pinned()
+	}
+	lo, hi := 0, len(hashes) // blocks before lo are pinned, from hi on not
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if pinned(mid) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}

@@ -205,3 +205,27 @@ func TestPinnedBlocksCountsDistinctActiveBlocks(t *testing.T) {
 		t.Fatalf("after releasing both: %d (unknown replica %d)", got, other)
 	}
 }
+
+// TestPinnedDepth: the leading blocks requests in flight pin, not those
+// merely cached; released pins no longer count.
+func TestPinnedDepth(t *testing.T) {
+	x := New(Config{DefaultCapacityBlocks: 64})
+	p := pinHashes(1, 10)
+	x.Record(0, p) // cached, not pinned
+	if d := x.PinnedDepth(0, p); d != 0 {
+		t.Fatalf("cached prompt: pinned depth %d, want 0", d)
+	}
+	rc := x.RecordPinned(0, p[:6])
+	for _, n := range []int{0, 1, 5, 6, 7, 10} {
+		if d, want := x.PinnedDepth(0, p[:n]), min(n, 6); d != want {
+			t.Errorf("prefix of %d: pinned depth %d, want %d", n, d, want)
+		}
+	}
+	if d := x.PinnedDepth(1, p); d != 0 {
+		t.Fatalf("other replica: pinned depth %d", d)
+	}
+	x.Release(rc)
+	if d := x.PinnedDepth(0, p); d != 0 {
+		t.Fatalf("after release: pinned depth %d", d)
+	}
+}

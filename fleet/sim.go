@@ -752,6 +752,11 @@ func (s *sim) output(wall time.Duration) *Output {
 		}
 	}
 	sum.Policy = s.cfg.Policy
+	sum.Admission = string(s.cfg.Admission)
+	sum.Gateways = s.cfg.Gateways
+	if s.cfg.Gateways > 1 {
+		sum.Ledger = s.cfg.Ledger
+	}
 	sum.Replicas = len(s.reps)
 	sum.Seed = s.cfg.Seed
 	sum.SimulatedS = s.now.Seconds()

@@ -103,11 +103,17 @@ type ClassSummary struct {
 // significant digits, as are durations, throughputs and rates per second;
 // fractions in [0, 1] are rounded to 4 decimal places. No field is ever NaN.
 type Summary struct {
-	Workload string  `json:"workload"` // set by the caller
-	Policy   string  `json:"policy"`   // set by the caller
-	Replicas int     `json:"replicas"` // len(SummaryOptions.Replicas)
-	Seed     uint64  `json:"seed"`     // set by the caller
-	RateRPS  float64 `json:"rate_rps"` // offered rate, set by the caller
+	Workload string `json:"workload"` // set by the caller
+	Policy   string `json:"policy"`   // set by the caller
+	// Admission is the gateway's admission rule, Gateways the number of
+	// gateways and Ledger whether they shared their reservations; set by
+	// the caller ("" and 0 where it does not apply, e.g. bench).
+	Admission string  `json:"admission,omitempty"`
+	Gateways  int     `json:"gateways,omitempty"`
+	Ledger    string  `json:"ledger,omitempty"`
+	Replicas  int     `json:"replicas"` // len(SummaryOptions.Replicas)
+	Seed      uint64  `json:"seed"`     // set by the caller
+	RateRPS   float64 `json:"rate_rps"` // offered rate, set by the caller
 
 	// Requests counts measured requests: those arriving at or after warmup.
 	Requests  int `json:"requests"`

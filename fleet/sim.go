@@ -57,6 +57,9 @@ type Config struct {
 	Admission gateway.Admission
 	// Overcommit scales the replicas' KV capacity for kv admission.
 	Overcommit float64
+	// OutputQuantile is the quantile of observed answer lengths kv
+	// admission reserves for a request's output (0: its max_tokens).
+	OutputQuantile float64
 	// QueueTimeout bounds a request's wait in a gateway's queue.
 	QueueTimeout time.Duration
 	// QueueMaxRequests bounds each gateway's queue (0: no queue, a request
@@ -126,6 +129,7 @@ func DefaultConfig() Config {
 		// published reports; live defaults to kv.
 		Admission:        gateway.AdmitNone,
 		Overcommit:       gateway.DefaultOvercommit,
+		OutputQuantile:   gw.OutputQuantile,
 		QueueTimeout:     gw.Queue.Timeout,
 		QueueMaxRequests: gw.Queue.MaxRequests,
 		MaxPriority:      gw.Queue.MaxPriority,
@@ -216,6 +220,7 @@ func (c *Config) gatewayConfig(ledger gateway.Ledger) gateway.Config {
 	}
 	g.Admission = c.Admission
 	g.Overcommit = c.Overcommit
+	g.OutputQuantile = c.OutputQuantile
 	g.MaxModelLen = c.Engine.MaxModelLen
 	g.DefaultCapacityBlocks = c.Engine.NumGPUBlocks
 	g.Queue.Timeout = c.QueueTimeout

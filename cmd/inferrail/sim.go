@@ -59,6 +59,7 @@ type gatewayFlags struct {
 	registered   bool
 	admission    string
 	overcommit   float64
+	outQuantile  float64
 	queueTimeout time.Duration
 	queueMax     int
 	maxPriority  int
@@ -73,6 +74,7 @@ func (g *gatewayFlags) register(cmd *cobra.Command) {
 	g.registered = true
 	fl.StringVar(&g.admission, "admission", string(d.Admission), "admission before routing: "+strings.Join(gateway.Admissions(), ", "))
 	fl.Float64Var(&g.overcommit, "overcommit", d.Overcommit, "kv admission: share of each replica's KV capacity that reservations may fill, in (0, 4]")
+	fl.Float64Var(&g.outQuantile, "output-quantile", d.OutputQuantile, "kv admission: reserve this quantile of the answer lengths seen so far for each request's output, at most its max_tokens (0: always max_tokens)")
 	fl.DurationVar(&g.queueTimeout, "queue-timeout", d.QueueTimeout, "longest wait in the gateway's queue before a 429")
 	fl.IntVar(&g.queueMax, "queue-max", d.QueueMaxRequests, "requests the gateway's queue holds (0: reject what no replica admits at once)")
 	fl.IntVar(&g.maxPriority, "max-priority", d.MaxPriority, "highest priority class (requests' priorities are capped at it)")
@@ -95,6 +97,10 @@ func (g *gatewayFlags) apply(cfg *fleet.Config, wl *workload.Config) error {
 		return usagef("--overcommit: must be in (0, 4], got %v", g.overcommit)
 	}
 	cfg.Overcommit = g.overcommit
+	if !(g.outQuantile >= 0 && g.outQuantile <= 1) {
+		return usagef("--output-quantile: must be in [0, 1], got %v", g.outQuantile)
+	}
+	cfg.OutputQuantile = g.outQuantile
 	if g.queueTimeout <= 0 {
 		return usagef("--queue-timeout: must be positive, got %v", g.queueTimeout)
 	}

@@ -132,6 +132,14 @@ type Config struct {
 	// Overcommit scales each replica's KV capacity for kv admission, in
 	// (0, 4]. Default DefaultOvercommit.
 	Overcommit float64
+	// OutputQuantile makes kv admission reserve, for a request's output,
+	// this quantile of the answer lengths the engines reported for the
+	// model's last requests (at most its max_tokens) instead of its whole
+	// max_tokens; 0 reserves max_tokens. Default 0.95.
+	OutputQuantile float64
+	// OutputMinSamples is how many answers are seen before the quantile is
+	// used. Default 64.
+	OutputMinSamples int
 	// DefaultMaxTokens is the output a request without max_tokens is
 	// weighed with; 0 means MaxModelLen minus its prompt (vLLM's default).
 	DefaultMaxTokens int
@@ -159,11 +167,13 @@ type Config struct {
 // DefaultConfig returns the defaults of every field but Model and Router.
 func DefaultConfig() Config {
 	return Config{
-		Admission:  AdmitKV,
-		Overcommit: DefaultOvercommit,
-		MaxAge:     500 * time.Millisecond,
-		Queue:      Queue{MaxRequests: 1024, MaxBytes: 256 << 20, Timeout: 30 * time.Second, MaxPriority: 10},
-		Health:     Health{EjectAfter: 3, EjectTime: time.Second, MaxEjectTime: 30 * time.Second, MaxEjectedShare: 0.5},
+		Admission:        AdmitKV,
+		Overcommit:       DefaultOvercommit,
+		OutputQuantile:   0.5,
+		OutputMinSamples: 64,
+		MaxAge:           500 * time.Millisecond,
+		Queue:            Queue{MaxRequests: 1024, MaxBytes: 256 << 20, Timeout: 30 * time.Second, MaxPriority: 10},
+		Health:           Health{EjectAfter: 3, EjectTime: time.Second, MaxEjectTime: 30 * time.Second, MaxEjectedShare: 0.5},
 		Peers: Peers{
 			LLMDQueueThreshold: 5, LLMDKVThreshold: 0.8, LLMDStaleness: 200 * time.Millisecond,
 			LLMDMaxConcurrency: 100, DynamoQueueThreshold: 4,
@@ -179,6 +189,12 @@ func (c *Config) Validate() error {
 	}
 	if !(c.Overcommit > 0 && c.Overcommit <= 4) || math.IsNaN(c.Overcommit) {
 		errs = append(errs, fmt.Errorf("overcommit: must be in (0, 4], got %v", c.Overcommit))
+	}
+	if !(c.OutputQuantile >= 0 && c.OutputQuantile <= 1) {
+		errs = append(errs, fmt.Errorf("output_quantile: must be in [0, 1], got %v", c.OutputQuantile))
+	}
+	if c.OutputMinSamples < 1 || c.OutputMinSamples > 512 {
+		errs = append(errs, fmt.Errorf("output_min_samples: must be between 1 and 512, got %d", c.OutputMinSamples))
 	}
 	if c.DefaultMaxTokens < 0 {
 		errs = append(errs, fmt.Errorf("default_max_tokens: must be zero or positive, got %d", c.DefaultMaxTokens))

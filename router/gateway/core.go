@@ -225,6 +225,8 @@ type Core struct {
 	// to the policy (an interface call), so a local would escape.
 	rreq router.Request
 
+	out_ outputEstimate
+
 	// drain rate: the times of the last dispatches from the queue.
 	drained  [32]time.Duration
 	nDrained int
@@ -249,6 +251,7 @@ func New(cfg Config) (*Core, error) {
 	}
 	c.admitFn = c.admit
 	c.alive = c.queuedTicket
+	c.out_.q, c.out_.min = cfg.OutputQuantile, cfg.OutputMinSamples
 	return c, nil
 }
 
@@ -637,11 +640,21 @@ func (c *Core) maxTokens(e *entry) int {
 	return 0
 }
 
+// outTokens is the output e is reserved for: its max_tokens, or less once
+// the answers' lengths are known (OutputQuantile; never for tokenflow).
+func (c *Core) outTokens(e *entry) int {
+	mt := c.maxTokens(e)
+	if est, ok := c.out_.get(); ok && c.cfg.Admission != AdmitTokenFlow {
+		return min(mt, est)
+	}
+	return mt
+}
+
 // weight is the KV blocks e adds on a replica predicted to hold cached of
 // its prompt tokens: every block of prompt and output but the cached ones
 // (tokenflow: no cache credit).
 func (c *Core) weight(e *entry, cached int) int {
-	total := (e.req.PromptTokens + c.maxTokens(e) + c.bs - 1) / c.bs
+	total := (e.req.PromptTokens + c.outTokens(e) + c.bs - 1) / c.bs
 	if c.cfg.Admission == AdmitTokenFlow {
 		cached = 0
 	}
@@ -658,7 +671,7 @@ func (c *Core) fullBlocks(e *entry) int {
 
 // tailBlocks is what e needs beyond its prompt's full blocks.
 func (c *Core) tailBlocks(e *entry) int {
-	return max(0, (e.req.PromptTokens+c.maxTokens(e)+c.bs-1)/c.bs-c.fullBlocks(e))
+	return max(0, (e.req.PromptTokens+c.outTokens(e)+c.bs-1)/c.bs-c.fullBlocks(e))
 }
 
 // FirstByte records a dispatched request's first response byte; cached is
@@ -708,6 +721,9 @@ func (c *Core) Finished(now time.Duration, t Ticket, u Usage, held []kvblock.Has
 	r := c.reps[e.replica]
 	if e.st == stPending {
 		c.unpend(r, e)
+	}
+	if u.Known {
+		c.out_.add(u.CompletionTokens)
 	}
 	c.endAttempt(r, e)
 	c.rt.Finished(e.dec, held)

@@ -135,7 +135,7 @@ type Config struct {
 	// OutputQuantile makes kv admission reserve, for a request's output,
 	// this quantile of the answer lengths the engines reported for the
 	// model's last requests (at most its max_tokens) instead of its whole
-	// max_tokens; 0 reserves max_tokens. Default 0.95.
+	// max_tokens; 0 reserves max_tokens. Default 0.75.
 	OutputQuantile float64
 	// OutputMinSamples is how many answers are seen before the quantile is
 	// used. Default 64.
@@ -169,7 +169,7 @@ func DefaultConfig() Config {
 	return Config{
 		Admission:        AdmitKV,
 		Overcommit:       DefaultOvercommit,
-		OutputQuantile:   0.5,
+		OutputQuantile:   0.75,
 		OutputMinSamples: 64,
 		MaxAge:           500 * time.Millisecond,
 		Queue:            Queue{MaxRequests: 1024, MaxBytes: 256 << 20, Timeout: 30 * time.Second, MaxPriority: 10},

@@ -240,9 +240,8 @@ type replica struct {
 	stepping  bool               // a step-end event is in the heap
 	pending   []engine.Emission  // outputs of the step in progress
 	kvBatches [][]engine.KVEvent // KV events on their way to the gateways, oldest first
-	// reserved is the KV blocks all gateways together reserved on the
-	// replica (the sum of their dispatched requests' weights).
-	reserved     int
+	// peakReserved is the most KV blocks all gateways together had
+	// reserved on the replica (their ledgers' sum).
 	peakReserved int
 	peakRunning  int
 }
@@ -264,7 +263,6 @@ type reqState struct {
 	measured  bool
 	gateway   int
 	ticket    gateway.Ticket
-	weight    int
 }
 
 type memoKey struct {
@@ -278,6 +276,7 @@ type sim struct {
 	src      workload.Source
 	reps     []*replica
 	gws      []*gw
+	ledgers  []gateway.Ledger // one shared, or one per gateway
 	heap     eventHeap
 	reqs     reqTable
 	hashFree [][]kvblock.Hash // hash slices of finished requests, for reuse
@@ -347,6 +346,9 @@ func newSim(cfg Config) (*sim, error) {
 		ledger := shared
 		if ledger == nil {
 			ledger = gateway.NewLocalLedger()
+		}
+		if shared == nil || g == 0 {
+			s.ledgers = append(s.ledgers, ledger)
 		}
 		gc := cfg.gatewayConfig(ledger)
 		gc.Model = wcfg.Model
@@ -607,22 +609,24 @@ func (s *sim) dispatch(g int, rs *reqState, d gateway.Decision) {
 		return
 	}
 	rs.replica = d.Replica
-	rs.weight = d.Weight
-	rep.reserved += d.Weight
-	rep.peakReserved = max(rep.peakReserved, rep.reserved)
+	s.notePeak(d.Replica)
 	if !rep.stepping {
 		rep.stepping = true
 		s.heap.push(event{at: s.now, kind: evStepEnd, replica: int32(d.Replica)})
 	}
 }
 
+// notePeak records replica i's reservations over every gateway's ledger.
+func (s *sim) notePeak(i int) {
+	n := 0
+	for _, l := range s.ledgers {
+		n += l.Reserved(i)
+	}
+	s.reps[i].peakReserved = max(s.reps[i].peakReserved, n)
+}
+
 // end finishes a request's life in the fleet.
 func (s *sim) end(rs *reqState, ok bool) {
-	if rs.replica >= 0 {
-		rep := s.reps[rs.replica]
-		rep.reserved -= rs.weight
-		rs.weight = 0
-	}
 	s.reqs.del(rs.w.ID)
 	// The engine has let go of the request: its hashes can be reused,
 	// unless the index's speculation queue may still hold them.
@@ -682,7 +686,9 @@ func (s *sim) deliver(rep *replica) {
 		if em.Output == 1 {
 			rec.FirstToken, rec.HasFirstToken = s.now, true
 			rec.CachedTokens = em.CachedTokens
-			s.decided(rs.gateway, core.FirstByte(s.now, rs.ticket, em.CachedTokens))
+			ds := core.FirstByte(s.now, rs.ticket, em.CachedTokens)
+			s.notePeak(rs.replica) // the reservation was reconciled
+			s.decided(rs.gateway, ds)
 		} else if rs.measured {
 			s.itl.Add(s.now - rs.lastToken)
 		}

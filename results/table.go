@@ -3,6 +3,7 @@ package results
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -58,6 +59,27 @@ func FormatTable(w io.Writer, sums []Summary) error {
 			line += " (no replicas)"
 		}
 		b.WriteString(line + "\n")
+	}
+	for i := range sums {
+		s := &sums[i]
+		if s.Admission == "" || s.Admission == "none" && s.RejectedTotal == 0 {
+			continue
+		}
+		// The gateway's admission: what it queued and refused.
+		fmt.Fprintf(&b, "%s admission %s: queue p50/p99 %s/%s ms, rejected %d", s.Policy, s.Admission, fmtMs(s.QueueMs.P50), fmtMs(s.QueueMs.P99), s.RejectedTotal)
+		if len(s.Rejected) > 0 {
+			keys := make([]string, 0, len(s.Rejected))
+			for k := range s.Rejected {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			parts := make([]string, len(keys))
+			for j, k := range keys {
+				parts[j] = fmt.Sprintf("%s %d", k, s.Rejected[k])
+			}
+			b.WriteString(" (" + strings.Join(parts, ", ") + ")")
+		}
+		fmt.Fprintf(&b, ", peak reserved %s of capacity\n", fmtPct(s.PeakReservedOverCapacity))
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("format table: %w", err)

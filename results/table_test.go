@@ -37,3 +37,29 @@ func TestFormatTable(t *testing.T) {
 		t.Errorf("FormatTable is not deterministic (err %v)", err)
 	}
 }
+
+// TestFormatTableAdmission: a run with admission says what the gateway
+// queued and refused; one without says nothing of it.
+func TestFormatTableAdmission(t *testing.T) {
+	a := Summarize(handRecords(), handOptions())
+	a.Policy, a.Workload = "cost_model", "w7"
+	var plain bytes.Buffer
+	if err := FormatTable(&plain, []Summary{a}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plain.String(), "admission") {
+		t.Fatalf("no admission, yet the table speaks of it:\n%s", plain.String())
+	}
+	a.Admission = "kv"
+	a.RejectedTotal = 5
+	a.Rejected = map[string]int{"queue_timeout": 3, "queue_full": 2}
+	a.PeakReservedOverCapacity = 0.98
+	var buf bytes.Buffer
+	if err := FormatTable(&buf, []Summary{a}); err != nil {
+		t.Fatal(err)
+	}
+	want := "rejected 5 (queue_full 2, queue_timeout 3), peak reserved 98.0% of capacity"
+	if !strings.Contains(buf.String(), "cost_model admission kv: queue p50/p99") || !strings.Contains(buf.String(), want) {
+		t.Fatalf("table lacks the admission line %q:\n%s", want, buf.String())
+	}
+}

@@ -1,12 +1,17 @@
-// Package fleet holds the replicas and what the router knows of them. Today
+// Package fleet holds the replicas and what the gateways know of them. Today
 // it is the virtual fleet: N engines (package engine) driven from one event
-// heap on virtual time, fed by a workload source, with every request routed
-// by the real router code (package router).
+// heap on virtual time, fed by a workload source, with every request taken
+// by a gateway core (package router/gateway: admission, the queue, the
+// routing policy and KV index, the per-replica view), the same state
+// machine the live proxy drives on wall-clock time.
 //
-// The router sees only what a real gateway sees: its own counters (requests
-// in flight, waiting for a first token, their prompt tokens) exact and
-// current; the engines' own numbers (running, waiting, KV usage) only as of
-// the last scrape, every ScrapeInterval.
+// A gateway sees only what a real gateway sees: its own counters (requests
+// in flight, waiting for a first token, their prompt tokens, KV blocks
+// reserved) exact and current; the engines' own numbers (running, waiting,
+// KV usage) only as of its last scrape, every ScrapeInterval; KV events
+// KVEventDelay late. Several gateways (Config.Gateways) each scrape at their
+// own phase and keep their own index, against one shared reservation ledger
+// or one each (Config.Ledger).
 //
 // Start with Simulate (sim.go); events.go holds the event heap.
 package fleet

@@ -8,16 +8,22 @@ import (
 
 	"github.com/inferrail/inferrail/fleet"
 	"github.com/inferrail/inferrail/results"
+	"github.com/inferrail/inferrail/router/gateway"
 )
 
-// CapacitySpec asks, per policy, for the fewest replicas that meet the SLO
-// at one offered load.
+// CapacitySpec asks, per variant (a policy under an admission rule and a
+// ledger), for the fewest replicas that meet the SLO at one offered load.
 type CapacitySpec struct {
-	// Base is the run every point starts from; its Policy, Seed, Replicas
-	// and workload rate are replaced. Base.SLO is the objective.
+	// Base is the run every point starts from; its Policy, Admission,
+	// Ledger, Seed, Replicas and workload rate are replaced. Base.SLO is the
+	// objective.
 	Base     fleet.Config
 	Policies []string
-	Seeds    []uint64
+	// Admissions and Ledgers are compared as in Spec: empty means
+	// Base.Admission or Base.Ledger alone.
+	Admissions []gateway.Admission
+	Ledgers    []string
+	Seeds      []uint64
 	// Rate is the offered load in requests per second.
 	Rate float64
 	// MaxReplicas bounds the search.
@@ -36,9 +42,12 @@ type SizePoint struct {
 	Met bool
 }
 
-// CapacityResult is one policy's answer.
+// CapacityResult is one variant's answer.
 type CapacityResult struct {
-	Policy string
+	Policy    string
+	Admission gateway.Admission
+	Ledger    string
+	Label     string // Variant.Label
 	// Replicas is the fewest replicas meeting the SLO, 0 if none up to MaxReplicas.
 	Replicas int
 	// Points are the fleet sizes evaluated, ascending.
@@ -54,7 +63,7 @@ func (s *CapacitySpec) Validate() error {
 	if s.MaxReplicas < 1 || s.MaxReplicas > fleet.MaxReplicas {
 		errs = append(errs, fmt.Errorf("max-replicas: must be between 1 and %d, got %d", fleet.MaxReplicas, s.MaxReplicas))
 	}
-	sp := Spec{Base: s.Base, Policies: s.Policies, Seeds: s.Seeds, Rates: []float64{s.Rate}, Parallel: s.Parallel}
+	sp := s.spec()
 	if s.Rate > 0 {
 		if err := sp.Validate(); err != nil {
 			errs = append(errs, err)
@@ -63,10 +72,21 @@ func (s *CapacitySpec) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Capacity finds, for every policy, the fewest replicas in
+// spec is the comparison the search probes.
+func (s *CapacitySpec) spec() Spec {
+	return Spec{Base: s.Base, Policies: s.Policies, Admissions: s.Admissions, Ledgers: s.Ledgers, Seeds: s.Seeds, Rates: []float64{s.Rate}, Parallel: s.Parallel}
+}
+
+// Variants lists the variants searched, in result order (see Spec.Variants).
+func (s *CapacitySpec) Variants() []Variant {
+	sp := s.spec()
+	return sp.Variants()
+}
+
+// Capacity finds, for every variant, the fewest replicas in
 // [1, MaxReplicas] that meet the SLO at Rate, by binary search (latency
 // falls as replicas are added). Every probe runs all seeds; probes of
-// different policies run in parallel. Results follow Spec order.
+// different variants run in parallel. Results follow Variants order.
 func Capacity(ctx context.Context, s CapacitySpec) ([]CapacityResult, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -87,7 +107,8 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 		done   bool
 		points map[int]SizePoint
 	}
-	st := make([]*state, len(s.Policies))
+	vs := s.Variants()
+	st := make([]*state, len(vs))
 	for i := range st {
 		st[i] = &state{lo: 1, hi: s.MaxReplicas, points: map[int]SizePoint{}}
 	}
@@ -102,7 +123,7 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 		// Each unresolved policy probes one fleet size this round: first the
 		// largest, to see whether the SLO can be met at all, then midpoints.
 		var jobs []job
-		var probes []int // policy index per job group
+		var probes []int // variant index per job group
 		for i, x := range st {
 			if x.done {
 				continue
@@ -113,7 +134,7 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 			}
 			probes = append(probes, i)
 			for _, seed := range s.Seeds {
-				jobs = append(jobs, job{policy: s.Policies[i], seed: seed, rate: s.Rate, replicas: n})
+				jobs = append(jobs, job{Variant: vs[i], seed: seed, rate: s.Rate, replicas: n})
 			}
 		}
 		if len(jobs) == 0 {
@@ -144,9 +165,10 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 			}
 		}
 	}
-	out := make([]CapacityResult, len(s.Policies))
+	out := make([]CapacityResult, len(vs))
 	for i, x := range st {
-		r := CapacityResult{Policy: s.Policies[i], Replicas: x.hi}
+		v := vs[i]
+		r := CapacityResult{Policy: v.Policy, Admission: v.Admission, Ledger: v.Ledger, Label: v.Label, Replicas: x.hi}
 		for _, p := range x.points {
 			r.Points = append(r.Points, p)
 		}

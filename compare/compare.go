@@ -12,16 +12,25 @@ import (
 	"github.com/inferrail/inferrail/fleet"
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/router/gateway"
 )
 
 // Spec describes a comparison: one workload and fleet under several
-// policies, seeds and offered loads.
+// policies, admission rules, ledgers, seeds and offered loads.
 type Spec struct {
 	// Base is the run every point starts from (workload, fleet, engine, SLO,
-	// warmup, index); its Policy, Seed and workload rate are replaced.
+	// warmup, index, gateways); its Policy, Admission, Ledger, Seed and
+	// workload rate are replaced.
 	Base fleet.Config
 	// Policies to compare, in report order.
 	Policies []string
+	// Admissions are the gateway admission rules to compare under every
+	// policy, in report order. Empty means Base.Admission alone.
+	Admissions []gateway.Admission
+	// Ledgers are the reservation ledgers of several gateways to compare
+	// (fleet.LedgerShared, fleet.LedgerIndependent), in report order; more
+	// than one needs Base.Gateways > 1. Empty means Base.Ledger alone.
+	Ledgers []string
 	// Seeds of the repetitions; each seed gives every policy the same
 	// request stream.
 	Seeds []uint64
@@ -38,7 +47,12 @@ type Spec struct {
 
 // Point is one simulation of a comparison.
 type Point struct {
-	Policy   string
+	Policy    string
+	Admission gateway.Admission
+	Ledger    string
+	// Label names the point's variant (Variant.Label): what the report
+	// calls it.
+	Label    string
 	Seed     uint64
 	Rate     float64
 	Replicas int
@@ -46,9 +60,65 @@ type Point struct {
 	Records  []results.Record // nil unless Spec.KeepRecords
 }
 
+// Variant is one compared configuration: a policy under one admission rule
+// and one ledger.
+type Variant struct {
+	Policy    string
+	Admission gateway.Admission
+	Ledger    string
+	// Label names the variant in reports and outputs: the policy alone when
+	// the comparison has one admission rule and one ledger (as comparisons
+	// of policies always had), else policy+admission, e.g. cost_model+kv,
+	// and +ledger when it compares several ledgers, e.g.
+	// cost_model+kv+independent.
+	Label string
+}
+
+// variants lists policy x admission x ledger, in that nesting order.
+func variants(policies []string, admissions []gateway.Admission, ledgers []string) []Variant {
+	var out []Variant
+	for _, p := range policies {
+		for _, a := range admissions {
+			for _, l := range ledgers {
+				label := p
+				if len(admissions) > 1 || len(ledgers) > 1 {
+					label += "+" + string(a)
+				}
+				if len(ledgers) > 1 {
+					label += "+" + l
+				}
+				out = append(out, Variant{Policy: p, Admission: a, Ledger: l, Label: label})
+			}
+		}
+	}
+	return out
+}
+
+// Variants lists the compared configurations in report order: by policy,
+// then admission rule, then ledger.
+func (s *Spec) Variants() []Variant {
+	return variants(s.Policies, s.admissions(), s.ledgers())
+}
+
+func (s *Spec) admissions() []gateway.Admission {
+	if len(s.Admissions) == 0 {
+		return []gateway.Admission{s.Base.Admission}
+	}
+	return s.Admissions
+}
+
+func (s *Spec) ledgers() []string {
+	if len(s.Ledgers) == 0 {
+		return []string{s.Base.Ledger}
+	}
+	return s.Ledgers
+}
+
 // IsCacheBlind reports whether a policy ignores cache state: the baselines
-// round_robin, random, least_request and p2c.
+// round_robin, random, least_request and p2c. A variant's label is judged by
+// its policy, the part before the first "+".
 func IsCacheBlind(policy string) bool {
+	policy, _, _ = strings.Cut(policy, "+")
 	return slices.Contains([]string{"round_robin", "random", "least_request", "p2c"}, policy)
 }
 
@@ -68,6 +138,27 @@ func (s *Spec) Validate() error {
 			errs = append(errs, fmt.Errorf("policies: %q listed twice", p))
 		}
 		seen[p] = true
+	}
+	seenA := map[gateway.Admission]bool{}
+	for _, a := range s.Admissions {
+		if _, err := gateway.ParseAdmission(string(a)); err != nil {
+			errs = append(errs, fmt.Errorf("admissions: %w", err))
+		} else if seenA[a] {
+			errs = append(errs, fmt.Errorf("admissions: %q listed twice", a))
+		}
+		seenA[a] = true
+	}
+	seenL := map[string]bool{}
+	for _, l := range s.Ledgers {
+		if l != fleet.LedgerShared && l != fleet.LedgerIndependent {
+			errs = append(errs, fmt.Errorf("ledgers: each must be %s or %s, got %q", fleet.LedgerShared, fleet.LedgerIndependent, l))
+		} else if seenL[l] {
+			errs = append(errs, fmt.Errorf("ledgers: %q listed twice", l))
+		}
+		seenL[l] = true
+	}
+	if len(s.Ledgers) > 1 && s.Base.Gateways < 2 {
+		errs = append(errs, fmt.Errorf("ledgers: comparing ledgers needs several gateways (--gateways), got %d", s.Base.Gateways))
 	}
 	if len(s.Seeds) == 0 {
 		errs = append(errs, errors.New("seeds: give at least one"))
@@ -90,10 +181,40 @@ func (s *Spec) Validate() error {
 	if len(s.Rates) > 0 && s.Rates[0] > 0 {
 		base.Workload.Rate = s.Rates[0]
 	}
-	if err := base.Validate(); err != nil {
-		errs = append(errs, err)
+	// The base under every admission rule and ledger compared (those known:
+	// the unknown ones are reported above), each problem once.
+	seenErr := map[string]bool{}
+	for _, a := range s.admissions() {
+		if _, err := gateway.ParseAdmission(string(a)); err != nil && len(s.Admissions) > 0 {
+			continue
+		}
+		for _, l := range s.ledgers() {
+			if len(s.Ledgers) > 0 && l != fleet.LedgerShared && l != fleet.LedgerIndependent {
+				continue
+			}
+			c := base
+			c.Admission, c.Ledger = a, l
+			err := c.Validate()
+			if err == nil {
+				continue
+			}
+			for _, e := range unjoin(err) {
+				if !seenErr[e.Error()] {
+					seenErr[e.Error()] = true
+					errs = append(errs, e)
+				}
+			}
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// unjoin splits an errors.Join into its errors.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func (s *Spec) rates() []float64 {
@@ -105,23 +226,24 @@ func (s *Spec) rates() []float64 {
 
 // job is one simulation to run.
 type job struct {
-	policy   string
+	Variant
 	seed     uint64
 	rate     float64
 	replicas int
 }
 
-// Run simulates every policy x rate x seed and returns the points ordered by
-// policy (in Spec order), then rate, then seed, whatever the parallelism.
+// Run simulates every policy x admission x ledger x rate x seed and returns
+// the points ordered by variant (Variants), then rate, then seed, whatever
+// the parallelism.
 func Run(ctx context.Context, s Spec) ([]Point, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	var jobs []job
-	for _, p := range s.Policies {
+	for _, v := range s.Variants() {
 		for _, r := range s.rates() {
 			for _, seed := range s.Seeds {
-				jobs = append(jobs, job{policy: p, seed: seed, rate: r, replicas: s.Base.Replicas})
+				jobs = append(jobs, job{Variant: v, seed: seed, rate: r, replicas: s.Base.Replicas})
 			}
 		}
 	}
@@ -148,19 +270,22 @@ func runJobs(ctx context.Context, base fleet.Config, jobs []job, parallel int, k
 			for i := range next {
 				j := jobs[i]
 				c := base
-				c.Policy = j.policy
+				c.Policy = j.Policy
+				c.Admission = j.Admission
+				c.Ledger = j.Ledger
 				c.Seed = j.seed
 				c.Workload.Rate = j.rate
 				c.Replicas = j.replicas
 				c.Progress = nil
 				o, err := fleet.Simulate(c)
 				if err != nil {
-					errs[i] = fmt.Errorf("%s, seed %d, %.3g req/s, %d replicas: %w", j.policy, j.seed, j.rate, j.replicas, err)
+					errs[i] = fmt.Errorf("%s, seed %d, %.3g req/s, %d replicas: %w", j.Label, j.seed, j.rate, j.replicas, err)
 				} else {
 					// Wall time is the one field that measures the host, not the
 					// simulation; comparisons keep their outputs reproducible.
 					o.Summary.SimWallS = 0
-					out[i] = Point{Policy: j.policy, Seed: j.seed, Rate: j.rate, Replicas: j.replicas, Summary: o.Summary}
+					out[i] = Point{Policy: j.Policy, Admission: j.Admission, Ledger: j.Ledger, Label: j.Label,
+						Seed: j.seed, Rate: j.rate, Replicas: j.replicas, Summary: o.Summary}
 					if c.Source != nil {
 						out[i].Rate = o.Summary.RateRPS // a replay offers what its trace offers
 					}
@@ -214,6 +339,36 @@ func PolicyList(s string) []string {
 		}
 		return all
 	}
+	return splitList(s)
+}
+
+// AdmissionList parses a comma-separated list of admission rules; "all"
+// expands to every rule of gateway.Admissions. Unknown names are kept for
+// Spec.Validate to report.
+func AdmissionList(s string) []gateway.Admission {
+	names := splitList(s)
+	if len(names) == 1 && names[0] == "all" {
+		names = gateway.Admissions()
+	}
+	out := make([]gateway.Admission, len(names))
+	for i, n := range names {
+		out[i] = gateway.Admission(n)
+	}
+	return out
+}
+
+// LedgerList parses a comma-separated list of ledgers; "all" expands to
+// shared and independent.
+func LedgerList(s string) []string {
+	names := splitList(s)
+	if len(names) == 1 && names[0] == "all" {
+		return []string{fleet.LedgerShared, fleet.LedgerIndependent}
+	}
+	return names
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {

@@ -78,17 +78,17 @@ func fakeRun(probed map[string][]int) runner {
 		out := make([]Point, len(jobs))
 		for i, j := range jobs {
 			ttft := 10000.0 / float64(j.replicas)
-			switch j.policy {
+			switch j.Policy {
 			case "slower":
 				ttft *= 1.2
 			case "hopeless":
 				ttft = 1e9
 			}
-			out[i] = Point{Policy: j.policy, Seed: j.seed, Replicas: j.replicas, Summary: results.Summary{
+			out[i] = Point{Policy: j.Policy, Label: j.Label, Seed: j.seed, Replicas: j.replicas, Summary: results.Summary{
 				Requests: 10, Completed: 10, TTFT: results.Latency{P99: ttft}, TPOT: results.Latency{P99: 20},
 			}}
 			if j.seed == 1 {
-				probed[j.policy] = append(probed[j.policy], j.replicas)
+				probed[j.Policy] = append(probed[j.Policy], j.replicas)
 			}
 			progress(i+1, len(jobs))
 		}
@@ -111,11 +111,11 @@ func TestCapacitySearchFindsTheKnownAnswer(t *testing.T) {
 	run := fakeRun(probed)
 	relabel := func(ctx context.Context, jobs []job, progress func(int, int)) ([]Point, error) {
 		for i := range jobs {
-			switch jobs[i].policy {
+			switch jobs[i].Policy {
 			case "cost_model":
-				jobs[i].policy = "slower"
+				jobs[i].Policy = "slower"
 			case "p2c":
-				jobs[i].policy = "hopeless"
+				jobs[i].Policy = "hopeless"
 			}
 		}
 		return run(ctx, jobs, progress)

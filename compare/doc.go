@@ -2,9 +2,10 @@
 // seeds and offered loads, and answers the operator's question: how many
 // GPUs does each policy need to serve this traffic within the SLO?
 //
-// Start with Spec and Run (compare.go): every policy x seed x rate is one
-// cold-fleet simulation (package fleet) run in parallel, returned in a fixed
+// Start with Spec and Run (compare.go): every policy x admission rule x
+// ledger (a Variant, labelled policy+admission[+ledger] when a spec compares
+// several rules or ledgers) x seed x rate is one cold-fleet simulation (package fleet) run in parallel, returned in a fixed
 // order whatever the parallelism. Capacity (capacity.go) searches, per
-// policy, the fewest replicas that meet the SLO at a rate. Write (output.go)
+// variant, the fewest replicas that meet the SLO at a rate. Write (output.go)
 // stores results.json, requests.parquet and the report (package report).
 package compare

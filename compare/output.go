@@ -36,10 +36,12 @@ func CheckWritable(dir string) error {
 	return errors.Join(f.Close(), os.Remove(name))
 }
 
-// Write stores a comparison in dir: results.json (one summary per policy x
+// Write stores a comparison in dir: results.json (one summary per variant x
 // rate x seed), requests.parquet (every request, with policy, seed, rate
-// and fleet size columns, when the points kept their records), capacity.json
-// (when caps is not nil), report.md and its charts.
+// and fleet size columns, when the points kept their records; the policy
+// column holds the variant's label, e.g. cost_model+kv, so that variants
+// stay apart), capacity.json (when caps is not nil), report.md and its
+// charts.
 func Write(dir string, s Spec, pts []Point, caps *CapacityReport, meta Meta) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
@@ -62,7 +64,7 @@ func Write(dir string, s Spec, pts []Point, caps *CapacityReport, meta Meta) ([]
 		if p.Records == nil {
 			continue
 		}
-		rs := results.RowsFromRecords(p.Records, s.Base.Workload.Workload, p.Policy, p.Seed)
+		rs := results.RowsFromRecords(p.Records, s.Base.Workload.Workload, p.name(), p.Seed)
 		for i := range rs {
 			rs[i].RateRPS = p.Rate
 			rs[i].FleetSize = int32(p.Replicas)
@@ -104,13 +106,30 @@ type CapacityReport struct {
 	Results []CapacityResult
 }
 
-// Baseline returns the cache-blind policy needing the fewest replicas (ties:
-// the first in spec order), or "" when none was searched or none met the SLO.
+// name is the point's label, else its policy.
+func (p Point) name() string {
+	if p.Label != "" {
+		return p.Label
+	}
+	return p.Policy
+}
+
+// name is the result's label, else its policy.
+func (r CapacityResult) name() string {
+	if r.Label != "" {
+		return r.Label
+	}
+	return r.Policy
+}
+
+// Baseline returns the label of the cache-blind variant needing the fewest
+// replicas (ties: the first in spec order), or "" when none was searched or
+// none met the SLO.
 func (c *CapacityReport) Baseline() string {
 	best, n := "", 0
 	for _, r := range c.Results {
 		if IsCacheBlind(r.Policy) && r.Replicas > 0 && (n == 0 || r.Replicas < n) {
-			best, n = r.Policy, r.Replicas
+			best, n = r.name(), r.Replicas
 		}
 	}
 	return best
@@ -124,7 +143,7 @@ func (c *CapacityReport) toReport() *report.Capacity {
 		Baseline:    c.Baseline(),
 	}
 	for _, r := range c.Results {
-		row := report.CapacityRow{Policy: r.Policy, Replicas: r.Replicas}
+		row := report.CapacityRow{Policy: r.name(), Replicas: r.Replicas}
 		for _, p := range r.Points {
 			row.Points = append(row.Points, report.CapacityPoint{Replicas: p.Replicas, TTFTP99Ms: p.TTFTP99Ms, TPOTP99Ms: p.TPOTP99Ms, Met: p.Met})
 		}
@@ -169,13 +188,18 @@ func reportInput(s Spec, pts []Point, caps *CapacityReport, meta Meta) (report.I
 		Warmup:         base.Warmup,
 		ScrapeInterval: base.ScrapeInterval,
 		Index:          string(base.Index),
+		Gateways:       base.Gateways,
+		Overcommit:     base.Overcommit,
+		QueueTimeout:   base.QueueTimeout,
+		QueueMax:       base.QueueMaxRequests,
 		Version:        meta.Version,
 		Command:        meta.Command,
 		SLO:            base.SLO,
 	}}
 	main := s.rates()[0]
 	for _, p := range pts {
-		r := report.Run{Policy: p.Policy, Seed: p.Seed, RateRPS: p.Rate, Replicas: p.Replicas, Summary: p.Summary}
+		r := report.Run{Policy: p.name(), Admission: string(p.Admission), Ledger: p.Ledger,
+			Seed: p.Seed, RateRPS: p.Rate, Replicas: p.Replicas, Summary: p.Summary}
 		if p.Rate == main || base.Source != nil {
 			r.TTFTms = ttfts(p.Records, base.Warmup)
 			in.Runs = append(in.Runs, r)
@@ -245,8 +269,13 @@ type capacityJSON struct {
 }
 
 type capacityPolicy struct {
-	Policy   string `json:"policy"`
-	Replicas int    `json:"replicas"` // 0: the SLO is not met up to max_replicas
+	// Policy is the variant's label: the policy alone unless several
+	// admission rules or ledgers were searched, which Admission and Ledger
+	// then name.
+	Policy    string `json:"policy"`
+	Admission string `json:"admission,omitempty"`
+	Ledger    string `json:"ledger,omitempty"`
+	Replicas  int    `json:"replicas"` // 0: the SLO is not met up to max_replicas
 	// Saved is the baseline's replicas minus this policy's (when both met the SLO).
 	Saved  *int            `json:"gpus_saved,omitempty"`
 	Points []capacityPoint `json:"points"`
@@ -267,12 +296,15 @@ func (c *CapacityReport) summary() capacityJSON {
 	}
 	baseN := 0
 	for _, r := range c.Results {
-		if r.Policy == out.Baseline {
+		if r.name() == out.Baseline {
 			baseN = r.Replicas
 		}
 	}
 	for _, r := range c.Results {
-		p := capacityPolicy{Policy: r.Policy, Replicas: r.Replicas}
+		p := capacityPolicy{Policy: r.name(), Replicas: r.Replicas}
+		if r.name() != r.Policy {
+			p.Admission, p.Ledger = string(r.Admission), r.Ledger
+		}
 		if baseN > 0 && r.Replicas > 0 {
 			saved := baseN - r.Replicas
 			p.Saved = &saved

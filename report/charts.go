@@ -39,6 +39,7 @@ type chartSet struct {
 	in     Input
 	aggs   []policyAgg
 	styles styles
+	words  words
 	out    []chart
 }
 
@@ -48,6 +49,7 @@ func renderCharts(in Input) ([]chart, error) {
 		in:     in,
 		aggs:   aggregate(in.Runs, policyOrder(in.Runs)),
 		styles: styles{policies: allPolicies(in)},
+		words:  wordsOf(in),
 	}
 	steps := []struct {
 		name string
@@ -142,7 +144,7 @@ func cdf(vals []float64) plotter.XYs {
 
 func (cs *chartSet) ttftCDF() (*plot.Plot, *plot.Legend, bool) {
 	slo := durationMs(sloOf(cs.in.Setup.SLO).TTFTP99)
-	p := newPlot("TTFT distribution per policy (all seeds pooled)",
+	p := newPlot("TTFT distribution per "+cs.words.short()+" (all seeds pooled)",
 		"time to first token, TTFT (ms, log scale)", "fraction of requests with TTFT ≤ x")
 	var curves []plotter.XYs
 	var names []string
@@ -225,7 +227,7 @@ func (cs *chartSet) ttftBars() (*plot.Plot, *plot.Legend, bool) {
 	if logY {
 		yLabel = "TTFT (ms, log scale)"
 	}
-	p := newPlot("TTFT p50 and p99 per policy (median over seeds)", "routing policy", yLabel)
+	p := newPlot("TTFT p50 and p99 per "+cs.words.short()+" (median over seeds)", cs.words.axis(), yLabel)
 	lo, hi := ttftBarsRange(cs.aggs)
 	ty := func(v float64) float64 { return v }
 	ax := newLogAxis(lo, hi)
@@ -268,7 +270,7 @@ func (cs *chartSet) hitRate() (*plot.Plot, *plot.Legend, bool) {
 	if len(cs.aggs) == 0 {
 		return nil, nil, false
 	}
-	p := newPlot("Prefix-cache hit rate per policy (median over seeds)", "routing policy",
+	p := newPlot("Prefix-cache hit rate per "+cs.words.short()+" (median over seeds)", cs.words.axis(),
 		"hit rate (share of prompt tokens, 0–1)")
 	b := &bars{}
 	for i, a := range cs.aggs {
@@ -309,7 +311,7 @@ func (cs *chartSet) replicas(busy bool) (*plot.Plot, *plot.Legend, bool) {
 	if nRep == 0 {
 		return nil, nil, false
 	}
-	which := "first seed of each policy"
+	which := "first seed of each " + cs.words.short()
 	if common {
 		which = "seed " + strconv.FormatUint(seed, 10)
 	}
@@ -453,7 +455,7 @@ func (cs *chartSet) capacity() (*plot.Plot, *plot.Legend, bool) {
 	if c == nil || len(c.Rows) == 0 {
 		return nil, nil, false
 	}
-	p := newPlot("Replicas needed to meet the SLO at "+fmtRate(c.RateRPS)+" req/s", "routing policy",
+	p := newPlot("Replicas needed to meet the SLO at "+fmtRate(c.RateRPS)+" req/s", cs.words.axis(),
 		"replicas needed (GPUs)")
 	b := &bars{LabelStyle: p.X.Tick.Label}
 	b.LabelStyle.XAlign = draw.XCenter

@@ -10,12 +10,19 @@
 //
 // The report has a Setup section (fleet, engine profile and workload YAML,
 // seeds, SLO, version and the command to reproduce), a Results table with
-// the median over seeds of every policy, the charts, a Load sweep and a
-// Capacity section when the input has them, and a Reading section of
-// statements generated from the numbers: the lowest TTFT p99 and its factor
-// against round_robin and the best cache-blind policy, whether the gap
-// between the top two policies is within seed noise, hit rates, SLO misses
-// and capacity savings.
+// the median over seeds of every policy, an "Admission and queueing"
+// section (admission.go) when a run has an admission rule other than none or
+// a rejection, or the runs compare several admission rules or ledgers, the
+// charts, a Load sweep and a Capacity section when the input has them, and a
+// Reading section of statements generated from the numbers: the lowest TTFT
+// p99 and its factor against round_robin and the best cache-blind policy,
+// whether the gap between the top two policies is within seed noise, hit
+// rates, SLO misses, the most goodput, preemptions, reservations past
+// capacity, the over-admission of independent ledgers, and capacity savings.
+//
+// A run's Policy may be a variant's label, policy+admission[+ledger] (e.g.
+// cost_model+kv); the report then speaks of variants, and judges a label by
+// its policy, the part before the first "+".
 //
 // Charts (charts.go) are drawn with gonum.org/v1/plot at 8x5 inches:
 // ttft_cdf.png, ttft_bars.png, hit_rate.png, replica_requests.png,
@@ -28,10 +35,11 @@
 // Aggregates over seeds are medians (interpolated for an even count) with
 // min and max for spreads.
 //
-// The tests build synthetic inputs (3 and 12 policies); report.md of the
-// 3-policy one is golden in testdata/report.md (regenerate with
-// go test ./report -update), and go test ./report -args -out DIR writes the
-// synthetic reports and charts under DIR for a look.
+// The tests build synthetic inputs (3 and 12 policies, and variants under
+// admission rules); report.md of the 3-policy one is golden in
+// testdata/report.md and that of the admission one in testdata/admission.md
+// (regenerate with go test ./report -update), and go test ./report -args
+// -out DIR writes the synthetic reports and charts under DIR for a look.
 //
 // Output is deterministic: the same Input gives byte-identical report.md and
 // PNG files. Nothing depends on map iteration order, the clock or the

@@ -26,6 +26,9 @@ func Markdown(w io.Writer, in Input, charts []string) error {
 	writeSetup(&b, in, order)
 	if len(in.Runs) > 0 {
 		writeResults(&b, in, aggs)
+		if showAdmission(in) {
+			writeAdmission(&b, in, aggs)
+		}
 	}
 	writeCharts(&b, in, aggs, charts)
 	if len(in.Sweep) > 0 {
@@ -120,11 +123,12 @@ func plural(n int, one, many string) string {
 }
 
 func writeHeader(b *strings.Builder, in Input, aggs []policyAgg) {
+	w := wordsOf(in)
 	fmt.Fprintf(b, "# %s\n\n", title(in))
 	if len(in.Runs) == 0 && in.Capacity != nil {
 		c := in.Capacity
 		fmt.Fprintf(b, "Capacity search: the fewest replicas each of %s needs to meet the SLO at %s offered on workload %s, searching fleets of 1 to %s replicas over %s. Latencies are in milliseconds.\n\n",
-			plural(len(c.Rows), "routing policy", "routing policies"), joinRates([]float64{c.RateRPS}), code(orDash(c.Workload)),
+			plural(len(c.Rows), w.one, w.many), joinRates([]float64{c.RateRPS}), code(orDash(c.Workload)),
 			fmtInt(c.MaxReplicas), plural(len(seedsOf(in)), "seed", "seeds"))
 		return
 	}
@@ -140,13 +144,13 @@ func writeHeader(b *strings.Builder, in Input, aggs []policyAgg) {
 		seeds = strconv.Itoa(minSeeds) + "–" + seeds
 	}
 	var parts []string
-	parts = append(parts, plural(len(aggs), "routing policy", "routing policies"))
+	parts = append(parts, plural(len(aggs), w.one, w.many))
 	if in.Setup.Workload != "" {
 		parts[0] += " on workload " + code(in.Setup.Workload)
 	}
 	parts = append(parts, joinInts(fleetSize(in), " replicas"), joinRates(mainRates(in))+" offered")
-	fmt.Fprintf(b, "%s, %s per policy. Figures are medians over seeds unless stated otherwise; latencies are in milliseconds.\n\n",
-		strings.Join(parts, ", "), seeds)
+	fmt.Fprintf(b, "%s, %s per %s. Figures are medians over seeds unless stated otherwise; latencies are in milliseconds.\n\n",
+		strings.Join(parts, ", "), seeds, strings.TrimPrefix(w.one, "routing "))
 }
 
 // profileName is Setup.Profile, or the top-level name: of the profile YAML.
@@ -203,7 +207,11 @@ func writeSetup(b *strings.Builder, in Input, order []string) {
 	for i, p := range order {
 		quoted[i] = code(p)
 	}
-	row("Policies", strings.Join(quoted, ", "))
+	if w := wordsOf(in); w.one == "variant" {
+		row("Variants ("+strings.ToLower(w.header)+")", strings.Join(quoted, ", "))
+	} else {
+		row("Policies", strings.Join(quoted, ", "))
+	}
 	row("Seeds", orDash(joinSeeds(seedsOf(in))))
 	if s.Requests > 0 {
 		row("Requests per run", fmtInt(s.Requests))
@@ -217,6 +225,9 @@ func writeSetup(b *strings.Builder, in Input, order []string) {
 		row("Scrape interval", "—")
 	}
 	row("Index mode", orDash(s.Index))
+	if len(in.Runs) > 0 && showAdmission(in) {
+		gatewaySetupRows(in, row)
+	}
 	row("SLO", sloText(sloOf(s.SLO)))
 	row("Version", orDash(s.Version))
 	b.WriteString("\n")
@@ -258,13 +269,14 @@ func withRange(s spread, f func(float64) string) string {
 }
 
 func writeResults(b *strings.Builder, in Input, aggs []policyAgg) {
+	w := wordsOf(in)
 	b.WriteString("## Results\n\n")
-	b.WriteString("One row per policy, medians over seeds. TTFT p99 shows the min–max over seeds in brackets. " +
+	b.WriteString("One row per " + strings.TrimPrefix(w.one, "routing ") + ", medians over seeds. TTFT p99 shows the min–max over seeds in brackets. " +
 		"Hit rate is the share of prompt tokens served from the prefix cache, measured by the engines / predicted by the router; " +
 		"exact is the share of requests whose predicted cached tokens equalled the engine's. " +
 		"SLO attainment is the share of requests meeting both SLO bounds; SLO met counts the seeds whose TTFT and TPOT p99 are within the SLO. " +
 		"Goodput is requests meeting the SLO per second.\n\n")
-	b.WriteString("| Policy | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p99 (ms) | Hit rate meas. / pred. | Exact | SLO attainment | SLO met | Goodput (req/s) | Preemptions |\n")
+	b.WriteString("| " + w.header + " | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p99 (ms) | Hit rate meas. / pred. | Exact | SLO attainment | SLO met | Goodput (req/s) | Preemptions |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, a := range aggs {
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s / %s | %s | %s | %d/%d | %s | %s |\n",
@@ -285,29 +297,34 @@ func writeResults(b *strings.Builder, in Input, aggs []policyAgg) {
 // chartCaption returns the alt text and caption of a chart.
 func chartCaption(name string, in Input, aggs []policyAgg) (alt, caption string) {
 	slo := sloOf(in.Setup.SLO)
+	per := wordsOf(in).short()
 	switch name {
 	case chartTTFTCDF:
-		return "TTFT CDF per policy",
-			"Distribution of TTFT per policy, all seeds pooled: the share of requests (y) whose TTFT is at most x ms (log scale). The dash-dotted vertical line is the TTFT SLO (" + fmtMs(durationMs(slo.TTFTP99)) + " ms)."
+		return "TTFT CDF per " + per,
+			"Distribution of TTFT per " + per + ", all seeds pooled: the share of requests (y) whose TTFT is at most x ms (log scale). The dash-dotted vertical line is the TTFT SLO (" + fmtMs(durationMs(slo.TTFTP99)) + " ms)."
 	case chartTTFTBars:
 		scale := ""
 		if ttftBarsLog(aggs) {
 			scale = " (log scale)"
 		}
-		return "TTFT p50 and p99 per policy",
-			"TTFT p50 (light bars) and p99 (dark bars) per policy in ms" + scale + ", median over seeds; whiskers span min–max over seeds."
+		return "TTFT p50 and p99 per " + per,
+			"TTFT p50 (light bars) and p99 (dark bars) per " + per + " in ms" + scale + ", median over seeds; whiskers span min–max over seeds."
 	case chartHitRate:
-		return "Prefix-cache hit rate per policy",
+		return "Prefix-cache hit rate per " + per,
 			"Share of prompt tokens served from the prefix cache, median over seeds: measured by the engines (dark bars) and predicted by the router (light bars)."
 	case chartReplicaRequests, chartReplicaBusy:
 		_, seed, common := replicaRun(in, aggs)
-		which := "each policy's first seed"
+		which := "each " + per + "'s first seed"
 		if common {
-			which = "seed " + strconv.FormatUint(seed, 10) + ", the same request trace for every policy"
+			which = "seed " + strconv.FormatUint(seed, 10) + ", the same request trace for every " + per
 		}
 		if name == chartReplicaRequests {
+			even := "the dash-dotted line is an even split"
+			if runs, _, _ := replicaRun(in, aggs); dispatchedDiffer(runs) {
+				even = "the dash-dotted line is an even split of the " + wordsOf(in).many + "' mean total (they dispatched different totals)"
+			}
 			return "Requests per replica",
-				"Measured requests dispatched to each replica (" + which + "); the dash-dotted line is an even split. Bars of equal height mean balanced load."
+				"Measured requests dispatched to each replica (" + which + "); " + even + ". Bars of equal height mean balanced load."
 		}
 		return "Busy fraction per replica",
 			"Share of the simulated time each replica's engine was executing steps (" + which + ")."
@@ -333,6 +350,24 @@ func chartCaption(name string, in Input, aggs []policyAgg) (alt, caption string)
 		return "Replicas needed to meet the SLO", caption
 	}
 	return name, name
+}
+
+// dispatchedDiffer reports whether the runs dispatched different numbers of
+// measured requests to their replicas (as rejections make them).
+func dispatchedDiffer(runs []Run) bool {
+	total := func(r Run) int {
+		n := 0
+		for _, rs := range r.Summary.PerReplica {
+			n += rs.Requests
+		}
+		return n
+	}
+	for _, r := range runs {
+		if total(r) != total(runs[0]) {
+			return true
+		}
+	}
+	return false
 }
 
 func writeCharts(b *strings.Builder, in Input, aggs []policyAgg, charts []string) {
@@ -404,7 +439,7 @@ func writeCapacity(b *strings.Builder, in Input) {
 	default:
 		fmt.Fprintf(b, "Savings are against %s, the best cache-blind policy; per four is the saving scaled to a four-GPU baseline fleet.\n\n", code(base))
 	}
-	b.WriteString("| Policy | Replicas needed | GPUs saved vs baseline | Saved per 4 GPUs |\n|---|--:|--:|--:|\n")
+	b.WriteString("| " + wordsOf(in).header + " | Replicas needed | GPUs saved vs baseline | Saved per 4 GPUs |\n|---|--:|--:|--:|\n")
 	for _, r := range c.Rows {
 		saved, perFour, ok := c.GPUsSaved(r.Policy)
 		savedText, perFourText := "—", "—"
@@ -449,7 +484,7 @@ func writeCapacity(b *strings.Builder, in Input) {
 	if len(sizes) == 0 {
 		return
 	}
-	b.WriteString("TTFT p99 / TPOT p99 in ms (medians over seeds) at each fleet size evaluated; ✓ meets the SLO, ✗ does not.\n\n| Policy |")
+	b.WriteString("TTFT p99 / TPOT p99 in ms (medians over seeds) at each fleet size evaluated; ✓ meets the SLO, ✗ does not.\n\n| " + wordsOf(in).header + " |")
 	for _, n := range sizes {
 		fmt.Fprintf(b, " %s |", plural(n, "replica", "replicas"))
 	}

@@ -38,8 +38,9 @@ func p99Of(a *policyAgg) float64 { return a.TTFTP99.Med }
 func reading(in Input, aggs []policyAgg, sweep sweepTable) []string {
 	var out []string
 	out = append(out, readLatency(aggs)...)
-	out = append(out, readHitRate(aggs)...)
+	out = append(out, readHitRate(aggs, wordsOf(in))...)
 	out = append(out, readSLO(in, aggs)...)
+	out = append(out, readAdmission(in, aggs)...)
 	out = append(out, readSweep(sweep)...)
 	out = append(out, readCapacity(in.Capacity)...)
 	return out
@@ -62,7 +63,7 @@ func readLatency(aggs []policyAgg) []string {
 	best := &aggs[bi]
 	s := fmt.Sprintf("%s has the lowest TTFT p99, %s ms.", code(best.Policy), fmtMs(best.TTFTP99.Med))
 
-	rr := argBest(aggs, p99Of, false, func(a *policyAgg) bool { return a.Policy == "round_robin" })
+	rr := argBest(aggs, p99Of, false, func(a *policyAgg) bool { return basePolicy(a.Policy) == "round_robin" })
 	cb := argBest(aggs, p99Of, false, func(a *policyAgg) bool { return isCacheBlind(a.Policy) })
 	aware := argBest(aggs, p99Of, false, func(a *policyAgg) bool { return !isCacheBlind(a.Policy) })
 	switch {
@@ -75,7 +76,7 @@ func readLatency(aggs []policyAgg) []string {
 	default:
 		var parts []string
 		if rr >= 0 {
-			what := code("round_robin")
+			what := code(aggs[rr].Policy)
 			if cb == rr {
 				what += ", also the best cache-blind policy"
 			}
@@ -119,7 +120,7 @@ func ratioText(a, b float64) string {
 	return fmtFactor(a / b)
 }
 
-func readHitRate(aggs []policyAgg) []string {
+func readHitRate(aggs []policyAgg, w words) []string {
 	if len(aggs) == 0 {
 		return nil
 	}
@@ -127,9 +128,9 @@ func readHitRate(aggs []policyAgg) []string {
 	hi := argBest(aggs, hit, true, nil)
 	lo := argBest(aggs, hit, false, nil)
 	var out []string
-	if aggs[hi].HitRate.Med == aggs[lo].HitRate.Med {
+	if fmtPct(aggs[hi].HitRate.Med) == fmtPct(aggs[lo].HitRate.Med) {
 		if len(aggs) > 1 {
-			out = append(out, fmt.Sprintf("Every policy has the same measured prompt-token hit rate, %s.", fmtPct(aggs[hi].HitRate.Med)))
+			out = append(out, fmt.Sprintf("Every %s has the same measured prompt-token hit rate, %s.", w.short(), fmtPct(aggs[hi].HitRate.Med)))
 		} else {
 			out = append(out, fmt.Sprintf("The measured prompt-token hit rate is %s.", fmtPct(aggs[hi].HitRate.Med)))
 		}
@@ -172,13 +173,13 @@ func readSLO(in Input, aggs []policyAgg) []string {
 	if len(low) > 0 {
 		out = append(out, "SLO attainment is below 99% for "+joinAnd(low)+".")
 	} else if len(aggs) > 0 {
-		out = append(out, "Every policy has SLO attainment of at least 99%.")
+		out = append(out, "Every "+wordsOf(in).short()+" has SLO attainment of at least 99%.")
 	}
 	slo := sloText(sloOf(in.Setup.SLO))
 	if len(fail) > 0 {
 		out = append(out, "The p99 SLO ("+slo+") is missed by "+joinAnd(fail)+".")
 	} else if len(aggs) > 0 {
-		out = append(out, "Every policy meets the p99 SLO ("+slo+") on every seed.")
+		out = append(out, "Every "+wordsOf(in).short()+" meets the p99 SLO ("+slo+") on every seed.")
 	}
 	return out
 }

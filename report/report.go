@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/inferrail/inferrail/results"
@@ -14,11 +15,20 @@ import (
 
 // Run is one simulation in a comparison.
 type Run struct {
-	Policy   string
-	Seed     uint64
-	RateRPS  float64
-	Replicas int
-	Summary  results.Summary
+	// Policy names what the run compares: a routing policy, or a variant's
+	// label, policy+admission[+ledger] (e.g. cost_model+kv), when a
+	// comparison has several admission rules or ledgers. The report judges a
+	// label by its policy, the part before the first "+".
+	Policy string
+	// Admission is the gateway's admission rule (gateway.Admissions) and
+	// Ledger the several gateways' ledger (shared or independent); either
+	// falls back on the summary's.
+	Admission string
+	Ledger    string
+	Seed      uint64
+	RateRPS   float64
+	Replicas  int
+	Summary   results.Summary
 	// TTFTms is the TTFT in ms of every measured request, for CDFs; it may
 	// be nil (e.g. for sweep points).
 	TTFTms []float64
@@ -39,8 +49,17 @@ type Setup struct {
 	Warmup         time.Duration
 	ScrapeInterval time.Duration
 	Index          string // "approximate" or "events"
-	Version        string // e.g. a git describe or "dev"
-	Command        string // the command line that produced the report
+	// Gateways, Overcommit, QueueTimeout and QueueMax describe the
+	// gateways in front of the fleet (their number, kv admission's
+	// overcommit, the queue's timeout and bound, 0 meaning no queue); the
+	// report shows them with the admission section, a zero Gateways or
+	// QueueTimeout meaning unknown.
+	Gateways     int
+	Overcommit   float64
+	QueueTimeout time.Duration
+	QueueMax     int
+	Version      string // e.g. a git describe or "dev"
+	Command      string // the command line that produced the report
 	// SLO is the objective the runs were scored against; a zero field takes
 	// its value from results.DefaultSLO, as results.Summarize does.
 	SLO results.SLO
@@ -149,6 +168,22 @@ func runPolicy(r Run) string {
 	return r.Summary.Policy
 }
 
+// runAdmission is the run's admission rule, falling back on its summary's.
+func runAdmission(r Run) string {
+	if r.Admission != "" {
+		return r.Admission
+	}
+	return r.Summary.Admission
+}
+
+// runLedger is the run's ledger, falling back on its summary's.
+func runLedger(r Run) string {
+	if r.Ledger != "" {
+		return r.Ledger
+	}
+	return r.Summary.Ledger
+}
+
 // runRate is the run's offered rate, falling back on its summary's.
 func runRate(r Run) float64 {
 	if r.RateRPS != 0 {
@@ -195,9 +230,17 @@ func allPolicies(in Input) []string {
 	return order
 }
 
-// isCacheBlind reports whether a policy routes without looking at caches.
+// basePolicy is the policy of a variant's label, the part before the first
+// "+" (the whole name for a plain policy).
+func basePolicy(label string) string {
+	p, _, _ := strings.Cut(label, "+")
+	return p
+}
+
+// isCacheBlind reports whether a policy (or a variant's label, by its
+// policy) routes without looking at caches.
 func isCacheBlind(policy string) bool {
-	switch policy {
+	switch basePolicy(policy) {
 	case "round_robin", "random", "least_request", "p2c":
 		return true
 	}
@@ -222,10 +265,12 @@ func spreadOf(vals []float64) spread {
 // Range is Max-Min.
 func (s spread) Range() float64 { return s.Max - s.Min }
 
-// policyAgg is one policy's runs aggregated over seeds.
+// policyAgg is one policy's (or variant's) runs aggregated over seeds.
 type policyAgg struct {
 	Policy string
 	Runs   []Run // sorted by seed
+	// Admission and Ledger are those of the first run.
+	Admission, Ledger string
 
 	TTFTP50, TTFTP99, TPOTP99 spread
 	HitRate, Predicted, Exact spread
@@ -256,7 +301,7 @@ func aggregate(runs []Run, order []string) []policyAgg {
 func aggregateRuns(policy string, rs []Run) policyAgg {
 	rs = slices.Clone(rs)
 	slices.SortStableFunc(rs, func(a, b Run) int { return cmpUint(a.Seed, b.Seed) })
-	a := policyAgg{Policy: policy, Runs: rs}
+	a := policyAgg{Policy: policy, Runs: rs, Admission: runAdmission(rs[0]), Ledger: runLedger(rs[0])}
 	field := func(f func(s *results.Summary) float64) spread {
 		vals := make([]float64, len(rs))
 		for i := range rs {

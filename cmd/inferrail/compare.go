@@ -15,6 +15,7 @@ import (
 	"github.com/inferrail/inferrail/compare"
 	"github.com/inferrail/inferrail/fleet"
 	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/router/gateway"
 )
 
 // compareFlags are the flags of compare and capacity on top of the shared ones.
@@ -27,6 +28,8 @@ type compareFlags struct {
 	parallel    int
 	title       string
 	maxReplicas int
+	admissions  string
+	ledgers     string
 }
 
 // Defaults of compare and capacity runs.
@@ -43,6 +46,8 @@ func (f *compareFlags) registerCompare(cmd *cobra.Command) {
 	fl.IntVar(&f.parallel, "parallel", 0, "simulations run at once (default: all cores); results do not depend on it")
 	fl.StringVar(&f.out, "out", "", "directory for results.json, requests.parquet, report.md and the charts")
 	fl.StringVar(&f.title, "title", "", "report title (default: the workload's name)")
+	fl.StringVar(&f.admissions, "admissions", "", "admission rules to compare under every policy, comma-separated, or all: "+strings.Join(gateway.Admissions(), ", ")+" (replaces --admission)")
+	fl.StringVar(&f.ledgers, "ledgers", "", "with several --gateways: ledgers to compare, comma-separated: shared, independent (replaces --ledger)")
 }
 
 // spec builds and checks a comparison before anything runs.
@@ -62,6 +67,22 @@ func (f *compareFlags) spec(cmd *cobra.Command) (compare.Spec, error) {
 		return compare.Spec{}, usagef("--seeds: must be at least 1, got %d", f.seeds)
 	}
 	s := compare.Spec{Base: cfg, Policies: compare.PolicyList(f.policies), Parallel: f.parallel, KeepRecords: true}
+	if fl.Changed("admissions") {
+		if fl.Changed("admission") {
+			return compare.Spec{}, usagef("--admissions replaces --admission: give one of them")
+		}
+		if s.Admissions = compare.AdmissionList(f.admissions); len(s.Admissions) == 0 {
+			return compare.Spec{}, usagef("--admissions: give at least one admission rule (%s) or all", strings.Join(gateway.Admissions(), ", "))
+		}
+	}
+	if fl.Changed("ledgers") {
+		if fl.Changed("ledger") {
+			return compare.Spec{}, usagef("--ledgers replaces --ledger: give one of them")
+		}
+		if s.Ledgers = compare.LedgerList(f.ledgers); len(s.Ledgers) == 0 {
+			return compare.Spec{}, usagef("--ledgers: give at least one of %s, %s", fleet.LedgerShared, fleet.LedgerIndependent)
+		}
+	}
 	for i := range f.seeds {
 		s.Seeds = append(s.Seeds, f.firstSeed+uint64(i))
 	}
@@ -101,9 +122,20 @@ seed), each on a cold fleet, runs the simulations in parallel, and writes to --o
 results.json (one summary per policy x rate x seed), requests.parquet (every
 request, with policy, seed, rate and fleet-size columns), report.md and PNG charts.
 --rates sweeps offered load. Runs default to 5,000 requests with the first tenth
-(at most 2 minutes) left out.`,
+(at most 2 minutes) left out.
+
+--admissions compares gateway admission rules under every policy (all: every
+rule) and, with several --gateways, --ledgers compares a shared reservation
+ledger with independent ones. Each policy x admission x ledger is then a variant
+labelled policy+admission (+ledger with several ledgers), e.g. cost_model+kv or
+cost_model+kv+independent, in the report, the printed table and the parquet
+policy column (results.json gives each summary's admission and ledger); the
+report adds an "Admission and queueing" section (rejections by reason,
+preemptions, peak KV reservations, queue waits, goodput).`,
 		Example: `  inferrail compare --workload w1 --policies round_robin,least_request,cost_model --seeds 3 --out runs/w1
-  inferrail compare --workload w6 --policies all --rates 6,8,10,12 --out runs/w6-sweep`,
+  inferrail compare --workload w6 --policies all --rates 6,8,10,12 --out runs/w6-sweep
+  inferrail compare --workload w7 --policies cost_model --admissions all --seeds 3 --out runs/w7-overload
+  inferrail compare --workload w7 --policies cost_model --admission kv --gateways 3 --ledgers shared,independent --out runs/w7-gateways`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := f.spec(cmd)
@@ -148,7 +180,7 @@ func printComparison(w io.Writer, dir string, s compare.Spec, pts []compare.Poin
 	fmt.Fprintln(tw, "policy\trate\tseed\tttft p50 ms\tttft p99 ms\thit\tslo\tgoodput/s")
 	for _, p := range pts {
 		m := p.Summary
-		fmt.Fprintf(tw, "%s\t%.2f\t%d\t%.0f\t%.0f\t%.3f\t%.3f\t%.2f\n", p.Policy, p.Rate, p.Seed, m.TTFT.P50, m.TTFT.P99, m.HitRate, m.SLOAttainment, m.GoodputRPS)
+		fmt.Fprintf(tw, "%s\t%.2f\t%d\t%.0f\t%.0f\t%.3f\t%.3f\t%.2f\n", p.Label, p.Rate, p.Seed, m.TTFT.P50, m.TTFT.P99, m.HitRate, m.SLOAttainment, m.GoodputRPS)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -166,9 +198,14 @@ func newCapacityCmd(stdout, stderr io.Writer) *cobra.Command {
 whose TTFT p99 and TPOT p99 (medians over the seeds) meet the SLO at --rate, with
 every request completed, and reports the GPUs each policy saves against the best
 cache-blind baseline (round_robin, random, least_request, p2c). Without --rate the
-load is what 8 default replicas serve at about 70% under round robin.`,
+load is what 8 default replicas serve at about 70% under round robin.
+
+--admissions and --ledgers search every policy x admission x ledger, labelled
+policy+admission (+ledger), as in compare; a rejected request counts as not
+completed, so a rule that rejects never meets the SLO.`,
 		Example: `  inferrail capacity --workload w1 --policies round_robin,least_request,cost_model --slo ttft_p99=2s,tpot_p99=100ms
-  inferrail capacity --workload w2 --rate 14 --max-replicas 16 --out runs/w2-capacity`,
+  inferrail capacity --workload w2 --rate 14 --max-replicas 16 --out runs/w2-capacity
+  inferrail capacity --workload w1 --policies round_robin,cost_model --admissions none,kv --out runs/w1-capacity-kv`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("rate") {
@@ -183,7 +220,8 @@ load is what 8 default replicas serve at about 70% under round robin.`,
 			if cmd.Flags().Changed("rate") {
 				rate = f.rate
 			}
-			cs := compare.CapacitySpec{Base: s.Base, Policies: s.Policies, Seeds: s.Seeds, Rate: rate, MaxReplicas: f.maxReplicas, Parallel: f.parallel}
+			cs := compare.CapacitySpec{Base: s.Base, Policies: s.Policies, Admissions: s.Admissions, Ledgers: s.Ledgers,
+				Seeds: s.Seeds, Rate: rate, MaxReplicas: f.maxReplicas, Parallel: f.parallel}
 			if !cmd.Flags().Changed("warmup") {
 				cs.Base.Warmup = defaultWarmup(cs.Base.Workload.Requests, cs.Base.Workload.Duration, rate)
 			}
@@ -226,7 +264,7 @@ func printCapacity(w io.Writer, rep *compare.CapacityReport) error {
 	base := rep.Baseline()
 	baseN := 0
 	for _, r := range rep.Results {
-		if r.Policy == base {
+		if r.Label == base {
 			baseN = r.Replicas
 		}
 	}
@@ -248,7 +286,7 @@ func printCapacity(w io.Writer, rep *compare.CapacityReport) error {
 			saved = strconv.Itoa(baseN - r.Replicas)
 			per4 = strconv.FormatFloat(float64(baseN-r.Replicas)/float64(baseN)*4, 'f', 2, 64)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Policy, need, saved, per4)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Label, need, saved, per4)
 	}
 	return tw.Flush()
 }

@@ -93,3 +93,62 @@ func TestCapacityPrintsAndWritesReplicasPerPolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestCompareAdmissionsFlags(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"compare", "--admissions", "none,kv", "--admission", "kv", "--out", dir}, "--admissions replaces --admission"},
+		{[]string{"compare", "--admissions", "kv,fifo", "--out", dir}, "fifo"},
+		{[]string{"compare", "--admissions", "kv,kv", "--out", dir}, "admissions"},
+		{[]string{"compare", "--admissions", ",", "--out", dir}, "--admissions"},
+		{[]string{"compare", "--gateways", "3", "--ledgers", "shared,independent", "--ledger", "shared", "--out", dir}, "--ledgers replaces --ledger"},
+		{[]string{"compare", "--ledgers", "shared,independent", "--out", dir}, "several gateways"},
+		{[]string{"compare", "--gateways", "3", "--ledgers", "shared,global", "--out", dir}, "global"},
+		{[]string{"capacity", "--admissions", "kv", "--admission", "none"}, "--admissions replaces --admission"},
+		{[]string{"capacity", "--admissions", "fifo"}, "fifo"},
+	}
+	for _, c := range cases {
+		code, _, errOut := runCLI(c.args...)
+		if code != 2 || !strings.Contains(errOut, c.mention) || strings.Contains(errOut, "simulations") {
+			t.Errorf("%v: exit %d, stderr %q (want 2, naming %q, before any run)", c.args, code, errOut, c.mention)
+		}
+	}
+}
+
+func TestCompareAdmissionsWritesVariants(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "adm")
+	code, out, errOut := runCLI("compare", "--workload", "w7", "--policies", "cost_model", "--admissions", "none,kv", "--seeds", "1", "--requests", "300", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "cost_model+none") || !strings.Contains(out, "cost_model+kv") {
+		t.Fatalf("stdout: %s", out)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sums []results.Summary
+	if err := json.Unmarshal(data, &sums); err != nil || len(sums) != 2 || sums[0].Admission != "none" || sums[1].Admission != "kv" {
+		t.Fatalf("results.json: %v, %d summaries", err, len(sums))
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	for _, want := range []string{"## Admission and queueing", "--admissions=none,kv"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+}
+
+func TestCapacityAdmissions(t *testing.T) {
+	code, out, errOut := runCLI("capacity", "--workload", "w6", "--policies", "cost_model", "--admissions", "none,kv", "--seeds", "1", "--requests", "200", "--rate", "4", "--max-replicas", "4")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "cost_model+none") || !strings.Contains(out, "cost_model+kv") {
+		t.Fatalf("stdout: %s", out)
+	}
+}

@@ -20,10 +20,71 @@ const maxAnswerBytes = 1 << 20
 // or delta content of each SSE event, or of the whole body when the
 // response is not a stream.
 type answer struct {
-	stream  bool
-	pending []byte // an SSE line not yet complete, or the whole JSON body
-	text    []byte
-	over    bool
+	stream bool
+	// keepText keeps the answer's text (for the approximate index); without
+	// it only the usage is read, and a body is kept only by its tail.
+	keepText bool
+	pending  []byte // an SSE line not yet complete, or the JSON body (its tail without keepText)
+	text     []byte
+	over     bool
+	// events counts the events that carried text; completion and cached
+	// are the usage's completion_tokens and cached_tokens (-1: not seen).
+	events     int
+	completion int
+	cached     int
+}
+
+// bodyTail is how much of a non-streamed body is kept to read its usage,
+// which vLLM writes last.
+const bodyTail = 8 << 10
+
+func newAnswer(stream, keepText bool) *answer {
+	return &answer{stream: stream, keepText: keepText, completion: -1, cached: -1}
+}
+
+var (
+	keyCompletion = []byte(`"completion_tokens":`)
+	keyCached     = []byte(`"cached_tokens":`)
+)
+
+// usageIn reads the usage counts in data, if any.
+func (a *answer) usageIn(data []byte) {
+	if n, ok := intAfter(data, keyCompletion); ok {
+		a.completion = n
+	}
+	if n, ok := intAfter(data, keyCached); ok {
+		a.cached = n
+	}
+}
+
+// intAfter reads the non-negative integer after the last occurrence of key.
+func intAfter(data, key []byte) (int, bool) {
+	i := bytes.LastIndex(data, key)
+	if i < 0 {
+		return 0, false
+	}
+	j := skipSpace(data, i+len(key))
+	n, digits := 0, 0
+	for ; j < len(data) && data[j] >= '0' && data[j] <= '9' && digits < 10; j++ {
+		n = n*10 + int(data[j]-'0')
+		digits++
+	}
+	return n, digits > 0
+}
+
+// outputTokens is the answer's length in tokens: the engine's usage, else
+// the text retokenized by te (if kept), else the events that carried text.
+func (a *answer) outputTokens(te TextEncoder) (int, bool) {
+	if a.completion >= 0 {
+		return a.completion, true
+	}
+	if te != nil && a.keepText && !a.over && a.text != nil {
+		return len(te.EncodeText(string(a.text))), true
+	}
+	if a.events > 0 {
+		return a.events, true
+	}
+	return 0, false
 }
 
 type choiceText struct {
@@ -67,6 +128,12 @@ func (a *answer) feed(p []byte) {
 	}
 	a.pending = append(a.pending, p...)
 	if !a.stream {
+		if !a.keepText {
+			if len(a.pending) > 2*bodyTail {
+				a.pending = append(a.pending[:0], a.pending[len(a.pending)-bodyTail:]...)
+			}
+			return
+		}
 		if len(a.pending) > 4*maxAnswerBytes {
 			a.over = true
 		}
@@ -87,7 +154,10 @@ func (a *answer) feed(p []byte) {
 
 // finish returns the answer's text, or false when it could not be read.
 func (a *answer) finish() ([]byte, bool) {
-	if a.over {
+	if !a.stream {
+		a.usageIn(a.pending)
+	}
+	if a.over || !a.keepText {
 		return nil, false
 	}
 	if !a.stream {
@@ -114,8 +184,13 @@ func (a *answer) event(data []byte) {
 	if i < 0 {
 		key = keyContent
 		if i = bytes.Index(data, key); i < 0 {
-			return // no text in this event (usage, role only)
+			a.usageIn(data) // no text in this event (usage, role only)
+			return
 		}
+	}
+	a.events++
+	if !a.keepText {
+		return
 	}
 	if bytes.Index(data[i+len(key):], key) < 0 {
 		j := skipSpace(data, i+len(key))

@@ -6,9 +6,9 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/inferrail/inferrail/fleet/remote"
+	"github.com/inferrail/inferrail/live/config"
 	"github.com/inferrail/inferrail/router"
 )
 
@@ -35,14 +35,14 @@ func (s *Server) Run(ctx context.Context) error {
 	client := &http.Client{Transport: s.upstream.Transport}
 	var err error
 	bg.scraper, err = remote.NewScraper(remote.ScraperConfig{
-		Interval: s.opts.Scrape.Interval, Timeout: s.opts.Scrape.Timeout, MaxBytes: s.opts.Scrape.MaxBytes,
+		Interval: s.cfg.Scrape.Interval, Timeout: s.cfg.Scrape.Timeout, MaxBytes: int64(s.cfg.Scrape.MaxBytes),
 		Client: client, OnReport: s.onScrape,
 	})
 	if err != nil {
 		return fmt.Errorf("live: scraper: %w", err)
 	}
 	bg.prober, err = remote.NewProber(remote.ProberConfig{
-		Interval: s.opts.Health.Interval, Timeout: s.opts.Health.Timeout, Path: s.opts.Health.Path,
+		Interval: s.cfg.Health.Interval, Timeout: s.cfg.Health.Timeout, Path: s.cfg.Health.Path,
 		Client: client, OnResult: s.onProbe,
 	})
 	if err != nil {
@@ -50,7 +50,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	var groups []remote.Group
 	for _, m := range s.models {
-		for _, g := range m.opts.DNS {
+		for _, g := range m.dns {
 			groups = append(groups, remote.Group{Name: m.name + "/" + g.Name, Host: g.Host, Port: g.Port, Scheme: g.Scheme})
 		}
 	}
@@ -66,14 +66,14 @@ func (s *Server) Run(ctx context.Context) error {
 	run(bg.scraper.Run)
 	run(bg.prober.Run)
 	if len(groups) > 0 {
-		bg.disco, err = remote.NewDiscovery(remote.DiscoveryConfig{Resolver: s.opts.Resolver, Refresh: s.opts.DNSRefresh, Groups: groups}, s.onDiscovery)
+		bg.disco, err = remote.NewDiscovery(remote.DiscoveryConfig{Resolver: s.resolver, Refresh: s.cfg.DNSRefresh, Groups: groups}, s.onDiscovery)
 		if err != nil {
 			return fmt.Errorf("live: discovery: %w", err)
 		}
 		run(bg.disco.Run)
 	}
 	for _, m := range s.models {
-		for _, r := range m.reps {
+		for _, r := range m.live() {
 			s.maybeSubscribe(m, r)
 		}
 	}
@@ -97,13 +97,9 @@ func (s *Server) refreshTargets() {
 	}
 	targets := map[string]string{}
 	for _, m := range s.models {
-		m.mu.Lock()
-		for _, r := range m.reps {
-			if !r.gone {
-				targets[targetName(m, r)] = r.base.String()
-			}
+		for _, r := range m.live() {
+			targets[targetName(m, r)] = r.base.String()
 		}
-		m.mu.Unlock()
 	}
 	bg.scraper.SetTargets(targets)
 	bg.prober.SetTargets(targets)
@@ -113,17 +109,15 @@ func (s *Server) refreshTargets() {
 func (s *Server) find(target string) (*model, *replica) {
 	for _, m := range s.models {
 		if len(target) > len(m.name) && target[:len(m.name)] == m.name && target[len(m.name)] == '/' {
-			m.mu.Lock()
-			r := m.byName[target[len(m.name)+1:]]
-			m.mu.Unlock()
-			return m, r
+			return m, m.lookup(target[len(m.name)+1:])
 		}
 	}
 	return nil, nil
 }
 
-// onScrape applies a metrics report: the engine's load, its KV capacity,
-// and a restart (prefix-cache counters going backwards: its cache is empty).
+// onScrape applies a metrics report to the replica's view in the core: the
+// engine's load, its KV capacity, and a restart (the core sees cumulative
+// counters go backwards: the engine's cache is empty).
 func (s *Server) onScrape(target string, rep remote.Report) {
 	m, r := s.find(target)
 	if r == nil || rep.Err != nil {
@@ -131,18 +125,7 @@ func (s *Server) onScrape(target string, rep remote.Report) {
 		// load, which ages out after max_age.
 		return
 	}
-	l := rep.Load
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if rep.Restarted {
-		m.rt.Restarted(r.idx)
-	}
-	r.engine = router.EngineLoad{Valid: true, Running: l.Running, Waiting: l.Waiting, KVCacheUsage: l.KVUsage}
-	r.engineAt = rep.At
-	if l.NumGPUBlocks > 0 && l.NumGPUBlocks != r.capacity {
-		r.capacity = l.NumGPUBlocks
-		m.rt.SetCapacity(r.idx, l.NumGPUBlocks)
-	}
+	m.report(r, rep.Load)
 }
 
 // onProbe applies an active health check: a failed probe counts as a
@@ -154,23 +137,16 @@ func (s *Server) onProbe(target string, ok bool, _ error) {
 	if r == nil {
 		return
 	}
-	if ok {
-		m.succeeded(r)
-		return
-	}
-	if m.failed(r, time.Now()) {
-		s.met.ejected(m.name, r.name)
-	}
+	m.probe(r, ok)
 }
 
-// onDiscovery adds the replicas a DNS group resolves to and marks those it
-// no longer lists as gone (kept until their requests end, never reused by
-// the router).
+// onDiscovery adds the replicas a DNS group resolves to and takes those it
+// no longer lists out of rotation (their requests in flight end normally).
 func (s *Server) onDiscovery(group string, eps []remote.Endpoint) {
 	var m *model
-	var g DNSGroup
+	var g config.DNSGroup
 	for _, mm := range s.models {
-		for _, gg := range mm.opts.DNS {
+		for _, gg := range mm.dns {
 			if mm.name+"/"+gg.Name == group {
 				m, g = mm, gg
 			}
@@ -181,31 +157,24 @@ func (s *Server) onDiscovery(group string, eps []remote.Endpoint) {
 	}
 	want := map[string]bool{}
 	var added []*replica
-	m.mu.Lock()
 	for _, ep := range eps {
 		name := g.Name + "-" + ep.Addr
 		want[name] = true
-		ro := ReplicaOptions{Name: name, URL: ep.URL}
+		sp := replicaSpec{name: name, url: ep.URL, maxConcurrency: m.maxConcurrency, maxPending: m.maxPending, capacity: m.capacity, group: g.Name}
 		host, _, _ := net.SplitHostPort(ep.Addr)
 		if g.KVEventsPort > 0 {
-			ro.KVEvents = fmt.Sprintf("tcp://%s", net.JoinHostPort(host, fmt.Sprint(g.KVEventsPort)))
-			ro.KVEventsTopic = g.KVEventsTopic
+			sp.kvEvents = fmt.Sprintf("tcp://%s", net.JoinHostPort(host, fmt.Sprint(g.KVEventsPort)))
+			sp.kvTopic = g.KVEventsTopic
 		}
 		if g.KVEventsReplayPort > 0 {
-			ro.KVEventsReplay = fmt.Sprintf("tcp://%s", net.JoinHostPort(host, fmt.Sprint(g.KVEventsReplayPort)))
+			sp.kvReplay = fmt.Sprintf("tcp://%s", net.JoinHostPort(host, fmt.Sprint(g.KVEventsReplayPort)))
 		}
-		r, err := m.add(ro, g.Name)
+		r, err := m.add(sp)
 		if err == nil {
 			added = append(added, r)
 		}
 	}
-	for _, r := range m.reps {
-		if r.group == g.Name && !want[r.name] && !r.gone {
-			r.gone = true
-			m.rt.Forget(r.idx)
-		}
-	}
-	m.mu.Unlock()
+	m.dropMissing(g.Name, want)
 	s.refreshTargets()
 	for _, r := range added {
 		s.maybeSubscribe(m, r)
@@ -214,7 +183,7 @@ func (s *Server) onDiscovery(group string, eps []remote.Endpoint) {
 
 // maybeSubscribe starts the replica's KV event subscription in events mode.
 func (s *Server) maybeSubscribe(m *model, r *replica) {
-	if m.opts.Index != router.IndexEvents || r.kvEvents == "" {
+	if m.index != router.IndexEvents || r.kvEvents == "" {
 		return
 	}
 	s.bgMu.Lock()

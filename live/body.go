@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -15,6 +16,10 @@ type fields struct {
 	Prompt    json.RawMessage
 	CacheSalt *string
 	User      *string
+	// MaxTokens and MaxCompletionTokens are the values of max_tokens and
+	// max_completion_tokens when they are non-negative integers; 0
+	// otherwise (absent, null, or a value left for the engine to refuse).
+	MaxTokens, MaxCompletionTokens int
 	// modelStart and modelEnd locate the model value in the body.
 	modelStart, modelEnd int
 }
@@ -96,8 +101,34 @@ func (f *fields) set(key string, raw []byte, start, end int) error {
 		return str(&f.CacheSalt)
 	case "user":
 		return str(&f.User)
+	case "max_tokens":
+		f.MaxTokens = count(raw)
+	case "max_completion_tokens":
+		f.MaxCompletionTokens = count(raw)
 	}
 	return nil
+}
+
+// maxCount bounds the counts read from a body, far above any context length.
+const maxCount = 1 << 30
+
+// count reads a JSON integer from 0 to maxCount; anything else is 0.
+func count(raw []byte) int {
+	n, err := strconv.Atoi(string(raw))
+	if err != nil || n < 0 || n > maxCount {
+		return 0
+	}
+	return n
+}
+
+// maxTokens is the request's output bound as the engine reads it: for chat,
+// max_completion_tokens when set, else max_tokens (vLLM's rule); 0 when
+// neither is.
+func (f *fields) maxTokens(chat bool) int {
+	if chat && f.MaxCompletionTokens > 0 {
+		return f.MaxCompletionTokens
+	}
+	return f.MaxTokens
 }
 
 func checkEnd(body []byte, i int) error {

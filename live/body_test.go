@@ -13,7 +13,7 @@ import (
 func TestReadFieldsMatchesEncodingJSON(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		obj := map[string]any{}
-		keys := rapid.SliceOfN(rapid.SampledFrom([]string{"model", "prompt", "cache_salt", "user", "stream", "messages", "max_tokens", "x\"y", "é"}), 0, 8).Draw(t, "keys")
+		keys := rapid.SliceOfN(rapid.SampledFrom([]string{"model", "prompt", "cache_salt", "user", "stream", "messages", "max_tokens", "max_completion_tokens", "x\"y", "é"}), 0, 8).Draw(t, "keys")
 		for _, k := range keys {
 			switch rapid.IntRange(0, 5).Draw(t, "kind") {
 			case 0:
@@ -58,6 +58,15 @@ func TestReadFieldsMatchesEncodingJSON(t *testing.T) {
 		if isStr && (f.Model == nil || *f.Model != ms) {
 			t.Fatalf("model %v, want %q", f.Model, ms)
 		}
+		for key, got := range map[string]int{"max_tokens": f.MaxTokens, "max_completion_tokens": f.MaxCompletionTokens} {
+			want := 0
+			if n, ok := obj[key].(int); ok && n >= 0 && n <= maxCount {
+				want = n
+			}
+			if got != want {
+				t.Fatalf("%s: %d, want %d (%s)", key, got, want, body)
+			}
+		}
 		if isStr {
 			out := rewriteModel(body, f, "renamed")
 			var back map[string]any
@@ -66,6 +75,40 @@ func TestReadFieldsMatchesEncodingJSON(t *testing.T) {
 			}
 		}
 	})
+}
+
+// max_tokens (and for chat max_completion_tokens, which wins as in vLLM)
+// is read when it is a count; anything else is left for the engine.
+func TestReadFieldsMaxTokens(t *testing.T) {
+	cases := []struct {
+		body       string
+		chat, comp int
+	}{
+		{`{"prompt": "x"}`, 0, 0},
+		{`{"max_tokens": 16}`, 16, 16},
+		{`{"max_tokens": 16, "max_completion_tokens": 32}`, 32, 16},
+		{`{"max_completion_tokens": 32}`, 32, 0},
+		{`{"max_completion_tokens": 0, "max_tokens": 7}`, 7, 7},
+		{`{"max_tokens": null}`, 0, 0},
+		{`{"max_tokens": -1}`, 0, 0},
+		{`{"max_tokens": 1.5}`, 0, 0},
+		{`{"max_tokens": 1e3}`, 0, 0},
+		{`{"max_tokens": "16"}`, 0, 0},
+		{`{"max_tokens": 99999999999999999999}`, 0, 0},
+		{`{"messages": [{"max_tokens": 5}], "max_tokens" : 9}`, 9, 9},
+	}
+	for _, c := range cases {
+		f, err := readFields([]byte(c.body))
+		if err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		if got := f.maxTokens(true); got != c.chat {
+			t.Errorf("%s: chat max tokens %d, want %d", c.body, got, c.chat)
+		}
+		if got := f.maxTokens(false); got != c.comp {
+			t.Errorf("%s: completion max tokens %d, want %d", c.body, got, c.comp)
+		}
+	}
 }
 
 func TestReadFieldsRejects(t *testing.T) {
@@ -121,7 +164,7 @@ func TestAnswerText(t *testing.T) {
 		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"cd\\n\"}}]}\n\n" +
 		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\ndata: [DONE]\n\n"
 	rapid.Check(t, func(t *rapid.T) {
-		a := &answer{stream: true}
+		a := newAnswer(true, true)
 		rest := []byte(sse)
 		for len(rest) > 0 {
 			n := rapid.IntRange(1, len(rest)).Draw(t, "n")
@@ -132,12 +175,12 @@ func TestAnswerText(t *testing.T) {
 			t.Fatalf("%q, %v", text, ok)
 		}
 	})
-	a := &answer{}
+	a := newAnswer(false, true)
 	a.feed([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"whole"}}]}`))
 	if text, ok := a.finish(); !ok || string(text) != "whole" {
 		t.Fatalf("body: %q, %v", text, ok)
 	}
-	a = &answer{}
+	a = newAnswer(false, true)
 	a.feed([]byte(`not json`))
 	if _, ok := a.finish(); ok {
 		t.Fatal("garbage read as an answer")
@@ -155,10 +198,55 @@ func TestAnswerFastPath(t *testing.T) {
 			ev = map[string]any{"id": "x", "choices": []any{map[string]any{"index": 0, "text": text, "finish_reason": nil}}}
 		}
 		b, _ := json.Marshal(ev)
-		a := &answer{stream: true}
+		a := newAnswer(true, true)
 		a.feed(append(append([]byte("data: "), b...), "\n\n"...))
 		if got, ok := a.finish(); !ok || string(got) != text {
 			t.Fatalf("%s: %q", b, got)
 		}
 	})
+}
+
+// An answer's length comes from the engine's usage where it sends one
+// (last in a body, in its own event in a stream), else from the events that
+// carried text; a body is kept only by its tail when its text is not needed.
+func TestAnswerLength(t *testing.T) {
+	sse := "data: {\"choices\":[{\"index\":0,\"text\":\"ab \"}],\"usage\":null}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"text\":\"cd\"}],\"usage\":null}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\ndata: [DONE]\n\n"
+	rapid.Check(t, func(t *rapid.T) {
+		usage := rapid.Bool().Draw(t, "usage")
+		body := sse
+		if !usage {
+			body = sse[:strings.Index(sse, "data: {\"choices\":[],")]
+		}
+		a := newAnswer(true, rapid.Bool().Draw(t, "keep"))
+		rest := []byte(body)
+		for len(rest) > 0 {
+			n := rapid.IntRange(1, len(rest)).Draw(t, "n")
+			a.feed(rest[:n])
+			rest = rest[n:]
+		}
+		a.finish()
+		n, ok := a.outputTokens(nil)
+		want := 2 // events with text
+		if usage {
+			want = 3
+		}
+		if !ok || n != want {
+			t.Fatalf("usage %v: %d tokens (%v), want %d", usage, n, ok, want)
+		}
+		if usage && a.cached != 4 {
+			t.Fatalf("cached %d, want 4", a.cached)
+		}
+	})
+	a := newAnswer(false, false)
+	a.feed([]byte(`{"choices":[{"index":0,"text":"` + strings.Repeat("x", 100000) + `"}],`))
+	a.feed([]byte(`"usage":{"prompt_tokens":5,"completion_tokens":17}}`))
+	if len(a.pending) > 2*bodyTail {
+		t.Fatalf("kept %d bytes of a body whose text is not needed", len(a.pending))
+	}
+	a.finish()
+	if n, ok := a.outputTokens(nil); !ok || n != 17 {
+		t.Fatalf("body usage: %d, %v", n, ok)
+	}
 }

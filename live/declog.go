@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/router/gateway"
 )
 
 // DecisionSink receives the decision log, one JSON object per line.
@@ -14,16 +14,20 @@ type DecisionSink = io.Writer
 
 // decisionEntry is one logged decision. Prompts are never logged.
 type decisionEntry struct {
-	Time       time.Time `json:"time"`
-	RequestID  string    `json:"request_id"`
-	Model      string    `json:"model"`
-	Policy     string    `json:"policy"`
-	Replica    string    `json:"replica"`
-	Tokenized  bool      `json:"tokenized"`
-	Prompt     int       `json:"prompt_tokens"`
-	Predicted  int       `json:"predicted_cached_tokens"`
-	InFlight   int       `json:"replica_in_flight"`
-	DecisionUs float64   `json:"decision_us"`
+	Time      time.Time `json:"time"`
+	RequestID string    `json:"request_id"`
+	Model     string    `json:"model"`
+	Policy    string    `json:"policy"`
+	Replica   string    `json:"replica"`
+	Tokenized bool      `json:"tokenized"`
+	Prompt    int       `json:"prompt_tokens"`
+	Predicted int       `json:"predicted_cached_tokens"`
+	InFlight  int       `json:"replica_in_flight"`
+	// QueuedMs is the time the request waited in the queue so far;
+	// ReservedBlocks the KV blocks admission reserved for it.
+	QueuedMs       float64 `json:"queued_ms"`
+	ReservedBlocks int     `json:"reserved_blocks"`
+	DecisionUs     float64 `json:"decision_us"`
 }
 
 // decisionLog writes sampled decisions off the request path: entries go to
@@ -66,15 +70,15 @@ func (l *decisionLog) close() {
 
 // logDecision samples by request id, so a request's retries are all logged
 // or all not.
-func (s *Server) logDecision(reqID string, m *model, req *router.Request, a attempt, took time.Duration) {
+func (s *Server) logDecision(reqID string, m *model, req *gateway.Request, a *attempt, took time.Duration) {
 	l := s.declog
 	if l == nil || sessionOf(reqID) > l.sample {
 		return
 	}
 	e := decisionEntry{
-		Time: time.Now().UTC(), RequestID: reqID, Model: m.name, Policy: m.opts.Policy, Replica: a.rep.name,
-		Tokenized: req.BlockHashes != nil, Prompt: req.PromptTokens, Predicted: max(a.predicted, 0),
-		InFlight: a.inFlight, DecisionUs: float64(took) / 1e3,
+		Time: time.Now().UTC(), RequestID: reqID, Model: m.name, Policy: m.policy, Replica: a.rep.name,
+		Tokenized: req.BlockHashes != nil, Prompt: req.PromptTokens, Predicted: a.dec.PredictedCachedTokens,
+		InFlight: m.inFlight(a.rep), QueuedMs: float64(a.queued) / 1e6, ReservedBlocks: a.dec.Weight, DecisionUs: float64(took) / 1e3,
 	}
 	select {
 	case l.queue <- e:

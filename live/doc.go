@@ -1,16 +1,40 @@
 // Package live is `inferrail live`: the production OpenAI-compatible proxy
-// that routes each request with the same router the simulator proves (every
-// policy, the approximate and the event-fed KV index) in front of real vLLM
-// or SGLang replicas.
+// that routes each request with the same router and the same gateway core
+// the simulator proves (every policy, the approximate and the event-fed KV
+// index, every admission rule, the queue) in front of real vLLM or SGLang
+// replicas.
 //
-// A request's body is forwarded byte for byte (only its model field is
-// read, and rewritten for an alias); its prompt is tokenized at the edge on a
-// bounded worker pool to predict what each replica has cached; the response
-// streams back frame by frame. Failures before the first response byte are
-// retried on untried replicas; replicas that keep failing are ejected for a
-// growing time, never more than a set share of a model's replicas; each
-// replica's concurrency and queue are capped exactly.
+// Everything between "a request arrived" and "send it to replica r" is the
+// deterministic state machine of package router/gateway, one Core per
+// model, told the wall-clock time. This package adds only HTTP, sockets and
+// one lock around the core (model.go holds it; no other file touches the
+// core): the core's view of each replica (counters, caps, health and
+// ejection, reports and restarts, KV events), admission and the queue are
+// the simulator's, not a copy of them.
 //
-// Start with Server (server.go), then proxy.go (one request's life), model.go
-// (routing state and health) and kvsync.go (KV events to the index).
+// A request's body is forwarded byte for byte (only its model, user,
+// cache_salt, prompt and max_tokens fields are read, and the model rewritten
+// for an alias); its prompt is tokenized at the edge on a bounded worker pool
+// to predict what each replica has cached and to weigh its KV demand. The
+// core then dispatches it, queues it, or rejects it. A queued request waits
+// (by priority from the x-inferrail-priority header, fairly across tenants
+// from x-inferrail-tenant or the body's user) until a later core call frees
+// capacity and dispatches it, or until its deadline, which one goroutine per
+// model sleeps until; a client that leaves takes it out of the queue. Every
+// rejection is an OpenAI error: 429 with Retry-After (queue full, timed out,
+// no capacity, shed), 503 with Retry-After (no healthy replica), 400 (too
+// long); every answer says in x-inferrail-queued-ms how long it waited.
+//
+// The response streams back frame by frame. Failures before the first
+// response byte are retried on untried replicas (core.Retry); replicas that
+// keep failing are ejected for a growing time, never more than a set share of
+// a model's replicas; each replica's concurrency and pending requests are
+// capped exactly. Each dispatch ends in the core exactly once (an attempt
+// owns it), however the handler returns.
+//
+// Start with Server and New (server.go: the configuration is one
+// live/config.Config, Deps what YAML cannot hold), then proxy.go (one
+// request's life), model.go (the core, its lock, the waiters and the
+// deadline goroutine), background.go (scrapes, probes, discovery) and
+// kvsync.go (KV events to the core).
 package live

@@ -15,7 +15,9 @@ import (
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/fleet"
+	"github.com/inferrail/inferrail/live/config"
 	"github.com/inferrail/inferrail/results"
+	"github.com/inferrail/inferrail/router/gateway"
 	"github.com/inferrail/inferrail/workload"
 )
 
@@ -35,8 +37,12 @@ func TestFidelityWithSimulation(t *testing.T) {
 	wl.Requests, wl.Rate, wl.Seed = n, fleet.DefaultRate("w1", 3), 3
 	ec := engine.DefaultConfig()
 	const policy = "cost_model"
-	sim, err := fleet.Simulate(fleet.Config{Seed: 3, Workload: wl, Policy: policy, Replicas: 3, Engine: ec,
-		ScrapeInterval: 100 * time.Millisecond, Index: fleet.IndexApproximate, SLO: results.DefaultSLO(), Warmup: 60 * time.Second})
+	// Both sides run the gateway core with live's default admission (kv).
+	fc := fleet.DefaultConfig()
+	fc.Seed, fc.Workload, fc.Policy, fc.Replicas, fc.Engine = 3, wl, policy, 3, ec
+	fc.ScrapeInterval, fc.Index, fc.SLO, fc.Warmup = 100*time.Millisecond, fleet.IndexApproximate, results.DefaultSLO(), 60*time.Second
+	fc.Admission = gateway.Admission(config.DefaultModel().Admission)
+	sim, err := fleet.Simulate(fc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +51,10 @@ func TestFidelityWithSimulation(t *testing.T) {
 		var pn pipenet.Network
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
-		o := DefaultOptions()
-		mo := ModelOptions{Name: server.DefaultModelName, Policy: policy, Encoder: simModel(t), Index: "approximate", Engine: ec, MaxConcurrency: 1024, MaxPending: 1024}
+		o := config.Default()
+		mo := config.DefaultModel()
+		mo.Name, mo.Policy, mo.Index, mo.MaxConcurrency, mo.MaxPending = server.DefaultModelName, policy, config.IndexApproximate, 1024, 1024
+		mo.MaxModelLen = ec.MaxModelLen // as the simulator's core knows it
 		var stops []func()
 		for i := range 3 {
 			addr := fmt.Sprintf("engine-%d:80", i)
@@ -60,11 +68,10 @@ func TestFidelityWithSimulation(t *testing.T) {
 			go func() { defer wg.Done(); s.Run(ctx) }()
 			go func() { defer wg.Done(); hs.Serve(ln) }()
 			stops = append(stops, func() { hs.Close(); ln.Close() })
-			mo.Replicas = append(mo.Replicas, ReplicaOptions{Name: fmt.Sprintf("replica-%d", i), URL: "http://" + addr})
+			mo.Replicas = append(mo.Replicas, config.Replica{Name: fmt.Sprintf("replica-%d", i), URL: "http://" + addr})
 		}
-		o.Models = []ModelOptions{mo}
-		o.Transport = &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096}
-		gw, err := New(o)
+		o.Models = []config.Model{mo}
+		gw, err := New(&o, Deps{Transport: &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096}, Encoders: map[string]Encoder{mo.Name: simModel(t)}})
 		if err != nil {
 			t.Fatal(err)
 		}

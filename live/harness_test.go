@@ -8,14 +8,19 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/engine/simtok"
+	"github.com/inferrail/inferrail/live/config"
 	"github.com/inferrail/inferrail/router/tokenize"
 )
 
@@ -93,36 +98,56 @@ func (u *upstream) restart() { u.start(u.addr) }
 
 func (u *upstream) url() string { return "http://" + u.addr }
 
-// gateway is a running proxy in front of upstreams.
-type gateway struct {
+// testGateway is a running proxy in front of upstreams.
+type testGateway struct {
 	*Server
 	base   string
 	client *http.Client
 	stop   func()
 }
 
-func testOptions(t testing.TB, ups ...*upstream) Options {
-	o := DefaultOptions()
-	o.Health.Interval = 50 * time.Millisecond
-	o.Health.Timeout = 200 * time.Millisecond
-	o.Health.EjectTime = 200 * time.Millisecond
-	o.Scrape.Interval = 50 * time.Millisecond
-	o.Backoff = time.Millisecond
-	o.MaxBackoff = 5 * time.Millisecond
-	mo := ModelOptions{
-		Name: server.DefaultModelName, Aliases: []string{"sim"}, Policy: "cost_model", Encoder: simModel(t),
-		Index: "approximate", Engine: testEngineConfig(), MaxConcurrency: 256, MaxPending: 256,
-	}
+// testConfig is a configuration for a proxy in front of ups (replicas a,
+// b, ...), with fast probes and scrapes, cost_model on the engines'
+// profile, and the default admission (kv) and queue.
+func testConfig(t testing.TB, ups ...*upstream) *config.Config {
+	c := config.Default()
+	c.Health.Interval = 50 * time.Millisecond
+	c.Health.Timeout = 50 * time.Millisecond
+	c.Health.EjectTime = 200 * time.Millisecond
+	c.Scrape.Interval = 50 * time.Millisecond
+	c.Scrape.Timeout = 40 * time.Millisecond
+	c.Retry.Backoff = time.Millisecond
+	c.Retry.MaxBackoff = 5 * time.Millisecond
+	m := config.DefaultModel()
+	m.Name, m.Aliases, m.Policy = server.DefaultModelName, []string{"sim"}, "cost_model"
+	m.Profile = profileFile(t, testEngineConfig())
+	m.MaxConcurrency, m.MaxPending = 256, 256
 	for i, u := range ups {
-		mo.Replicas = append(mo.Replicas, ReplicaOptions{Name: string(rune('a' + i)), URL: u.url()})
+		m.Replicas = append(m.Replicas, config.Replica{Name: string(rune('a' + i)), URL: u.url()})
 	}
-	o.Models = []ModelOptions{mo}
-	return o
+	c.Models = []config.Model{m}
+	return &c
 }
 
-func startGateway(t testing.TB, o Options) *gateway {
+// profileFile writes ec as a profile YAML file and returns its path.
+func profileFile(t testing.TB, ec engine.Config) string {
 	t.Helper()
-	s, err := New(o)
+	b, err := yaml.Marshal(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "profile.yaml")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func startGateway(t testing.TB, c *config.Config) *testGateway { return startGatewayDeps(t, c, Deps{}) }
+
+func startGatewayDeps(t testing.TB, c *config.Config, deps Deps) *testGateway {
+	t.Helper()
+	s, err := New(c, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +161,7 @@ func startGateway(t testing.TB, o Options) *gateway {
 	hs := &http.Server{Handler: s.Handler()}
 	go hs.Serve(ln)
 	tr := &http.Transport{MaxIdleConnsPerHost: 4096}
-	g := &gateway{Server: s, base: "http://" + ln.Addr().String(), client: &http.Client{Transport: tr}}
+	g := &testGateway{Server: s, base: "http://" + ln.Addr().String(), client: &http.Client{Transport: tr}}
 	var once sync.Once
 	g.stop = func() {
 		once.Do(func() {
@@ -151,7 +176,7 @@ func startGateway(t testing.TB, o Options) *gateway {
 	return g
 }
 
-func (g *gateway) post(ctx context.Context, path string, body any, hdr map[string]string) (*http.Response, error) {
+func (g *testGateway) post(ctx context.Context, path string, body any, hdr map[string]string) (*http.Response, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
@@ -167,7 +192,7 @@ func (g *gateway) post(ctx context.Context, path string, body any, hdr map[strin
 }
 
 // complete sends one streaming completion and reads it to the end.
-func (g *gateway) complete(ctx context.Context, prompt string, maxTokens int) (*http.Response, string, error) {
+func (g *testGateway) complete(ctx context.Context, prompt string, maxTokens int) (*http.Response, string, error) {
 	resp, err := g.post(ctx, "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": maxTokens, "ignore_eos": true, "stream": true}, nil)
 	if err != nil {
 		return nil, "", err
@@ -196,17 +221,37 @@ func words(first, n int) string {
 	return t.Decode(ids)
 }
 
-// inFlight sums the gateway's in-flight counters.
-func (g *gateway) inFlight() (inFlight, pending int) {
+// inFlight sums the gateway's in-flight and pending counters and its
+// queued requests.
+func (g *testGateway) inFlight() (inFlight, pending int) {
 	for _, m := range g.models {
-		m.mu.Lock()
-		for _, r := range m.reps {
-			inFlight += r.load.InFlight
-			pending += r.load.Pending
+		snap := m.snapshot()
+		for _, r := range snap.reps {
+			inFlight += r.st.Load.InFlight
+			pending += r.st.Load.Pending
 		}
-		m.mu.Unlock()
 	}
 	return
+}
+
+// queued is the requests waiting in every model's queue.
+func (g *testGateway) queued() int {
+	n := 0
+	for _, m := range g.models {
+		n += m.snapshot().queued
+	}
+	return n
+}
+
+// reserved sums the KV blocks admission holds on every replica.
+func (g *testGateway) reserved() int {
+	n := 0
+	for _, m := range g.models {
+		for _, r := range m.snapshot().reps {
+			n += r.st.ReservedBlocks
+		}
+	}
+	return n
 }
 
 func waitUntil(t testing.TB, what string, d time.Duration, cond func() bool) {

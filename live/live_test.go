@@ -16,12 +16,13 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/live/config"
 )
 
 func TestProxyBasics(t *testing.T) {
 	a := newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})
 	b := newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})
-	g := startGateway(t, testOptions(t, a, b))
+	g := startGateway(t, testConfig(t, a, b))
 	ctx := context.Background()
 	prompt := words(100, 200)
 
@@ -123,7 +124,7 @@ type load struct {
 	wg         sync.WaitGroup
 }
 
-func (l *load) run(g *gateway, workers int, stop chan struct{}) {
+func (l *load) run(g *testGateway, workers int, stop chan struct{}) {
 	for w := range workers {
 		l.wg.Add(1)
 		go func() {
@@ -155,7 +156,7 @@ func TestDeadReplica(t *testing.T) {
 		newUpstream(t, server.Config{Engine: testEngineConfig()}),
 		newUpstream(t, server.Config{Engine: testEngineConfig()}),
 	}
-	o := testOptions(t, ups...)
+	o := testConfig(t, ups...)
 	o.Models[0].Policy = "round_robin"
 	g := startGateway(t, o)
 	stop := make(chan struct{})
@@ -207,14 +208,14 @@ func TestDeadReplica(t *testing.T) {
 func TestFailingReplicas(t *testing.T) {
 	bad := server.Config{Engine: testEngineConfig(), Faults: server.Faults{ErrorRate: 1, ErrorStatus: 503}}
 	good := newUpstream(t, server.Config{Engine: testEngineConfig()})
-	g := startGateway(t, testOptions(t, newUpstream(t, bad), good, newUpstream(t, bad)))
+	g := startGateway(t, testConfig(t, newUpstream(t, bad), good, newUpstream(t, bad)))
 	for i := range 50 {
 		if _, _, err := g.complete(context.Background(), words(i*50, 30), 4); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 	}
 
-	all := startGateway(t, testOptions(t, newUpstream(t, bad), newUpstream(t, bad), newUpstream(t, bad), newUpstream(t, bad)))
+	all := startGateway(t, testConfig(t, newUpstream(t, bad), newUpstream(t, bad), newUpstream(t, bad), newUpstream(t, bad)))
 	codes := map[int]int{}
 	for i := range 60 {
 		resp, _, _ := all.complete(context.Background(), words(i*50, 30), 4)
@@ -237,55 +238,75 @@ func TestFailingReplicas(t *testing.T) {
 }
 
 // Caps are never overshot: with max_concurrency 3 and max_pending 2 the
-// engine never sees more than 3 requests at once, and the surplus is turned
-// away at once with 503 and Retry-After.
+// engine never sees more than 3 requests at once; the surplus waits in the
+// queue (and says so in x-inferrail-queued-ms) until a slot frees, or, with
+// queueing off, is turned away at once with 429 and Retry-After.
 func TestCapsNeverOvershoot(t *testing.T) {
 	cfg := testEngineConfig()
 	cfg.Latency.StepFixedMs = 20
-	u := newUpstream(t, server.Config{Engine: cfg})
-	o := testOptions(t, u)
-	o.Models[0].MaxConcurrency, o.Models[0].MaxPending = 3, 2
-	g := startGateway(t, o)
-	var maxSeen atomic.Int64
-	stop := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
+	for _, queue := range []bool{true, false} {
+		t.Run(fmt.Sprintf("queue=%v", queue), func(t *testing.T) {
+			u := newUpstream(t, server.Config{Engine: cfg})
+			o := testConfig(t, u)
+			o.Models[0].MaxConcurrency, o.Models[0].MaxPending = 3, 2
+			if !queue {
+				o.Models[0].Queue.MaxRequests = 0
 			}
-			in, p := g.inFlight()
-			if int64(in) > maxSeen.Load() {
-				maxSeen.Store(int64(in))
+			g := startGateway(t, o)
+			var maxSeen atomic.Int64
+			stop := make(chan struct{})
+			watched := make(chan struct{})
+			go func() {
+				defer close(watched)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					in, p := g.inFlight()
+					if int64(in) > maxSeen.Load() {
+						maxSeen.Store(int64(in))
+					}
+					if p > 2 {
+						t.Errorf("%d pending", p)
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+			}()
+			var wg sync.WaitGroup
+			var ok, waited, turned atomic.Int64
+			for i := range 40 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, _, err := g.complete(context.Background(), words(i, 20), 10)
+					switch {
+					case err == nil:
+						ok.Add(1)
+						if ms, _ := strconv.ParseFloat(resp.Header.Get(HeaderQueued), 64); ms > 0 {
+							waited.Add(1)
+						}
+					case resp != nil && resp.StatusCode == 429 && resp.Header.Get("Retry-After") != "":
+						turned.Add(1)
+					default:
+						t.Errorf("request %d: %v", i, err)
+					}
+				}()
 			}
-			if p > 2 {
-				t.Errorf("%d pending", p)
+			wg.Wait()
+			close(stop)
+			<-watched
+			if maxSeen.Load() > 3 || ok.Load()+turned.Load() != 40 {
+				t.Fatalf("max in flight %d, %d served, %d turned away", maxSeen.Load(), ok.Load(), turned.Load())
 			}
-			time.Sleep(100 * time.Microsecond)
-		}
-	}()
-	var wg sync.WaitGroup
-	var ok, turned atomic.Int64
-	for i := range 40 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, _, err := g.complete(context.Background(), words(i, 20), 10)
-			switch {
-			case err == nil:
-				ok.Add(1)
-			case resp != nil && resp.StatusCode == 503 && resp.Header.Get("Retry-After") != "":
-				turned.Add(1)
-			default:
-				t.Errorf("request %d: %v", i, err)
+			if queue && (ok.Load() != 40 || waited.Load() < 30) {
+				t.Fatalf("with a queue: %d of 40 served, %d waited, want all served and most waiting", ok.Load(), waited.Load())
 			}
-		}()
-	}
-	wg.Wait()
-	close(stop)
-	if maxSeen.Load() > 3 || ok.Load() < 2 || turned.Load() == 0 || ok.Load()+turned.Load() != 40 {
-		t.Fatalf("max in flight %d, %d served, %d turned away", maxSeen.Load(), ok.Load(), turned.Load())
+			if !queue && (ok.Load() < 2 || turned.Load() == 0) {
+				t.Fatalf("without a queue: %d served, %d turned away", ok.Load(), turned.Load())
+			}
+		})
 	}
 }
 
@@ -297,7 +318,7 @@ func TestRandomDisconnects(t *testing.T) {
 		n = 200
 	}
 	ups := []*upstream{newUpstream(t, server.Config{Engine: testEngineConfig()}), newUpstream(t, server.Config{Engine: testEngineConfig()})}
-	g := startGateway(t, testOptions(t, ups...))
+	g := startGateway(t, testConfig(t, ups...))
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
@@ -310,7 +331,10 @@ func TestRandomDisconnects(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitUntil(t, "every slot to be released", 10*time.Second, func() bool { in, p := g.inFlight(); return in == 0 && p == 0 })
+	waitUntil(t, "every slot to be released", 10*time.Second, func() bool {
+		in, p := g.inFlight()
+		return in == 0 && p == 0 && g.queued() == 0 && g.reserved() == 0
+	})
 	for i, u := range ups {
 		u.mu.Lock()
 		srv := u.srv
@@ -355,9 +379,9 @@ func (r *recorder) WriteHeader(int)             {}
 // every one is answered or timed out, and a normal request still works.
 func TestHostileRequests(t *testing.T) {
 	u := newUpstream(t, server.Config{Engine: testEngineConfig()})
-	o := testOptions(t, u)
-	o.MaxBodyBytes = 1 << 20
-	s, err := New(o)
+	o := testConfig(t, u)
+	o.MaxBodyBytes = config.MiB
+	s, err := New(o, Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +451,7 @@ func TestHostileRequests(t *testing.T) {
 // and every other request goes elsewhere.
 func TestHangingReplica(t *testing.T) {
 	hang := newUpstream(t, server.Config{Engine: testEngineConfig(), Faults: server.Faults{HangRate: 1}})
-	o := testOptions(t, hang, newUpstream(t, server.Config{Engine: testEngineConfig()}), newUpstream(t, server.Config{Engine: testEngineConfig()}))
+	o := testConfig(t, hang, newUpstream(t, server.Config{Engine: testEngineConfig()}), newUpstream(t, server.Config{Engine: testEngineConfig()}))
 	o.Models[0].MaxPending = 4
 	g := startGateway(t, o)
 	var hung atomic.Int64
@@ -455,7 +479,7 @@ func TestHangingReplica(t *testing.T) {
 // streams: a next turn that quotes the answer is predicted cached as far as
 // the engine really has it.
 func TestAnswersAreIndexed(t *testing.T) {
-	g := startGateway(t, testOptions(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})))
+	g := startGateway(t, testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})))
 	prompt := words(400, 100)
 	_, sse, err := g.complete(context.Background(), prompt, 40)
 	if err != nil {

@@ -16,8 +16,9 @@ type metrics struct {
 	decisions  *prometheus.CounterVec
 	decisionH  *prometheus.HistogramVec
 	retries    *prometheus.CounterVec
-	ejections  *prometheus.CounterVec
 	errors     *prometheus.CounterVec
+	rejections *prometheus.CounterVec
+	queueWaitH *prometheus.HistogramVec
 	tokenize   *prometheus.CounterVec
 	logDropped prometheus.Counter
 	kvEvents   *prometheus.CounterVec
@@ -44,9 +45,10 @@ func newMetrics(s *Server) *metrics {
 	m.decisions = cv("inferrail_decisions_total", "Routing decisions by model, policy and replica.", "model", "policy", "replica")
 	m.decisionH = hv("inferrail_decision_seconds", "Time to route one attempt (index lookup and policy).", prometheus.ExponentialBuckets(1e-6, 2, 18), "model")
 	m.retries = cv("inferrail_retries_total", "Attempts retried on another replica before the first response byte.", "model")
-	m.ejections = cv("inferrail_ejections_total", "Replicas ejected after consecutive failures.", "model", "replica")
 	m.errors = cv("inferrail_upstream_errors_total", "Failed attempts by reason.", "model", "reason")
 	m.tokenize = cv("inferrail_tokenize_total", "Edge tokenizations by outcome (ok, timeout, queue_full, error, skipped).", "model", "outcome")
+	m.rejections = cv("inferrail_rejected_total", "Requests the gateway core rejected, by model and reason (queue_full, queue_timeout, no_capacity, slo_shed, no_replica, too_long).", "model", "reason")
+	m.queueWaitH = hv("inferrail_queue_wait_seconds", "Time each request waited in the queue for a replica to admit it (0 when one admitted it at once).", append([]float64{0.0001}, append(latencyBuckets, 160)...), "model")
 	m.kvEvents = cv("inferrail_kv_event_batches_total", "KV event batches by model, replica and result (applied, gap, reset).", "model", "replica", "result")
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_decision_log_dropped_total", Help: "Sampled decisions dropped because the log writer was behind."})
 	reg.MustRegister(m.logDropped, &stateCollector{s: s})
@@ -63,12 +65,15 @@ func (m *metrics) duration(model string, d time.Duration) {
 func (m *metrics) decisionTime(model string, d time.Duration) {
 	m.decisionH.WithLabelValues(model).Observe(d.Seconds())
 }
-func (m *metrics) decision(md *model, a attempt) {
-	m.decisions.WithLabelValues(md.name, md.opts.Policy, a.rep.name).Inc()
+func (m *metrics) decision(md *model, r *replica) {
+	m.decisions.WithLabelValues(md.name, md.policy, r.name).Inc()
 }
 func (m *metrics) retry(model string)               { m.retries.WithLabelValues(model).Inc() }
-func (m *metrics) ejected(model, replica string)    { m.ejections.WithLabelValues(model, replica).Inc() }
 func (m *metrics) errorReason(model, reason string) { m.errors.WithLabelValues(model, reason).Inc() }
+func (m *metrics) rejected(model, reason string)    { m.rejections.WithLabelValues(model, reason).Inc() }
+func (m *metrics) queueWait(model string, d time.Duration) {
+	m.queueWaitH.WithLabelValues(model).Observe(d.Seconds())
+}
 func (m *metrics) tokenized(model string, o tokOutcome) {
 	m.tokenize.WithLabelValues(model, string(o)).Inc()
 }
@@ -76,57 +81,70 @@ func (m *metrics) kvBatch(model, replica, result string) {
 	m.kvEvents.WithLabelValues(model, replica, result).Inc()
 }
 
-// stateCollector reports each replica's health, load and report age, and
-// each model's index size, read at scrape time.
+// stateCollector reports what each model's gateway core knows, read at
+// scrape time: each replica's health, load, reservations, ejections and
+// report age, and each model's queue and index size.
 type stateCollector struct{ s *Server }
 
 var (
-	descHealthy  = prometheus.NewDesc("inferrail_replica_healthy", "1 when the replica takes requests (probe passing, not ejected).", []string{"model", "replica"}, nil)
-	descInFlight = prometheus.NewDesc("inferrail_replica_in_flight", "Requests in flight at the replica, as the gateway counts them.", []string{"model", "replica"}, nil)
-	descPending  = prometheus.NewDesc("inferrail_replica_pending", "Requests at the replica still waiting for a first byte.", []string{"model", "replica"}, nil)
-	descRunning  = prometheus.NewDesc("inferrail_replica_engine_running", "The engine's running requests, as last scraped.", []string{"model", "replica"}, nil)
-	descWaiting  = prometheus.NewDesc("inferrail_replica_engine_waiting", "The engine's waiting requests, as last scraped.", []string{"model", "replica"}, nil)
-	descKV       = prometheus.NewDesc("inferrail_replica_engine_kv_usage", "The engine's KV cache usage (0-1), as last scraped.", []string{"model", "replica"}, nil)
-	descAge      = prometheus.NewDesc("inferrail_replica_report_age_seconds", "Age of the replica's last readable metrics page (-1: none yet).", []string{"model", "replica"}, nil)
-	descIndex    = prometheus.NewDesc("inferrail_index_bytes", "Memory of the model's KV index.", []string{"model"}, nil)
-	descBlocks   = prometheus.NewDesc("inferrail_index_blocks", "Blocks the KV index holds for the replica.", []string{"model", "replica"}, nil)
+	descHealthy   = prometheus.NewDesc("inferrail_replica_healthy", "1 when the replica takes requests (not ejected).", []string{"model", "replica"}, nil)
+	descInFlight  = prometheus.NewDesc("inferrail_replica_in_flight", "Requests in flight at the replica, as the gateway counts them.", []string{"model", "replica"}, nil)
+	descPending   = prometheus.NewDesc("inferrail_replica_pending", "Requests at the replica still waiting for a first byte.", []string{"model", "replica"}, nil)
+	descRunning   = prometheus.NewDesc("inferrail_replica_engine_running", "The engine's running requests, as last scraped.", []string{"model", "replica"}, nil)
+	descWaiting   = prometheus.NewDesc("inferrail_replica_engine_waiting", "The engine's waiting requests, as last scraped.", []string{"model", "replica"}, nil)
+	descKV        = prometheus.NewDesc("inferrail_replica_engine_kv_usage", "The engine's KV cache usage (0-1), as last scraped.", []string{"model", "replica"}, nil)
+	descAge       = prometheus.NewDesc("inferrail_replica_report_age_seconds", "Age of the replica's last readable metrics page (-1: none yet).", []string{"model", "replica"}, nil)
+	descReserved  = prometheus.NewDesc("inferrail_reserved_blocks", "KV blocks admission has reserved on the replica for its requests in flight.", []string{"model", "replica"}, nil)
+	descCapacity  = prometheus.NewDesc("inferrail_replica_kv_capacity_blocks", "The replica's KV capacity admission weighs requests against (configured, else reported; 0: unknown).", []string{"model", "replica"}, nil)
+	descEjections = prometheus.NewDesc("inferrail_ejections_total", "Replicas ejected after consecutive failures.", []string{"model", "replica"}, nil)
+	descRestarts  = prometheus.NewDesc("inferrail_replica_restarts_total", "Engine restarts detected (cumulative counters going backwards): the index forgot the replica.", []string{"model", "replica"}, nil)
+	descQueue     = prometheus.NewDesc("inferrail_queue_depth", "Requests waiting in the model's queue for a replica to admit them.", []string{"model"}, nil)
+	descQueueB    = prometheus.NewDesc("inferrail_queue_bytes", "Request bytes waiting in the model's queue.", []string{"model"}, nil)
+	descIndex     = prometheus.NewDesc("inferrail_index_bytes", "Memory of the model's KV index.", []string{"model"}, nil)
+	descBlocks    = prometheus.NewDesc("inferrail_index_blocks", "Blocks the KV index holds for the replica.", []string{"model", "replica"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHealthy, descInFlight, descPending, descRunning, descWaiting, descKV, descAge, descIndex, descBlocks} {
+	for _, d := range []*prometheus.Desc{descHealthy, descInFlight, descPending, descRunning, descWaiting, descKV, descAge,
+		descReserved, descCapacity, descEjections, descRestarts, descQueue, descQueueB, descIndex, descBlocks} {
 		ch <- d
 	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	now := time.Now()
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	n := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
 	for _, m := range c.s.models {
-		m.mu.Lock()
-		g := func(d *prometheus.Desc, v float64, labels ...string) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-		}
-		for _, r := range m.reps {
-			if r.gone {
-				continue
-			}
+		snap := m.snapshot()
+		for _, rs := range snap.reps {
+			st, name := &rs.st, rs.rep.name
 			healthy := 0.0
-			if r.healthy(now) {
+			if st.Healthy {
 				healthy = 1
 			}
-			g(descHealthy, healthy, m.name, r.name)
-			g(descInFlight, float64(r.load.InFlight), m.name, r.name)
-			g(descPending, float64(r.load.Pending), m.name, r.name)
-			g(descRunning, float64(r.engine.Running), m.name, r.name)
-			g(descWaiting, float64(r.engine.Waiting), m.name, r.name)
-			g(descKV, r.engine.KVCacheUsage, m.name, r.name)
+			g(descHealthy, healthy, m.name, name)
+			g(descInFlight, float64(st.Load.InFlight), m.name, name)
+			g(descPending, float64(st.Load.Pending), m.name, name)
+			g(descRunning, float64(st.Report.Running), m.name, name)
+			g(descWaiting, float64(st.Report.Waiting), m.name, name)
+			g(descKV, st.Report.KVUsage, m.name, name)
 			age := -1.0
-			if !r.engineAt.IsZero() {
-				age = now.Sub(r.engineAt).Seconds()
+			if st.ReportAge >= 0 {
+				age = st.ReportAge.Seconds()
 			}
-			g(descAge, age, m.name, r.name)
-			g(descBlocks, float64(m.rt.Index().Blocks(r.idx)), m.name, r.name)
+			g(descAge, age, m.name, name)
+			g(descReserved, float64(st.ReservedBlocks), m.name, name)
+			g(descCapacity, float64(st.CapacityBlocks), m.name, name)
+			n(descEjections, float64(st.Ejections), m.name, name)
+			n(descRestarts, float64(st.Restarts), m.name, name)
+			g(descBlocks, float64(rs.indexBlocks), m.name, name)
 		}
-		g(descIndex, float64(m.rt.Index().Bytes()), m.name)
-		m.mu.Unlock()
+		g(descQueue, float64(snap.queued), m.name)
+		g(descQueueB, float64(snap.queuedBytes), m.name)
+		g(descIndex, float64(snap.indexBytes), m.name)
 	}
 }

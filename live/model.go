@@ -7,8 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/fleet/remote"
+	"github.com/inferrail/inferrail/live/config"
 	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/router/gateway"
 )
 
 // Encoder turns a request's prompt into the token ids the engine will see.
@@ -19,254 +23,512 @@ type Encoder interface {
 	EncodeChat(body []byte) ([]uint32, error)
 }
 
-// replica is one upstream engine. Its fields are guarded by its model's mu.
+// replica is one upstream engine as the proxy reaches it. Its fields never
+// change once it is registered; everything the gateway knows of its state
+// (counters, caps, health, reports, removal) is in the model's core.
 type replica struct {
-	idx        int
-	name       string
-	base       *url.URL
-	maxConc    int
-	maxPending int
-	kvEvents   string
-	kvReplay   string
-	kvTopic    string
-	group      string // DNS group, "" for a static replica
-	gone       bool   // removed by discovery; kept until its requests end
-
-	load router.Load
-	// engine is the last scraped load; engineAt when it was read.
-	engine   router.EngineLoad
-	engineAt time.Time
-	capacity int // KV blocks, from the engine's cache_config_info
-
-	// health: failed requests and failed probes both count; ejection is
-	// the only way out of rotation, so the share cap always holds.
-	failures     int // consecutive
-	ejections    int
-	ejectedUntil time.Time
+	idx      int // the core's index
+	name     string
+	base     *url.URL
+	kvEvents string
+	kvReplay string
+	kvTopic  string
+	group    string // DNS group, "" for a listed replica
 }
 
-// model is one served model: its router and replicas. The Router is not
-// safe for concurrent use, so mu serialises decisions and state updates
-// (a decision takes tens of microseconds).
+// replicaSpec describes a replica to register.
+type replicaSpec struct {
+	name, url                   string
+	maxConcurrency, maxPending  int
+	capacity                    int
+	kvEvents, kvReplay, kvTopic string
+	group                       string
+}
+
+// model is one served model: a thin wrapper around its gateway core. The
+// core is not safe for concurrent use, so mu serialises every call to it;
+// this file is the only one that takes mu, and every core call is told the
+// time read under it (so the core's clock never goes backwards).
+//
+// A request whose Submit (or Retry) is Queued waits on a channel of its own
+// (waiters); every core call hands the decisions it returns for queued
+// requests to their channels before it unlocks. One goroutine per model
+// (runDeadlines) sleeps until the core's next deadline and calls Advance;
+// calls that bring the deadline closer nudge it.
 type model struct {
-	name   string
-	opts   ModelOptions
-	health HealthOptions
-	maxAge time.Duration
-	salt   kvblock.Hash
+	name      string
+	aliases   []string
+	policy    string
+	index     router.IndexMode
+	enc       Encoder
+	blockSize int
+	// admission and maxModelLen are the core's settings, which never change.
+	admission   gateway.Admission
+	maxModelLen int
+	salt        kvblock.Hash
+	dns         []config.DNSGroup
+	// defaults of a discovered replica
+	maxConcurrency, maxPending, capacity int
+	start                                time.Time
+	nudge                                chan struct{}
 
-	mu     sync.Mutex
-	rt     *router.Router
-	reps   []*replica
-	byName map[string]*replica
-	view   []router.Replica
-	start  time.Time
-	nextID uint64
-	models []string
+	mu      sync.Mutex
+	core    *gateway.Core
+	reps    []*replica // by core index
+	byName  map[string]*replica
+	waiters map[gateway.Ticket]chan granted
+	nextID  uint64
+	// armed and armedAt are the deadline runDeadlines sleeps until.
+	armed   bool
+	armedAt time.Duration
 }
 
-func newModel(o ModelOptions, opts *Options, start time.Time) (*model, error) {
-	rt, err := router.NewRouter(router.Config{
-		Policy: o.Policy,
+// granted is a decision for a queued request, with its replica resolved.
+type granted struct {
+	d   gateway.Decision
+	rep *replica
+}
+
+// newModel builds the core of one served model from its configuration; ec
+// is the engines' profile (cost_model's estimates, the index's default
+// capacity).
+func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config, start time.Time) (*model, error) {
+	g := gateway.DefaultConfig()
+	g.Model = mc.Name
+	g.Router = router.Config{
+		Policy: mc.Policy,
 		Options: router.Options{
-			Seed:                opts.Seed,
-			BlockSize:           o.Engine.BlockSize,
-			Profile:             o.Engine.Latency,
-			MaxNumBatchedTokens: o.Engine.MaxNumBatchedTokens,
-			SessionAffinity:     o.SessionAffinity,
+			Seed:                c.Seed,
+			BlockSize:           mc.BlockSize,
+			Profile:             ec.Latency,
+			MaxNumBatchedTokens: ec.MaxNumBatchedTokens,
+			SessionAffinity:     mc.SessionAffinity,
 		},
-		Index:                 o.Index,
-		SpeculationTTL:        2 * time.Second,
-		DefaultCapacityBlocks: o.Engine.NumGPUBlocks,
-	})
+		Index:          router.IndexMode(mc.Index),
+		SpeculationTTL: 2 * time.Second,
+		// The index's assumption until an engine reports its capacity;
+		// admission assumes nothing (its capacity is the configured one,
+		// else the engine's report).
+		DefaultCapacityBlocks: ec.NumGPUBlocks,
+	}
+	g.Admission = gateway.Admission(mc.Admission)
+	g.Overcommit = mc.Overcommit
+	g.DefaultMaxTokens = mc.DefaultMaxTokens
+	g.MaxModelLen = mc.MaxModelLen
+	g.MaxAge = c.Scrape.MaxAge
+	g.Queue = gateway.Queue{
+		MaxRequests: mc.Queue.MaxRequests, MaxBytes: int64(mc.Queue.MaxBytes), Timeout: mc.Queue.Timeout,
+		MaxPriority: mc.MaxPriority, ShedOnSLO: mc.Queue.ShedOnSLO,
+	}
+	g.Health = gateway.Health{EjectAfter: c.Health.EjectAfter, EjectTime: c.Health.EjectTime, MaxEjectTime: c.Health.MaxEjectTime, MaxEjectedShare: c.Health.MaxEjectedShare}
+	core, err := gateway.New(g)
 	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", o.Name, err)
+		return nil, fmt.Errorf("model %s: %w", mc.Name, err)
 	}
 	m := &model{
-		name: o.Name, opts: o, health: opts.Health, maxAge: opts.Scrape.MaxAge,
-		salt: kvblock.Salt(o.Name, "", ""), rt: rt, byName: map[string]*replica{}, start: start,
-		models: []string{o.Name},
+		name: mc.Name, aliases: mc.Aliases, policy: mc.Policy, index: router.IndexMode(mc.Index), enc: enc,
+		blockSize: mc.BlockSize, admission: g.Admission, maxModelLen: g.MaxModelLen, salt: core.Salt(), dns: mc.DNS,
+		maxConcurrency: mc.MaxConcurrency, maxPending: mc.MaxPending, capacity: mc.KVCapacityBlocks,
+		start: start, nudge: make(chan struct{}, 1),
+		core: core, byName: map[string]*replica{}, waiters: map[gateway.Ticket]chan granted{},
 	}
-	for _, r := range o.Replicas {
-		if _, err := m.add(r, ""); err != nil {
+	for j := range mc.Replicas {
+		r := &mc.Replicas[j]
+		conc, pending := mc.Limits(r)
+		if _, err := m.add(replicaSpec{
+			name: r.Name, url: r.URL, maxConcurrency: conc, maxPending: pending, capacity: mc.KVCapacity(r),
+			kvEvents: r.KVEvents, kvReplay: r.KVEventsReplay, kvTopic: r.KVEventsTopic,
+		}); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
 }
 
-// add registers a replica (or brings a removed one back).
-func (m *model) add(r ReplicaOptions, group string) (*replica, error) {
-	u, err := url.Parse(r.URL)
+// weighs reports whether the model's admission weighs requests against KV
+// capacity.
+func (m *model) weighs() bool {
+	return m.admission == gateway.AdmitKV || m.admission == gateway.AdmitTokenFlow
+}
+
+// unweighed lists the replicas kv admission cannot weigh yet: no configured
+// capacity (they are admitted without KV weighing until a scrape reports
+// their num_gpu_blocks), and whether discovered ones will be too.
+func (m *model) unweighed() (names []string, groups bool) {
+	if !m.weighs() {
+		return nil, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.reps {
+		if m.core.State(m.now(), r.idx).CapacityBlocks == 0 {
+			names = append(names, r.name)
+		}
+	}
+	return names, len(m.dns) > 0 && m.capacity == 0
+}
+
+// now is the core's time. Call it with mu held.
+func (m *model) now() time.Duration { return time.Since(m.start) }
+
+// add registers a replica with the core, or brings back a removed one.
+func (m *model) add(sp replicaSpec) (*replica, error) {
+	u, err := url.Parse(sp.url)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("model %s: replica %q: url %q must be an absolute http(s) URL", m.name, r.Name, r.URL)
+		return nil, fmt.Errorf("model %s: replica %q: url %q must be an absolute http(s) URL", m.name, sp.name, sp.url)
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
-	name := r.Name
+	name := sp.name
 	if name == "" {
 		name = u.Host
 	}
-	if old, ok := m.byName[name]; ok {
-		old.gone = false
-		return old, nil
-	}
-	rep := &replica{
-		idx: len(m.reps), name: name, base: u,
-		maxConc: r.MaxConcurrency, maxPending: r.MaxPending,
-		kvEvents: r.KVEvents, kvReplay: r.KVEventsReplay, kvTopic: r.KVEventsTopic,
-		group: group,
-	}
-	if rep.maxConc <= 0 {
-		rep.maxConc = m.opts.MaxConcurrency
-	}
-	if rep.maxPending <= 0 {
-		rep.maxPending = m.opts.MaxPending
-	}
-	m.reps = append(m.reps, rep)
-	m.byName[name] = rep
-	m.rt.SetCapacity(rep.idx, m.opts.Engine.NumGPUBlocks)
-	return rep, nil
-}
-
-// healthy reports whether r takes new requests now: it is not ejected.
-func (r *replica) healthy(now time.Time) bool {
-	return !r.gone && !now.Before(r.ejectedUntil)
-}
-
-// full reports whether a new request would overshoot r's caps.
-func (r *replica) full() bool {
-	return (r.maxConc > 0 && r.load.InFlight >= r.maxConc) || (r.maxPending > 0 && r.load.Pending >= r.maxPending)
-}
-
-// attempt is one try of a request on one replica.
-type attempt struct {
-	rep      *replica
-	decision router.Decision
-	prompt   int
-	// predicted is the cached tokens the index predicted (-1 without).
-	predicted int
-	// released is set once the attempt's slot is given back.
-	released bool
-	// inFlight is the replica's requests in flight once this one was added.
-	inFlight int
-}
-
-// route picks a replica among those not yet tried and takes a slot on it.
-// It never overshoots a replica's caps: the check and the increment happen
-// under the same lock.
-func (m *model) route(req *router.Request, tried map[*replica]bool, now time.Time) (attempt, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.view = m.view[:0]
-	for _, r := range m.reps {
-		ok := r.healthy(now) && !r.full() && !tried[r]
-		eng := r.engine
-		if eng.Valid {
-			eng.Age = now.Sub(r.engineAt)
-			if m.maxAge > 0 && eng.Age > m.maxAge {
-				eng = router.EngineLoad{} // too old: treated as missing
-			}
-		}
-		load := r.load
-		load.Engine = eng
-		m.view = append(m.view, router.Replica{
-			Candidate: router.Candidate{Replica: r.idx, Name: r.name, Load: load, KVCapacityBlocks: r.capacityOr(m.opts.Engine.NumGPUBlocks)},
-			Healthy:   ok,
-			Models:    m.models,
-		})
+	i, err := m.core.AddReplica(gateway.ReplicaConfig{Name: name, MaxInFlight: sp.maxConcurrency, MaxPending: sp.maxPending, CapacityBlocks: sp.capacity})
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", m.name, err)
 	}
+	if old, ok := m.byName[name]; ok {
+		return old, nil
+	}
+	r := &replica{idx: i, name: name, base: u, kvEvents: sp.kvEvents, kvReplay: sp.kvReplay, kvTopic: sp.kvTopic, group: sp.group}
+	m.reps = append(m.reps, r)
+	m.byName[name] = r
+	return r, nil
+}
+
+// dropMissing takes out of rotation for good the replicas of DNS group
+// group that want does not list; their requests in flight end normally.
+func (m *model) dropMissing(group string, want map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	for _, r := range m.reps {
+		if r.group == group && !want[r.name] && !m.core.State(now, r.idx).Gone {
+			m.deliver(m.core.RemoveReplica(r.idx))
+		}
+	}
+}
+
+// lookup finds a replica by name.
+func (m *model) lookup(name string) *replica {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.byName[name]
+}
+
+// live returns the replicas discovery has not removed.
+func (m *model) live() []*replica {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	var out []*replica
+	for _, r := range m.reps {
+		if !m.core.State(now, r.idx).Gone {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// attempt is one request's life in the core, from Submit to its end: its
+// ticket, and the replica of its current dispatch. Exactly one of Finished,
+// Fail, Abort or Retry ends each dispatch; done says the core no longer
+// knows the ticket (ended, or rejected), so nothing is called twice and the
+// handler's deferred release can end whatever is still held.
+type attempt struct {
+	t    gateway.Ticket
+	ch   chan granted // the waiter while queued
+	rep  *replica     // nil until dispatched
+	dec  gateway.Decision
+	done bool
+	// submitted is set once Submit ran; queued sums the waits in the queue.
+	submitted bool
+	queued    time.Duration
+}
+
+// take applies a decision to a: a dispatch names the replica, a rejection
+// ends the ticket. Call it with mu held, or with a granted's replica.
+func (a *attempt) take(d gateway.Decision, rep *replica) {
+	a.t = d.Ticket
+	switch d.Kind {
+	case gateway.Dispatched:
+		a.rep, a.dec = rep, d
+	case gateway.Rejected:
+		a.rep, a.done = nil, true
+	}
+}
+
+// submit hands a new request to the core. A Queued decision registers a's
+// waiter before the lock is released, so no later decision is missed.
+func (m *model) submit(a *attempt, req gateway.Request) gateway.Decision {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
 	m.nextID++
 	req.ID = m.nextID
-	req.Model = m.name
-	d, err := m.rt.Route(now.Sub(m.start), req, m.view)
-	if err != nil {
-		return attempt{}, err
-	}
-	r := m.reps[d.Replica]
-	r.load.InFlight++
-	r.load.Pending++
-	r.load.PendingPromptTokens += req.PromptTokens
-	r.load.PendingPrefillTokens += req.PromptTokens - d.PredictedCachedTokens
-	r.load.InFlightPromptTokens += req.PromptTokens
-	pred := -1
-	if req.BlockHashes != nil {
-		pred = d.PredictedCachedTokens
-	}
-	return attempt{rep: r, decision: d, prompt: req.PromptTokens, predicted: pred, inFlight: r.load.InFlight}, nil
+	d, others := m.core.Submit(now, req)
+	a.submitted = true
+	m.settle(a, d)
+	m.deliver(others)
+	m.rearm(now)
+	return d
 }
 
-func (r *replica) capacityOr(def int) int {
-	if r.capacity > 0 {
-		return r.capacity
+// retry takes a's dispatch back (it failed before its first byte; fault:
+// the replica is to blame) and routes the request again among the replicas
+// it has not tried.
+func (m *model) retry(a *attempt, fault bool) gateway.Decision {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a.done || a.rep == nil {
+		return gateway.Decision{Kind: gateway.Rejected, Ticket: a.t, Status: 502, Reason: gateway.ReasonNoReplica}
 	}
-	return def
+	now := m.now()
+	d, others := m.core.Retry(now, a.t, fault)
+	a.rep = nil
+	m.settle(a, d)
+	m.deliver(others)
+	m.rearm(now)
+	return d
 }
 
-// firstByte moves an attempt from pending to streaming.
+// settle applies a decision of Submit or Retry to a. Call it with mu held.
+func (m *model) settle(a *attempt, d gateway.Decision) {
+	if d.Kind == gateway.Queued {
+		a.t = d.Ticket
+		a.ch = make(chan granted, 1)
+		m.waiters[d.Ticket] = a.ch
+		return
+	}
+	var rep *replica
+	if d.Kind == gateway.Dispatched {
+		rep = m.reps[d.Replica]
+	}
+	a.take(d, rep)
+}
+
+// deliver hands the decisions a core call returned for queued requests to
+// their waiters. Every queued ticket has one (registered under the same
+// lock hold as its Queued decision, removed only by abort, which also
+// takes the ticket out of the core), and each channel gets one send into
+// its buffer of one, so no send blocks. Call it with mu held.
+func (m *model) deliver(decs []gateway.Decision) {
+	for _, d := range decs {
+		ch, ok := m.waiters[d.Ticket]
+		if !ok {
+			continue
+		}
+		delete(m.waiters, d.Ticket)
+		var rep *replica
+		if d.Kind == gateway.Dispatched {
+			rep = m.reps[d.Replica]
+		}
+		select {
+		case ch <- granted{d, rep}:
+		default:
+		}
+	}
+}
+
+// rearm nudges runDeadlines when the core's next deadline is now earlier
+// than the one it sleeps until. Call it with mu held.
+func (m *model) rearm(now time.Duration) {
+	at, ok := m.core.NextDeadline(now)
+	if !ok || (m.armed && at >= m.armedAt) {
+		return
+	}
+	m.armed, m.armedAt = true, at
+	select {
+	case m.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// runDeadlines sleeps until the core's next deadline (a queued request's
+// timeout, or the end of an ejection while requests wait) and calls
+// Advance, until stop is closed. It never polls: with no deadline it waits
+// for a nudge.
+func (m *model) runDeadlines(stop <-chan struct{}) {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		m.mu.Lock()
+		now := m.now()
+		at, ok := m.core.NextDeadline(now)
+		m.armed, m.armedAt = ok, at
+		m.mu.Unlock()
+		var fire <-chan time.Time
+		if ok {
+			t.Reset(at - now)
+			fire = t.C
+		}
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-m.nudge:
+			t.Stop()
+		case <-fire:
+			m.mu.Lock()
+			m.deliver(m.core.Advance(m.now()))
+			m.mu.Unlock()
+		}
+	}
+}
+
+// firstByte records the first byte of a's response.
 func (m *model) firstByte(a *attempt) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	a.rep.load.Pending--
-	a.rep.load.PendingPromptTokens -= a.prompt
-	a.rep.load.PendingPrefillTokens -= a.prompt - a.decision.PredictedCachedTokens
+	if a.done || a.rep == nil {
+		return
+	}
+	now := m.now()
+	m.deliver(m.core.FirstByte(now, a.t, -1))
 }
 
-// release ends an attempt. ok reports whether the engine served it (its
-// prompt is now cached there); pending whether it never saw a first byte.
-func (m *model) release(a *attempt, ok, pending bool, held []kvblock.Hash) {
+// finish ends a served request: the replica holds held (the prompt's and
+// answer's full blocks) now, and it answered well.
+func (m *model) finish(a *attempt, held []kvblock.Hash, u gateway.Usage) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := a.rep
-	if pending {
-		r.load.Pending--
-		r.load.PendingPromptTokens -= a.prompt
-		r.load.PendingPrefillTokens -= a.prompt - a.decision.PredictedCachedTokens
+	if a.done || a.rep == nil {
+		return
 	}
-	r.load.InFlight--
-	r.load.InFlightPromptTokens -= a.prompt
+	a.done = true
+	now := m.now()
+	m.core.Success(a.rep.idx)
+	m.deliver(m.core.Finished(now, a.t, u, held))
+	m.rearm(now)
+}
+
+// fail ends a request that failed and is not retried (fault: the replica
+// is to blame, which counts toward its ejection); ok says the replica
+// answered as it should (a client error), which resets its failures.
+func (m *model) fail(a *attempt, fault, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a.done || a.rep == nil {
+		return
+	}
+	a.done = true
+	now := m.now()
 	if ok {
-		m.rt.Finished(a.decision, held)
-	} else {
-		m.rt.Abandon(a.decision) // also ends the attempt's pins
+		m.core.Success(a.rep.idx)
 	}
+	m.deliver(m.core.Fail(now, a.t, fault))
+	m.rearm(now)
 }
 
-// failed records a failure of r (a request that could not reach it, or a
-// health probe). It returns true when r was ejected by it.
-func (m *model) failed(r *replica, now time.Time) bool {
+// abort ends a request whose client went away (or that the handler gives
+// up), queued or dispatched; ok says its replica did nothing wrong. It is a
+// no-op once a's ticket ended, so the handler defers it.
+func (m *model) abort(a *attempt, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r.failures++
-	if r.failures < m.health.EjectAfter || now.Before(r.ejectedUntil) {
-		return false
+	if a.done || !a.submitted {
+		return
 	}
-	// Never eject more than the allowed share of the model's replicas.
-	ejected, total := 0, 0
-	for _, o := range m.reps {
-		if o.gone {
+	a.done = true
+	delete(m.waiters, a.t)
+	now := m.now()
+	if ok && a.rep != nil {
+		m.core.Success(a.rep.idx)
+	}
+	m.deliver(m.core.Abort(now, a.t))
+	m.rearm(now)
+}
+
+// report applies a scrape of r's engine metrics; the core detects restarts
+// from the counters.
+func (m *model) report(r *replica, l remote.Load) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	m.deliver(m.core.Report(now, r.idx, gateway.Report{
+		Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage, NumGPUBlocks: l.NumGPUBlocks,
+		PrefixQueries: l.PrefixQueries, PrefixHits: l.PrefixHits, Preemptions: l.Preemptions,
+	}))
+	m.rearm(now)
+}
+
+// probe applies an active health check: a failure counts toward ejection
+// (within the share cap), a pass resets the count.
+func (m *model) probe(r *replica, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ok {
+		m.core.Success(r.idx)
+		return
+	}
+	now := m.now()
+	m.core.Failure(now, r.idx)
+	m.rearm(now)
+}
+
+// kvEvents feeds r's KV events to the index.
+func (m *model) kvEvents(r *replica, evs []gateway.KVEvent) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.core.KVEvents(m.now(), r.idx, evs)
+}
+
+// resync forgets what the index believed of r (its event stream had a gap
+// or a reset).
+func (m *model) resync(r *replica) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.core.Resync(r.idx)
+}
+
+// inFlight is r's requests in flight as the core counts them.
+func (m *model) inFlight(r *replica) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.core.State(m.now(), r.idx).Load.InFlight
+}
+
+// healthy reports whether some replica takes requests now.
+func (m *model) healthy() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	for _, r := range m.reps {
+		if m.core.State(now, r.idx).Healthy {
+			return true
+		}
+	}
+	return false
+}
+
+// replicaSnap is one replica's state for the admin views and metrics.
+type replicaSnap struct {
+	rep         *replica
+	st          gateway.ReplicaState
+	indexBlocks int
+}
+
+// modelSnap is a model's state for the admin views and metrics.
+type modelSnap struct {
+	reps        []replicaSnap // not removed by discovery
+	queued      int
+	queuedBytes int64
+	indexBytes  int64
+	at          time.Duration // the core's time of the snapshot
+}
+
+func (m *model) snapshot() modelSnap {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	s := modelSnap{queued: m.core.Queued(), queuedBytes: m.core.QueuedBytes(), indexBytes: m.core.Router().Index().Bytes(), at: now}
+	for _, r := range m.reps {
+		st := m.core.State(now, r.idx)
+		if st.Gone {
 			continue
 		}
-		total++
-		if now.Before(o.ejectedUntil) {
-			ejected++
-		}
+		s.reps = append(s.reps, replicaSnap{rep: r, st: st, indexBlocks: m.core.Router().Index().Blocks(r.idx)})
 	}
-	if float64(ejected+1) > m.health.MaxEjectedShare*float64(total) {
-		return false
-	}
-	d := m.health.EjectTime << min(r.ejections, 20)
-	if d > m.health.MaxEjectTime || d <= 0 {
-		d = m.health.MaxEjectTime
-	}
-	r.ejections++
-	r.ejectedUntil = now.Add(d)
-	r.failures = 0
-	return true
-}
-
-// succeeded resets r's consecutive failures.
-func (m *model) succeeded(r *replica) {
-	m.mu.Lock()
-	r.failures = 0
-	m.mu.Unlock()
+	return s
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/engine/kvevents"
 	"github.com/inferrail/inferrail/engine/server"
-	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/live/config"
 )
 
 // The official OpenAI Node SDK through the gateway, streaming and not.
@@ -34,7 +34,7 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 		t.Skip("node not found")
 	}
 	abs, _ := filepath.Abs(dir)
-	g := startGateway(t, testOptions(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true}), newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})))
+	g := startGateway(t, testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true}), newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})))
 	cmd := exec.Command("node", filepath.Join("..", "engine", "server", "testdata", "openai_sdk.cjs"))
 	cmd.Env = append(os.Environ(), "BASE_URL="+g.base, "NODE_PATH="+abs)
 	out, err := cmd.Output()
@@ -75,10 +75,9 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 func TestDecisionLog(t *testing.T) {
 	var mu sync.Mutex
 	var buf bytes.Buffer
-	o := testOptions(t, newUpstream(t, server.Config{Engine: testEngineConfig()}))
-	o.DecisionLog = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
-	o.DecisionLogSample = 1
-	g := startGateway(t, o)
+	o := testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig()}))
+	o.DecisionLog.Sample = 1
+	g := startGatewayDeps(t, o, Deps{DecisionLog: writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })})
 	secret := words(777, 20)
 	for range 5 {
 		if _, _, err := g.complete(context.Background(), secret, 2); err != nil {
@@ -123,8 +122,8 @@ func TestEventFedIndex(t *testing.T) {
 	}
 	ua, ea := mk()
 	ub, eb := mk()
-	o := testOptions(t, ua, ub)
-	o.Models[0].Index = router.IndexEvents
+	o := testConfig(t, ua, ub)
+	o.Models[0].Index = config.IndexEvents
 	o.Models[0].Replicas[0].KVEvents, o.Models[0].Replicas[0].KVEventsTopic = ea, "kv"
 	o.Models[0].Replicas[1].KVEvents, o.Models[0].Replicas[1].KVEventsTopic = eb, "kv"
 	g := startGateway(t, o)
@@ -174,14 +173,13 @@ func TestDNSDiscovery(t *testing.T) {
 	// Both upstreams listen on 127.0.0.1 with different ports, while a DNS
 	// group has one port: use two groups of one name each.
 	res := &fakeResolver{addrs: map[string][]string{"a.test": {hostA}, "b.test": {hostA}}}
-	o := testOptions(t)
+	o := testConfig(t)
 	o.Models[0].Replicas = nil
 	pa, _ := strconv.Atoi(portA)
 	pb, _ := strconv.Atoi(portB)
-	o.Models[0].DNS = []DNSGroup{{Name: "ga", Host: "a.test", Port: pa, Scheme: "http"}, {Name: "gb", Host: "b.test", Port: pb, Scheme: "http"}}
-	o.Resolver = res
+	o.Models[0].DNS = []config.DNSGroup{{Name: "ga", Host: "a.test", Port: pa, Scheme: "http"}, {Name: "gb", Host: "b.test", Port: pb, Scheme: "http"}}
 	o.DNSRefresh = 20 * time.Millisecond
-	g := startGateway(t, o)
+	g := startGatewayDeps(t, o, Deps{Resolver: res})
 	waitUntil(t, "both groups resolved", 5*time.Second, func() bool { return len(g.replicaViews()) == 2 })
 	if _, _, err := g.complete(context.Background(), words(1, 10), 2); err != nil {
 		t.Fatal(err)

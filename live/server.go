@@ -2,23 +2,32 @@ package live
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/inferrail/inferrail/calibrate"
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/live/config"
+	"github.com/inferrail/inferrail/router/tokenize"
 )
 
 // Server is the proxy. Create it with New, start its background work
 // (scraping, health checks, discovery, KV events) with Run, and serve
 // Handler to clients and AdminHandler to operators.
 type Server struct {
-	opts     Options
+	cfg      config.Config
 	models   []*model
 	byName   map[string]*model // names and aliases
 	aliases  map[string]bool
@@ -26,6 +35,8 @@ type Server struct {
 	tok      *tokPool
 	met      *metrics
 	declog   *decisionLog
+	logFile  io.Closer // the decision log's file, when New opened it
+	resolver Resolver
 	boot     int64
 	reqSeq   atomic.Uint64
 	start    time.Time
@@ -33,31 +44,94 @@ type Server struct {
 	bgMu sync.Mutex
 	bg   *background
 
+	// stop ends the models' deadline goroutines (wg).
+	stop chan struct{}
+	wg   sync.WaitGroup
+
 	closeOnce sync.Once
 }
 
-// New validates opts and builds the proxy; nothing runs until Run.
-func New(opts Options) (*Server, error) {
-	if err := opts.validate(); err != nil {
+// Deps is what a Server needs beyond its configuration: what cannot be
+// written in YAML. Every field is optional.
+type Deps struct {
+	// Transport carries every request to the engines (proxied requests,
+	// scrapes, probes); nil: a pooled keep-alive transport.
+	Transport http.RoundTripper
+	// Resolver resolves DNS groups; nil: net.DefaultResolver.
+	Resolver Resolver
+	// DecisionLog receives the sampled decisions (decision_log.sample and
+	// .buffer apply); nil: the file at decision_log.path, which New opens
+	// for appending and Close closes, or no log when the path is "".
+	DecisionLog DecisionSink
+	// Encoders are tokenizers already loaded, by model name (a nil entry:
+	// no edge tokenization, no predictions); a model not in the map gets
+	// its tokenizer setting loaded.
+	Encoders map[string]Encoder
+	// Notes receives startup notes, one line each, such as replicas that
+	// kv admission cannot weigh until their first scrape; nil: discarded.
+	Notes io.Writer
+}
+
+// New validates cfg (config.Validate), loads what it names (tokenizers,
+// profiles, the decision log's file) once, and builds the proxy: one
+// gateway core per model. Nothing is proxied or scraped until Handler is
+// served and Run is called; each model's deadline goroutine (queue
+// timeouts) runs until Close.
+func New(cfg *config.Config, deps Deps) (*Server, error) {
+	if cfg == nil {
+		return nil, errors.New("live: no configuration")
+	}
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("live: %w", err)
 	}
 	s := &Server{
-		opts: opts, byName: map[string]*model{}, aliases: map[string]bool{},
-		boot: time.Now().UnixNano(), start: time.Now(),
+		cfg: *cfg, byName: map[string]*model{}, aliases: map[string]bool{}, resolver: deps.Resolver,
+		boot: time.Now().UnixNano(), start: time.Now(), stop: make(chan struct{}),
 	}
-	for _, mo := range opts.Models {
-		m, err := newModel(mo, &s.opts, s.start)
+	s.cfg.Models = append([]config.Model(nil), cfg.Models...)
+	for i := range s.cfg.Models {
+		mc := &s.cfg.Models[i]
+		enc, ok := deps.Encoders[mc.Name]
+		if !ok {
+			tok, err := tokenize.LoadModel(mc.Tokenizer, tokenize.Options{})
+			if err != nil {
+				return nil, fmt.Errorf("live: models[%d].tokenizer: %w", i, err)
+			}
+			enc = tok
+		}
+		ec := engine.DefaultConfig()
+		if mc.Profile != "" {
+			var err error
+			if ec, err = calibrate.ResolveProfile(mc.Profile); err != nil {
+				return nil, fmt.Errorf("live: models[%d].profile: %w", i, err)
+			}
+		}
+		ec.BlockSize = mc.BlockSize
+		m, err := newModel(&s.cfg, mc, enc, ec, s.start)
 		if err != nil {
 			return nil, fmt.Errorf("live: %w", err)
 		}
 		s.models = append(s.models, m)
-		s.byName[mo.Name] = m
-		for _, a := range mo.Aliases {
+		s.byName[mc.Name] = m
+		for _, a := range mc.Aliases {
 			s.byName[a] = m
 			s.aliases[a] = true
 		}
+		if deps.Notes != nil {
+			if names, groups := m.unweighed(); len(names) > 0 || groups {
+				var what []string
+				if len(names) > 0 {
+					what = append(what, plural(len(names), "replica")+" "+strings.Join(names, ", "))
+				}
+				if groups {
+					what = append(what, "the replicas its DNS groups find")
+				}
+				fmt.Fprintf(deps.Notes, "inferrail live: model %s: no kv_capacity_blocks for %s: %s admission takes each without weighing KV until a scrape reports its num_gpu_blocks (vllm:cache_config_info)\n",
+					m.name, strings.Join(what, " and "), m.admission)
+			}
+		}
 	}
-	tr := opts.Transport
+	tr := deps.Transport
 	if tr == nil {
 		tr = &http.Transport{
 			Proxy:               nil,
@@ -70,11 +144,29 @@ func New(opts Options) (*Server, error) {
 			DisableCompression: true,
 		}
 	}
+	sink := deps.DecisionLog
+	if sink == nil && s.cfg.DecisionLog.Path != "" {
+		f, err := os.OpenFile(s.cfg.DecisionLog.Path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("live: decision_log.path: %w", err)
+		}
+		sink, s.logFile = f, f
+	}
 	s.upstream = &http.Client{Transport: tr}
-	s.tok = newTokPool(opts.Tokenize)
+	s.tok = newTokPool(s.cfg.Tokenize)
 	s.met = newMetrics(s)
-	s.declog = newDecisionLog(opts.DecisionLog, opts.DecisionLogSample, opts.DecisionLogBuffer, s.met.logDropped.Inc)
+	s.declog = newDecisionLog(sink, s.cfg.DecisionLog.Sample, s.cfg.DecisionLog.Buffer, s.met.logDropped.Inc)
+	for _, m := range s.models {
+		s.wg.Go(func() { m.runDeadlines(s.stop) })
+	}
 	return s, nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return what
+	}
+	return what + "s"
 }
 
 // lookup resolves a model name or alias; "" is the only model when there is
@@ -139,7 +231,7 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 		Data   []card `json:"data"`
 	}{Object: "list", Data: []card{}}
 	for _, m := range s.models {
-		for _, n := range append([]string{m.name}, m.opts.Aliases...) {
+		for _, n := range append([]string{m.name}, m.aliases...) {
 			out.Data = append(out.Data, card{ID: n, Object: "model", Created: s.start.Unix(), OwnedBy: "inferrail", Root: m.name})
 		}
 	}
@@ -150,15 +242,8 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 
 // handleHealth is 200 while every model has a replica taking requests.
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	now := time.Now()
 	for _, m := range s.models {
-		m.mu.Lock()
-		ok := false
-		for _, r := range m.reps {
-			ok = ok || r.healthy(now)
-		}
-		m.mu.Unlock()
-		if !ok {
+		if !m.healthy() {
 			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_healthy_replica", "model "+m.name+" has no healthy replica")
 			return
 		}
@@ -173,40 +258,48 @@ type replicaView struct {
 	Healthy      bool    `json:"healthy"`
 	InFlight     int     `json:"in_flight"`
 	Pending      int     `json:"pending"`
+	PeakInFlight int     `json:"peak_in_flight"`
 	Failures     int     `json:"consecutive_failures"`
 	Ejections    int     `json:"ejections"`
 	EjectedUntil string  `json:"ejected_until,omitempty"`
+	Restarts     int     `json:"restarts"`
 	Running      int     `json:"engine_running"`
 	Waiting      int     `json:"engine_waiting"`
 	KVUsage      float64 `json:"engine_kv_usage"`
 	ReportAgeS   float64 `json:"report_age_s"`
 	IndexBlocks  int     `json:"index_blocks"`
+	// ReservedBlocks is the KV blocks admission holds for the replica's
+	// requests in flight, CapacityBlocks what it weighs them against (0:
+	// unknown yet), PeakReservedBlocks the most ever reserved.
+	ReservedBlocks     int `json:"reserved_blocks"`
+	CapacityBlocks     int `json:"capacity_blocks"`
+	PeakReservedBlocks int `json:"peak_reserved_blocks"`
+	// Queued is the model's requests waiting for a replica.
+	Queued int `json:"model_queued"`
 }
 
 func (s *Server) replicaViews() []replicaView {
-	now := time.Now()
 	var out []replicaView
 	for _, m := range s.models {
-		m.mu.Lock()
-		for _, r := range m.reps {
-			if r.gone {
-				continue
-			}
+		snap := m.snapshot()
+		for _, rs := range snap.reps {
+			st := rs.st
 			v := replicaView{
-				Model: m.name, Replica: r.name, URL: r.base.String(), Healthy: r.healthy(now),
-				InFlight: r.load.InFlight, Pending: r.load.Pending, Failures: r.failures, Ejections: r.ejections,
-				Running: r.engine.Running, Waiting: r.engine.Waiting, KVUsage: r.engine.KVCacheUsage, ReportAgeS: -1,
-				IndexBlocks: m.rt.Index().Blocks(r.idx),
+				Model: m.name, Replica: rs.rep.name, URL: rs.rep.base.String(), Healthy: st.Healthy,
+				InFlight: st.Load.InFlight, Pending: st.Load.Pending, PeakInFlight: st.PeakInFlight,
+				Failures: st.Failures, Ejections: st.Ejections, Restarts: st.Restarts,
+				Running: st.Report.Running, Waiting: st.Report.Waiting, KVUsage: st.Report.KVUsage, ReportAgeS: -1,
+				IndexBlocks: rs.indexBlocks, ReservedBlocks: st.ReservedBlocks, CapacityBlocks: st.CapacityBlocks,
+				PeakReservedBlocks: st.PeakReserved, Queued: snap.queued,
 			}
-			if now.Before(r.ejectedUntil) {
-				v.EjectedUntil = r.ejectedUntil.UTC().Format(time.RFC3339Nano)
+			if st.EjectedNow {
+				v.EjectedUntil = m.start.Add(st.EjectedUntil).UTC().Format(time.RFC3339Nano)
 			}
-			if !r.engineAt.IsZero() {
-				v.ReportAgeS = now.Sub(r.engineAt).Seconds()
+			if st.ReportAge >= 0 {
+				v.ReportAgeS = st.ReportAge.Seconds()
 			}
 			out = append(out, v)
 		}
-		m.mu.Unlock()
 	}
 	return out
 }
@@ -217,12 +310,18 @@ func (s *Server) handleReplicas(w http.ResponseWriter, _ *http.Request) {
 	w.Write(b)
 }
 
-// Close stops the tokenizer pool and the decision log; call it after the
-// HTTP servers have shut down and Run has returned.
+// Close stops the deadline goroutines and the decision log (closing its
+// file if New opened it); call it after the HTTP servers have shut down and
+// Run has returned.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
 		if s.declog != nil {
 			s.declog.close()
+		}
+		if s.logFile != nil {
+			s.logFile.Close()
 		}
 		s.upstream.CloseIdleConnections()
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime"
 	"time"
+
+	"github.com/inferrail/inferrail/live/config"
 )
 
 // tokOutcome is how edge tokenization of one request went.
@@ -28,7 +30,7 @@ type tokPool struct {
 	timeout time.Duration
 }
 
-func newTokPool(o TokenizeOptions) *tokPool {
+func newTokPool(o config.Tokenize) *tokPool {
 	workers := o.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)

@@ -8,13 +8,15 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/inferrail/inferrail/live/config"
 )
 
 // The pool never runs more than its workers at once, turns away what its
 // queue cannot hold, and gives up on a wait past its timeout.
 func TestTokPoolBounds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newTokPool(TokenizeOptions{Workers: 2, Queue: 3, Timeout: 20 * time.Millisecond})
+		p := newTokPool(config.Tokenize{Workers: 2, Queue: 3, Timeout: 20 * time.Millisecond})
 		var running, peak atomic.Int64
 		slow := func() ([]uint32, error) {
 			n := running.Add(1)

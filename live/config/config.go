@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/inferrail/inferrail/router/gateway"
 )
 
 // Index modes (Model.Index).
@@ -164,10 +166,61 @@ type Model struct {
 	// MaxPending is the per-replica cap of requests waiting for a first
 	// byte. Default 64.
 	MaxPending int `yaml:"max_pending"`
+	// Admission is the rule that decides when a replica takes one more
+	// request (package router/gateway): "none" (dispatch at once while a
+	// replica is under its caps), "kv" (weigh each request in the KV
+	// blocks it adds, prompt minus its predicted cached part plus
+	// max_tokens, against each replica's capacity), or one of the peers'
+	// rules "llmd-utilization", "llmd-concurrency", "dynamo", "tokenflow".
+	// A request no replica admits waits in the queue. Default "kv".
+	Admission string `yaml:"admission"`
+	// Overcommit scales each replica's KV capacity for kv admission, in
+	// (0, 4]. Default gateway.DefaultOvercommit (1).
+	Overcommit float64 `yaml:"overcommit"`
+	// DefaultMaxTokens is the output a request without max_tokens is
+	// weighed with; 0 means max_model_len minus its prompt (vLLM's
+	// default), or nothing when max_model_len is 0. Default 0.
+	DefaultMaxTokens int `yaml:"default_max_tokens"`
+	// MaxModelLen is the engines' context length (vLLM's
+	// --max-model-len): a tokenized prompt plus max_tokens beyond it is
+	// answered 400 at once. 0: unknown, not checked. Default 0.
+	MaxModelLen int `yaml:"max_model_len"`
+	// MaxPriority caps the priority a request asks for with the
+	// x-inferrail-priority header (higher is served first), 0 to 1000.
+	// Default 10.
+	MaxPriority int `yaml:"max_priority"`
+	// KVCapacityBlocks is each replica's KV capacity in blocks for
+	// admission; 0 takes what the engine reports (vLLM's
+	// vllm:cache_config_info num_gpu_blocks). A replica's own setting
+	// overrides it. Default 0.
+	KVCapacityBlocks int `yaml:"kv_capacity_blocks"`
+	// Queue bounds the requests waiting for a replica to admit them.
+	Queue Queue `yaml:"queue"`
 	// Replicas are the listed replicas.
 	Replicas []Replica `yaml:"replicas"`
 	// DNS are the DNS groups: every address of a group is a replica.
 	DNS []DNSGroup `yaml:"dns"`
+}
+
+// Queue bounds a model's queue of requests no replica admits yet. Requests
+// leave it highest priority first, fairly across tenants (the
+// x-inferrail-tenant header, else the body's user field) within a priority,
+// first come first served within a tenant, the moment capacity frees.
+type Queue struct {
+	// MaxRequests is the most requests waiting; one more is answered 429
+	// queue_full. 0 turns queueing off: a request no replica admits is
+	// answered 429 no_capacity at once. Default 1024.
+	MaxRequests int `yaml:"max_requests"`
+	// MaxBytes bounds the request bodies waiting, in bytes or a size such
+	// as "256MiB". Default 256 MiB.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// Timeout is the longest a request waits; past it, 429 queue_timeout
+	// (503 when no replica is healthy). Must be positive. Default 30s.
+	Timeout time.Duration `yaml:"timeout"`
+	// ShedOnSLO answers 429 slo_shed at once when the queue's measured
+	// drain rate says the request would wait past its timeout. Default
+	// false.
+	ShedOnSLO bool `yaml:"shed_on_slo"`
 }
 
 // Replica is one listed engine.
@@ -182,6 +235,9 @@ type Replica struct {
 	MaxConcurrency int `yaml:"max_concurrency"`
 	// MaxPending overrides the model's; 0 keeps it.
 	MaxPending int `yaml:"max_pending"`
+	// KVCapacityBlocks overrides the model's kv_capacity_blocks; 0 keeps
+	// it.
+	KVCapacityBlocks int `yaml:"kv_capacity_blocks"`
 	// KVEvents is the ZMQ endpoint of the engine's KV events, such as
 	// tcp://10.0.0.1:5557; required when the model's index is "events".
 	KVEvents string `yaml:"kv_events"`
@@ -245,6 +301,10 @@ func DefaultModel() Model {
 		BlockSize:      16,
 		MaxConcurrency: 256,
 		MaxPending:     64,
+		Admission:      string(gateway.AdmitKV),
+		Overcommit:     gateway.DefaultOvercommit,
+		MaxPriority:    10,
+		Queue:          Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second},
 	}
 }
 
@@ -401,9 +461,19 @@ func (m *Model) Limits(r *Replica) (maxConcurrency, maxPending int) {
 	return maxConcurrency, maxPending
 }
 
+// KVCapacity returns the KV capacity in blocks configured for replica r of
+// m: r's own where set, else m's; 0 means the engine's report.
+func (m *Model) KVCapacity(r *Replica) int {
+	if r.KVCapacityBlocks > 0 {
+		return r.KVCapacityBlocks
+	}
+	return m.KVCapacityBlocks
+}
+
 // Summary describes the models, one line each, for `inferrail live --check`:
-// name, aliases, policy, index, tokenizer, block size, profile, limits, then
-// the replicas and the DNS groups (sections without entries are left out).
+// name, aliases, policy, index, tokenizer, block size, profile, limits,
+// admission and queue (max requests/bytes/timeout), then the replicas and
+// the DNS groups (sections without entries are left out).
 func (c *Config) Summary() string {
 	var b strings.Builder
 	for i := range c.Models {
@@ -420,6 +490,14 @@ func (c *Config) Summary() string {
 			b.WriteString(", session_affinity")
 		}
 		fmt.Fprintf(&b, ", max_concurrency %d, max_pending %d", m.MaxConcurrency, m.MaxPending)
+		fmt.Fprintf(&b, ", admission %s", m.Admission)
+		if m.KVCapacityBlocks > 0 {
+			fmt.Fprintf(&b, ", kv_capacity_blocks %d", m.KVCapacityBlocks)
+		}
+		if m.MaxModelLen > 0 {
+			fmt.Fprintf(&b, ", max_model_len %d", m.MaxModelLen)
+		}
+		fmt.Fprintf(&b, ", queue %d/%v/%v", m.Queue.MaxRequests, m.Queue.MaxBytes, m.Queue.Timeout)
 		if len(m.Replicas) > 0 {
 			fmt.Fprintf(&b, "; %s:", plural(len(m.Replicas), "replica"))
 		}
@@ -432,6 +510,9 @@ func (c *Config) Summary() string {
 			}
 			if r.MaxPending > 0 {
 				extra = append(extra, "max_pending "+strconv.Itoa(r.MaxPending))
+			}
+			if r.KVCapacityBlocks > 0 {
+				extra = append(extra, "kv_capacity_blocks "+strconv.Itoa(r.KVCapacityBlocks))
 			}
 			if r.KVEvents != "" {
 				extra = append(extra, "kv_events "+r.KVEvents)

@@ -71,7 +71,8 @@ func TestDefaultValues(t *testing.T) {
 		{"tokenize", d.Tokenize, Tokenize{0, 1024, 20 * time.Millisecond}},
 		{"decision_log", d.DecisionLog, DecisionLog{"", 0.01, 4096}},
 		{"dns_refresh", d.DNSRefresh, 10 * time.Second},
-		{"model", DefaultModel(), Model{Policy: "cost_model", Tokenizer: "builtin:sim", Index: "approximate", BlockSize: 16, MaxConcurrency: 256, MaxPending: 64}},
+		{"model", DefaultModel(), Model{Policy: "cost_model", Tokenizer: "builtin:sim", Index: "approximate", BlockSize: 16, MaxConcurrency: 256, MaxPending: 64,
+			Admission: "kv", Overcommit: 1, MaxPriority: 10, Queue: Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second}}},
 		{"dns", DefaultDNSGroup(), DNSGroup{Scheme: "http"}},
 	}
 	for _, c := range checks {
@@ -116,11 +117,19 @@ models:
     session_affinity: true
     max_concurrency: 1
     max_pending: 2
+    admission: llmd-utilization
+    overcommit: 1.5
+    default_max_tokens: 256
+    max_model_len: 8192
+    max_priority: 100
+    kv_capacity_blocks: 4000
+    queue: {max_requests: 0, max_bytes: 1MiB, timeout: 2s, shed_on_slo: true}
     replicas:
       - name: r
         url: https://engine.example:8443/prefix
         max_concurrency: 3
         max_pending: 4
+        kv_capacity_blocks: 5000
         kv_events: tcp://engine.example:5557
         kv_events_replay: tcp://engine.example:5558
         kv_events_topic: kv
@@ -150,7 +159,9 @@ models:
 			Name: "big", Aliases: []string{"b1", "b2"}, Policy: "round_robin", Tokenizer: tok,
 			Index: "events", BlockSize: 1024, Profile: "Llama-3.1-8B@H100", SessionAffinity: true,
 			MaxConcurrency: 1, MaxPending: 2,
-			Replicas: []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv"}},
+			Admission: "llmd-utilization", Overcommit: 1.5, DefaultMaxTokens: 256, MaxModelLen: 8192, MaxPriority: 100, KVCapacityBlocks: 4000,
+			Queue:    Queue{MaxRequests: 0, MaxBytes: MiB, Timeout: 2 * time.Second, ShedOnSLO: true},
+			Replicas: []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, 5000, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv"}},
 			DNS:      []DNSGroup{{"g", "vllm.default.svc.cluster.local", 8000, "https", 5557, 5558, "kv"}},
 		}},
 	}
@@ -201,6 +212,29 @@ func TestLimits(t *testing.T) {
 		if mc != c.mc || mp != c.mpen {
 			t.Errorf("Limits(%+v) = %d, %d; want %d, %d", c.r, mc, mp, c.mc, c.mpen)
 		}
+	}
+}
+
+func TestKVCapacity(t *testing.T) {
+	m := Model{KVCapacityBlocks: 100}
+	if got := m.KVCapacity(&Replica{}); got != 100 {
+		t.Errorf("KVCapacity(no override) = %d, want the model's 100", got)
+	}
+	if got := m.KVCapacity(&Replica{KVCapacityBlocks: 7}); got != 7 {
+		t.Errorf("KVCapacity(override 7) = %d, want 7", got)
+	}
+}
+
+// A queue section that sets one field keeps the defaults of the others.
+func TestQueuePartialKeepsDefaults(t *testing.T) {
+	c, err := Parse([]byte(minimal + "    queue: {timeout: 5s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultModel().Queue
+	want.Timeout = 5 * time.Second
+	if got := c.Models[0].Queue; got != want {
+		t.Fatalf("queue %+v, want %+v", got, want)
 	}
 }
 
@@ -319,8 +353,10 @@ models:
     index: events
     profile: Llama-3.1-8B@H100
     session_affinity: true
+    kv_capacity_blocks: 100
+    max_model_len: 4096
     replicas:
-      - {name: r1, url: "http://h:1", max_concurrency: 2, max_pending: 3, kv_events: "tcp://h:5557"}
+      - {name: r1, url: "http://h:1", max_concurrency: 2, max_pending: 3, kv_capacity_blocks: 50, kv_events: "tcp://h:5557"}
     dns:
       - {name: g, host: pool.local, port: 80, kv_events_port: 5557}
   - name: b
@@ -330,8 +366,8 @@ models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "a (aliases x): policy p2c, index events, tokenizer builtin:sim, block_size 16, profile Llama-3.1-8B@H100, session_affinity, max_concurrency 256, max_pending 64; 1 replica: r1=http://h:1 (max_concurrency 2, max_pending 3, kv_events tcp://h:5557); 1 dns group: g=http://pool.local:80 (kv_events port 5557)\n" +
-		"b: policy cost_model, index approximate, tokenizer builtin:sim, block_size 16, max_concurrency 256, max_pending 64; 1 dns group: g=https://pool.local:81\n"
+	want := "a (aliases x): policy p2c, index events, tokenizer builtin:sim, block_size 16, profile Llama-3.1-8B@H100, session_affinity, max_concurrency 256, max_pending 64, admission kv, kv_capacity_blocks 100, max_model_len 4096, queue 1024/256MiB/30s; 1 replica: r1=http://h:1 (max_concurrency 2, max_pending 3, kv_capacity_blocks 50, kv_events tcp://h:5557); 1 dns group: g=http://pool.local:80 (kv_events port 5557)\n" +
+		"b: policy cost_model, index approximate, tokenizer builtin:sim, block_size 16, max_concurrency 256, max_pending 64, admission kv, queue 1024/256MiB/30s; 1 dns group: g=https://pool.local:81\n"
 	if got := c.Summary(); got != want {
 		t.Fatalf("Summary() =\n%s\nwant\n%s", got, want)
 	}

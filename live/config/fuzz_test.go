@@ -15,6 +15,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(minimal))
 	f.Add([]byte("models:\n  - {name: a, aliases: [b], index: events, replicas: [{url: 'http://h:1', kv_events: 'tcp://h:2'}], dns: [{name: g, host: x, port: 1, kv_events_port: 2}]}\n"))
 	f.Add([]byte("max_body_bytes: 4MiB\nretry: {attempts: 11}\nmodels: [{name: a}]\n"))
+	f.Add([]byte("models:\n  - {name: a, admission: tokenflow, overcommit: 1.5, max_model_len: 100, default_max_tokens: 50, max_priority: 3, kv_capacity_blocks: 9, queue: {max_requests: 0, max_bytes: 1KiB, timeout: 1s, shed_on_slo: true}, replicas: [{url: 'http://h:1', kv_capacity_blocks: 5}]}\n"))
+	f.Add([]byte("models: [{name: a, admission: foo, queue: {timeout: 0}, replicas: [{url: 'http://h:1'}]}]\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte("models:\n  - &m {name: a, replicas: [{url: 'http://h:1'}]}\n  - *m\n"))
 	f.Add([]byte("---\n---\n"))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inferrail/inferrail/calibrate"
 	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/router/gateway"
 )
 
 // Bounds that keep a typo from asking for absurd resources.
@@ -26,6 +27,11 @@ const (
 	maxWorkers    = 4096
 	maxEjectAfter = 1000
 	maxBlockSize  = 1024
+	// maxModelLen and maxKVBlocks are the engine's own bounds
+	// (engine.Config.Validate); maxOvercommit is the gateway core's.
+	maxModelLen   = 1 << 26
+	maxKVBlocks   = 1 << 24
+	maxOvercommit = 4
 	// maxProfileBytes bounds a profile file read at validation.
 	maxProfileBytes = 1 << 20
 )
@@ -224,6 +230,7 @@ func (k *checker) model(p string, m *Model) {
 	k.profile(p+".profile", m.Profile)
 	k.intIn(p+".max_concurrency", m.MaxConcurrency, 1, maxCount)
 	k.intIn(p+".max_pending", m.MaxPending, 1, maxCount)
+	k.admission(p, m)
 	if len(m.Replicas) == 0 && len(m.DNS) == 0 {
 		k.fail(p, "needs at least one entry in replicas or dns")
 	}
@@ -260,6 +267,7 @@ func (k *checker) model(p string, m *Model) {
 		}
 		k.intIn(rp+".max_concurrency", r.MaxConcurrency, 0, maxCount)
 		k.intIn(rp+".max_pending", r.MaxPending, 0, maxCount)
+		k.intIn(rp+".kv_capacity_blocks", r.KVCapacityBlocks, 0, maxKVBlocks)
 		switch {
 		case r.KVEvents != "":
 			k.zmqEndpoint(rp+".kv_events", r.KVEvents)
@@ -311,6 +319,29 @@ func (k *checker) model(p string, m *Model) {
 		if g.KVEventsReplayPort != 0 {
 			k.intIn(gp+".kv_events_replay_port", g.KVEventsReplayPort, 1, 65535)
 		}
+	}
+}
+
+// admission checks a model's admission and queue settings.
+func (k *checker) admission(p string, m *Model) {
+	if _, err := gateway.ParseAdmission(m.Admission); err != nil {
+		k.fail(p+".admission", "%v", err)
+	}
+	if !(m.Overcommit > 0 && m.Overcommit <= maxOvercommit) { // also catches NaN
+		k.fail(p+".overcommit", "must be a number above 0 and at most %v (the share of each replica's KV capacity admission may reserve), got %v", maxOvercommit, m.Overcommit)
+	}
+	k.intIn(p+".max_model_len", m.MaxModelLen, 0, maxModelLen)
+	k.intIn(p+".default_max_tokens", m.DefaultMaxTokens, 0, maxModelLen)
+	if m.MaxModelLen > 0 && m.DefaultMaxTokens >= m.MaxModelLen {
+		k.fail(p+".default_max_tokens", "must be below max_model_len (%d), or 0 for max_model_len minus the prompt, got %d", m.MaxModelLen, m.DefaultMaxTokens)
+	}
+	k.intIn(p+".max_priority", m.MaxPriority, 0, gateway.MaxPriorityLimit)
+	k.intIn(p+".kv_capacity_blocks", m.KVCapacityBlocks, 0, maxKVBlocks)
+	q := &m.Queue
+	k.intIn(p+".queue.max_requests", q.MaxRequests, 0, gateway.MaxQueueRequests)
+	k.size(p+".queue.max_bytes", q.MaxBytes)
+	if q.Timeout <= 0 {
+		k.fail(p+".queue.timeout", `must be positive: the longest a request waits for a replica, such as "30s"; got %v`, q.Timeout)
 	}
 }
 

@@ -129,6 +129,24 @@ func TestValidateRules(t *testing.T) {
 		{"max_concurrency zero", func(c *Config) { m0(c).MaxConcurrency = 0 }, "models[0].max_concurrency", "from 1"},
 		{"max_pending zero", func(c *Config) { m0(c).MaxPending = 0 }, "models[0].max_pending", "from 1"},
 		{"no replicas", func(c *Config) { m0(c).Replicas = nil }, "models[0]", "at least one entry in replicas or dns"},
+		// admission and queue
+		{"admission unknown", func(c *Config) { m0(c).Admission = "foo" }, "models[0].admission", `unknown admission mode "foo" (allowed: none, kv, llmd-utilization, llmd-concurrency, dynamo, tokenflow)`},
+		{"admission empty", func(c *Config) { m0(c).Admission = "" }, "models[0].admission", `unknown admission mode ""`},
+		{"overcommit zero", func(c *Config) { m0(c).Overcommit = 0 }, "models[0].overcommit", "above 0 and at most 4"},
+		{"overcommit big", func(c *Config) { m0(c).Overcommit = 4.5 }, "models[0].overcommit", "above 0 and at most 4"},
+		{"overcommit NaN", func(c *Config) { m0(c).Overcommit = math.NaN() }, "models[0].overcommit", "above 0 and at most 4"},
+		{"max_model_len negative", func(c *Config) { m0(c).MaxModelLen = -1 }, "models[0].max_model_len", "from 0"},
+		{"default_max_tokens negative", func(c *Config) { m0(c).DefaultMaxTokens = -1 }, "models[0].default_max_tokens", "from 0"},
+		{"default_max_tokens past max_model_len", func(c *Config) { m0(c).MaxModelLen = 100; m0(c).DefaultMaxTokens = 100 }, "models[0].default_max_tokens", "below max_model_len (100)"},
+		{"max_priority negative", func(c *Config) { m0(c).MaxPriority = -1 }, "models[0].max_priority", "from 0 to 1000"},
+		{"max_priority big", func(c *Config) { m0(c).MaxPriority = 1001 }, "models[0].max_priority", "from 0 to 1000"},
+		{"kv_capacity_blocks negative", func(c *Config) { m0(c).KVCapacityBlocks = -1 }, "models[0].kv_capacity_blocks", "from 0"},
+		{"replica kv_capacity_blocks negative", func(c *Config) { r0(c).KVCapacityBlocks = -1 }, "models[0].replicas[0].kv_capacity_blocks", "from 0"},
+		{"queue max_requests negative", func(c *Config) { m0(c).Queue.MaxRequests = -1 }, "models[0].queue.max_requests", "from 0 to 1048576"},
+		{"queue max_requests big", func(c *Config) { m0(c).Queue.MaxRequests = 1<<20 + 1 }, "models[0].queue.max_requests", "from 0 to 1048576"},
+		{"queue max_bytes zero", func(c *Config) { m0(c).Queue.MaxBytes = 0 }, "models[0].queue.max_bytes", "from 1 byte"},
+		{"queue timeout zero", func(c *Config) { m0(c).Queue.Timeout = 0 }, "models[0].queue.timeout", "must be positive"},
+		{"queue timeout negative", func(c *Config) { m0(c).Queue.Timeout = -time.Second }, "models[0].queue.timeout", "must be positive"},
 		// replicas
 		{"url empty", func(c *Config) { r0(c).URL = "" }, "models[0].replicas[0].url", "required"},
 		{"url without scheme", func(c *Config) { r0(c).URL = "10.0.0.1:8000" }, "models[0].replicas[0].url", `must be an absolute http:// or https:// URL, got "10.0.0.1:8000" (write "http://10.0.0.1:8000")`},
@@ -239,6 +257,18 @@ func TestValidateAccepts(t *testing.T) {
 			m.Replicas[1].KVEvents = "ipc:///run/kv.sock"
 			m.DNS = []DNSGroup{{Name: "g", Host: "pool.local", Port: 8000, Scheme: "http", KVEventsPort: 5557, KVEventsReplayPort: 5558, KVEventsTopic: "kv"}}
 		}},
+		{"every admission", func(c *Config) {
+			for _, a := range []string{"none", "kv", "llmd-utilization", "llmd-concurrency", "dynamo", "tokenflow"} {
+				m := c.Models[0]
+				m.Name, m.Admission = "m-"+a, a
+				c.Models = append(c.Models, m)
+			}
+		}},
+		{"queue off, admission edges", func(c *Config) {
+			m := &c.Models[0]
+			m.Queue.MaxRequests, m.Overcommit, m.MaxPriority, m.MaxModelLen, m.DefaultMaxTokens = 0, 4, 0, 100, 99
+			m.KVCapacityBlocks, m.Replicas[0].KVCapacityBlocks = 1, 1<<24
+		}},
 		{"kv_events with approximate index", func(c *Config) { c.Models[0].Replicas[0].KVEvents = "tcp://h:5557" }},
 		{"url with path prefix", func(c *Config) { c.Models[0].Replicas[0].URL = "https://gw.example/team/v1" }},
 		{"same url in two models", func(c *Config) {
@@ -303,6 +333,9 @@ func TestParseDecodeErrors(t *testing.T) {
 		{"empty document", "", "models", 0, "at least one model is required"},
 		{"only comments", "# nothing\n", "models", 0, "at least one model is required"},
 		{"validation with line", "models:\n  - name: m\n    replicas:\n      - url: http://h:1\n        max_pending: -1\n", "models[0].replicas[0].max_pending", 5, "from 0"},
+		{"admission with line", "models:\n  - name: m\n    admission: foo\n    replicas: [{url: 'http://h:1'}]\n", "models[0].admission", 3, `unknown admission mode "foo" (allowed: none, kv,`},
+		{"queue timeout with line", "models:\n  - name: m\n    queue:\n      timeout: 0\n    replicas: [{url: 'http://h:1'}]\n", "models[0].queue.timeout", 4, "must be positive"},
+		{"queue unknown field", "models:\n  - name: m\n    queue: {size: 3}\n    replicas: [{url: 'http://h:1'}]\n", "models[0].queue.size", 3, "unknown field; known fields here: max_requests, max_bytes, timeout, shed_on_slo"},
 		{"validation line of parent", "models:\n  - name: m\n", "models[0]", 2, "at least one entry in replicas or dns"},
 	}
 	for _, tc := range cases {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -296,6 +297,36 @@ func (r *runner) push(q *queue, w *workload.Request) {
 	heap.Push(q, &pending{w: w, seq: r.seq})
 }
 
+// The headers of inferrail live (package live) that bench speaks.
+const (
+	headerPriority = "X-Inferrail-Priority"
+	headerQueuedMs = "X-Inferrail-Queued-Ms"
+)
+
+// gatewayReject returns the reason a gateway refused a request (429 or 503
+// with OpenAI's error shape and a known code), or "".
+func gatewayReject(status int, body []byte) string {
+	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
+		return ""
+	}
+	var e struct {
+		Error struct {
+			Code any `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	code, _ := e.Error.Code.(string)
+	switch code {
+	case results.RejectQueueFull, results.RejectQueueTimeout, results.RejectSLOShed, "no_capacity":
+		return code
+	case "no_replica_available":
+		return results.RejectNoReplica
+	}
+	return ""
+}
+
 // render builds the request body: the prompt's segments as text (answers
 // the server already wrote stand in for their segments).
 func (r *runner) render(w *workload.Request) []byte {
@@ -316,6 +347,9 @@ func (r *runner) render(w *workload.Request) []byte {
 	}
 	if r.cfg.Model != "" {
 		body["model"] = r.cfg.Model
+	}
+	if w.Tenant != "" {
+		body["user"] = w.Tenant // a gateway's fairness flow
 	}
 	if r.cfg.Endpoint == ChatCompletions {
 		body["messages"] = []map[string]any{{"role": "user", "content": string(text)}}
@@ -369,6 +403,9 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", fmt.Sprintf("bench-%d", w.ID))
+	if w.Priority > 0 {
+		req.Header.Set(headerPriority, strconv.Itoa(w.Priority))
+	}
 	sent := time.Now()
 	res.lag = sent.Sub(scheduled)
 	resp, err := r.cfg.Client.Do(req)
@@ -379,9 +416,17 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 		return res
 	}
 	defer resp.Body.Close()
+	// A gateway that queued the request says for how long: the request was
+	// dispatched that much later than it was sent.
+	if q, err := strconv.ParseFloat(resp.Header.Get(headerQueuedMs), 64); err == nil && q > 0 {
+		rec.Dispatch += time.Duration(q * float64(time.Millisecond))
+	}
 	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		res.err = fmt.Sprintf("http %d", resp.StatusCode)
+		if reason := gatewayReject(resp.StatusCode, b); reason != "" {
+			rec.Outcome, rec.Reject, rec.Replica = results.OutcomeRejected, reason, -1
+		}
 		res.rec = rec
 		return res
 	}

@@ -50,7 +50,10 @@ func TestBenchMatchesSimulation(t *testing.T) {
 	}
 	ec := engine.DefaultConfig()
 	wl := w1(t, n, 0.8)
-	sim, err := fleet.Simulate(fleet.Config{Seed: 7, Workload: wl, Policy: "round_robin", Replicas: 1, Engine: ec, ScrapeInterval: 100 * time.Millisecond, Index: fleet.IndexApproximate, SLO: results.DefaultSLO()})
+	fc := fleet.DefaultConfig()
+	fc.Seed, fc.Workload, fc.Policy, fc.Replicas, fc.Engine = 7, wl, "round_robin", 1, ec
+	fc.ScrapeInterval, fc.Index, fc.SLO = 100*time.Millisecond, fleet.IndexApproximate, results.DefaultSLO()
+	sim, err := fleet.Simulate(fc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +182,28 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		if _, err := Run(context.Background(), c); err == nil {
 			t.Errorf("%+v: no error", c)
+		}
+	}
+}
+
+// A gateway's refusals are told apart from failures by their status and
+// OpenAI error code; anything else is a failure.
+func TestGatewayReject(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{429, `{"error":{"message":"m","type":"rate_limit_exceeded","param":null,"code":"queue_timeout"}}`, "queue_timeout"},
+		{429, `{"error":{"code":"queue_full"}}`, "queue_full"},
+		{503, `{"error":{"code":"no_replica_available"}}`, "no_replica"},
+		{429, `{"error":{"code":"rate_limited_by_someone"}}`, ""},
+		{500, `{"error":{"code":"queue_timeout"}}`, ""},
+		{429, `not json`, ""},
+		{503, `{"error":{"code":503}}`, ""},
+	} {
+		if got := gatewayReject(c.status, []byte(c.body)); got != c.want {
+			t.Errorf("%d %s: %q, want %q", c.status, c.body, got, c.want)
 		}
 	}
 }

@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live lint report clean node-deps stress tokenize-fixtures chat-fixtures
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps stress tokenize-fixtures chat-fixtures
 
 all: build
 
@@ -64,6 +64,12 @@ report: build
 	./$(BIN) capacity --workload w2 --policies all --seeds 3 --requests 12000 --warmup 120s --out docs/benchmarks/w2-capacity --title "W2: replicas needed at 14 req/s"
 	./$(BIN) compare --workload w7 --policies cost_model --admissions all --seeds 3 --out docs/benchmarks/w7-overload --title "W7: overload bursts, every admission mode"
 	./$(BIN) compare --workload w7 --policies cost_model --admission kv --gateways 3 --ledgers shared,independent --seeds 3 --out docs/benchmarks/w7-gateways --title "W7: three gateways, shared or independent ledgers"
+
+# Live overload on wall-clock time: one burst of 200 heavy requests at about
+# 6x the KV capacity of three inferrail engine replicas, through live with kv
+# admission and with none (about 2 minutes; scripts/overload-live.sh).
+overload-live: build
+	scripts/overload-live.sh
 
 # Real-time checks, too slow or too timing-sensitive for make test: the mock
 # engine against its own model on wall-clock time, thousands of concurrent

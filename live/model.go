@@ -113,6 +113,7 @@ func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config,
 	}
 	g.Admission = gateway.Admission(mc.Admission)
 	g.Overcommit = mc.Overcommit
+	g.OutputQuantile = mc.OutputQuantile
 	g.DefaultMaxTokens = mc.DefaultMaxTokens
 	g.MaxModelLen = mc.MaxModelLen
 	g.MaxAge = c.Scrape.MaxAge

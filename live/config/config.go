@@ -177,6 +177,11 @@ type Model struct {
 	// Overcommit scales each replica's KV capacity for kv admission, in
 	// (0, 4]. Default gateway.DefaultOvercommit (1).
 	Overcommit float64 `yaml:"overcommit"`
+	// OutputQuantile makes kv admission reserve, for each request's
+	// output, this quantile of the answer lengths the engines reported for
+	// the model's recent requests (at most its max_tokens); 0 reserves
+	// max_tokens. In [0, 1]. Default 0.75 (gateway.DefaultConfig).
+	OutputQuantile float64 `yaml:"output_quantile"`
 	// DefaultMaxTokens is the output a request without max_tokens is
 	// weighed with; 0 means max_model_len minus its prompt (vLLM's
 	// default), or nothing when max_model_len is 0. Default 0.
@@ -294,6 +299,7 @@ func Default() Config {
 // DefaultModel returns the defaults of a model's fields (no name, no
 // replicas); Parse starts every entry of models from it.
 func DefaultModel() Model {
+	g := gateway.DefaultConfig()
 	return Model{
 		Policy:         "cost_model",
 		Tokenizer:      BuiltinSim,
@@ -301,10 +307,11 @@ func DefaultModel() Model {
 		BlockSize:      16,
 		MaxConcurrency: 256,
 		MaxPending:     64,
-		Admission:      string(gateway.AdmitKV),
-		Overcommit:     gateway.DefaultOvercommit,
-		MaxPriority:    10,
-		Queue:          Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second},
+		Admission:      string(g.Admission),
+		Overcommit:     g.Overcommit,
+		OutputQuantile: g.OutputQuantile,
+		MaxPriority:    g.Queue.MaxPriority,
+		Queue:          Queue{MaxRequests: g.Queue.MaxRequests, MaxBytes: ByteSize(g.Queue.MaxBytes), Timeout: g.Queue.Timeout},
 	}
 }
 

@@ -72,7 +72,7 @@ func TestDefaultValues(t *testing.T) {
 		{"decision_log", d.DecisionLog, DecisionLog{"", 0.01, 4096}},
 		{"dns_refresh", d.DNSRefresh, 10 * time.Second},
 		{"model", DefaultModel(), Model{Policy: "cost_model", Tokenizer: "builtin:sim", Index: "approximate", BlockSize: 16, MaxConcurrency: 256, MaxPending: 64,
-			Admission: "kv", Overcommit: 1, MaxPriority: 10, Queue: Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second}}},
+			Admission: "kv", Overcommit: 1, OutputQuantile: 0.75, MaxPriority: 10, Queue: Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second}}},
 		{"dns", DefaultDNSGroup(), DNSGroup{Scheme: "http"}},
 	}
 	for _, c := range checks {
@@ -119,6 +119,7 @@ models:
     max_pending: 2
     admission: llmd-utilization
     overcommit: 1.5
+    output_quantile: 0.9
     default_max_tokens: 256
     max_model_len: 8192
     max_priority: 100
@@ -159,7 +160,7 @@ models:
 			Name: "big", Aliases: []string{"b1", "b2"}, Policy: "round_robin", Tokenizer: tok,
 			Index: "events", BlockSize: 1024, Profile: "Llama-3.1-8B@H100", SessionAffinity: true,
 			MaxConcurrency: 1, MaxPending: 2,
-			Admission: "llmd-utilization", Overcommit: 1.5, DefaultMaxTokens: 256, MaxModelLen: 8192, MaxPriority: 100, KVCapacityBlocks: 4000,
+			Admission: "llmd-utilization", Overcommit: 1.5, OutputQuantile: 0.9, DefaultMaxTokens: 256, MaxModelLen: 8192, MaxPriority: 100, KVCapacityBlocks: 4000,
 			Queue:    Queue{MaxRequests: 0, MaxBytes: MiB, Timeout: 2 * time.Second, ShedOnSLO: true},
 			Replicas: []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, 5000, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv"}},
 			DNS:      []DNSGroup{{"g", "vllm.default.svc.cluster.local", 8000, "https", 5557, 5558, "kv"}},

@@ -327,6 +327,9 @@ func (k *checker) admission(p string, m *Model) {
 	if _, err := gateway.ParseAdmission(m.Admission); err != nil {
 		k.fail(p+".admission", "%v", err)
 	}
+	if !(m.OutputQuantile >= 0 && m.OutputQuantile <= 1) { // also catches NaN
+		k.fail(p+".output_quantile", "must be between 0 (reserve max_tokens) and 1, got %v", m.OutputQuantile)
+	}
 	if !(m.Overcommit > 0 && m.Overcommit <= maxOvercommit) { // also catches NaN
 		k.fail(p+".overcommit", "must be a number above 0 and at most %v (the share of each replica's KV capacity admission may reserve), got %v", maxOvercommit, m.Overcommit)
 	}

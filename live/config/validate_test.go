@@ -133,6 +133,8 @@ func TestValidateRules(t *testing.T) {
 		{"admission unknown", func(c *Config) { m0(c).Admission = "foo" }, "models[0].admission", `unknown admission mode "foo" (allowed: none, kv, llmd-utilization, llmd-concurrency, dynamo, tokenflow)`},
 		{"admission empty", func(c *Config) { m0(c).Admission = "" }, "models[0].admission", `unknown admission mode ""`},
 		{"overcommit zero", func(c *Config) { m0(c).Overcommit = 0 }, "models[0].overcommit", "above 0 and at most 4"},
+		{"output quantile", func(c *Config) { m0(c).OutputQuantile = 1.5 }, "models[0].output_quantile", "between 0"},
+		{"output quantile NaN", func(c *Config) { m0(c).OutputQuantile = math.NaN() }, "models[0].output_quantile", "between 0"},
 		{"overcommit big", func(c *Config) { m0(c).Overcommit = 4.5 }, "models[0].overcommit", "above 0 and at most 4"},
 		{"overcommit NaN", func(c *Config) { m0(c).Overcommit = math.NaN() }, "models[0].overcommit", "above 0 and at most 4"},
 		{"max_model_len negative", func(c *Config) { m0(c).MaxModelLen = -1 }, "models[0].max_model_len", "from 0"},

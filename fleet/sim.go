@@ -686,9 +686,9 @@ func (s *sim) deliver(rep *replica) {
 		if em.Output == 1 {
 			rec.FirstToken, rec.HasFirstToken = s.now, true
 			rec.CachedTokens = em.CachedTokens
-			ds := core.FirstByte(s.now, rs.ticket, em.CachedTokens)
-			s.notePeak(rs.replica) // the reservation was reconciled
-			s.decided(rs.gateway, ds)
+			// A gateway learns what the engine found cached only from the
+			// usage at the end, as live does.
+			s.decided(rs.gateway, core.FirstByte(s.now, rs.ticket, -1))
 		} else if rs.measured {
 			s.itl.Add(s.now - rs.lastToken)
 		}

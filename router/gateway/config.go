@@ -232,8 +232,20 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("health.max_ejected_share: must be in [0, 1], got %v", h.MaxEjectedShare))
 	}
 	p := c.Peers
-	if !(p.LLMDQueueThreshold > 0) || !(p.LLMDKVThreshold > 0) || p.LLMDStaleness <= 0 || p.LLMDMaxConcurrency < 1 || !(p.DynamoQueueThreshold > 0) {
-		errs = append(errs, errors.New("peers: thresholds must be positive"))
+	if !(p.LLMDQueueThreshold > 0) {
+		errs = append(errs, fmt.Errorf("peers.llmd_queue_threshold: must be positive, got %v", p.LLMDQueueThreshold))
+	}
+	if !(p.LLMDKVThreshold > 0) {
+		errs = append(errs, fmt.Errorf("peers.llmd_kv_threshold: must be positive, got %v", p.LLMDKVThreshold))
+	}
+	if p.LLMDStaleness <= 0 {
+		errs = append(errs, fmt.Errorf("peers.llmd_staleness: must be positive, got %v", p.LLMDStaleness))
+	}
+	if p.LLMDMaxConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("peers.llmd_max_concurrency: must be at least 1, got %d", p.LLMDMaxConcurrency))
+	}
+	if !(p.DynamoQueueThreshold > 0) {
+		errs = append(errs, fmt.Errorf("peers.dynamo_queue_threshold: must be positive, got %v", p.DynamoQueueThreshold))
 	}
 	return errors.Join(errs...)
 }

@@ -277,6 +277,10 @@ func (c *Core) AddReplica(rc ReplicaConfig) (int, error) {
 		if r.cfg.Name == rc.Name {
 			r.gone = false
 			r.cfg = rc
+			// RemoveReplica made the index forget its capacity too.
+			if capb := c.capacity(r); capb > 0 {
+				c.rt.SetCapacity(i, capb)
+			}
 			return i, nil
 		}
 	}
@@ -688,8 +692,10 @@ func (c *Core) FirstByte(now time.Duration, t Ticket, cached int) []Decision {
 	e.st = stStreaming
 	if cached >= 0 {
 		c.reconcile(e, cached)
-		c.drain(now)
 	}
+	// The request is no longer pending (MaxPending, dynamo's prefill
+	// tokens): that frees capacity even when cached is not known yet.
+	c.drain(now)
 	return c.out
 }
 
@@ -702,7 +708,12 @@ func (c *Core) unpend(r *replica, e *entry) {
 
 // reconcile resizes e's reservation to what the engine really found cached.
 func (c *Core) reconcile(e *entry, cached int) {
-	w := c.weight(e, cached)
+	if c.cfg.Admission == AdmitTokenFlow {
+		return // no cache credit
+	}
+	// Only the cache credit changes: the output stays what admission
+	// reserved (the output estimate may have moved since).
+	w := max(1, e.weight+e.dec.PredictedCachedTokens/c.bs-cached/c.bs)
 	if w != e.weight {
 		c.ledger.Add(e.replica, w-e.weight)
 		e.weight = w
@@ -813,6 +824,7 @@ func (c *Core) Abort(now time.Duration, t Ticket) []Decision {
 		c.q.remove(e.prio, e.req.Tenant, e.req.Bytes)
 		c.release(e)
 		c.q.compact(c.alive)
+		c.drain(now) // it may have been the head that blocked the line
 		return c.out
 	case stPending:
 		c.takeBack(now, e, false)

@@ -175,6 +175,7 @@ func (q *queue) compact(alive liveFunc) {
 		for _, f := range c.byTenant {
 			f.items.filter(alive)
 		}
+		c.dropEmpty()
 		// Tenants with nothing queued are forgotten.
 		for k, f := range c.byTenant {
 			if !f.active && f.items.len() == 0 {
@@ -183,6 +184,36 @@ func (q *queue) compact(alive liveFunc) {
 		}
 	}
 	q.dead = 0
+}
+
+// dropEmpty takes the flows left with no tickets out of the ring, as peek
+// would on reaching them (it never does in a class with nothing live, and
+// reaches them only one turn at a time behind a head that waits): the flow
+// that had the turn passes it, with its quantum, to the next one kept.
+func (c *qclass) dropEmpty() {
+	n, pos, passed := 0, 0, false
+	for i, f := range c.ring {
+		if f.items.len() == 0 {
+			f.active, f.deficit = false, 0
+			passed = passed || i == c.pos
+			continue
+		}
+		if i < c.pos {
+			pos++
+		}
+		c.ring[n] = f
+		n++
+	}
+	clear(c.ring[n:])
+	c.ring = c.ring[:n]
+	if n == 0 {
+		c.pos = 0
+		return
+	}
+	c.pos = pos % n
+	if passed {
+		c.ring[c.pos].deficit += c.ring[c.pos].weight
+	}
 }
 
 // deque is a ring buffer of tickets.

@@ -189,6 +189,8 @@ func (m *model) add(sp replicaSpec) (*replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.name, err)
 	}
+	// A replica back from removal (or new) may take queued requests now.
+	m.deliver(m.core.Poke(m.now()))
 	if old, ok := m.byName[name]; ok {
 		return old, nil
 	}
@@ -206,7 +208,7 @@ func (m *model) dropMissing(group string, want map[string]bool) {
 	now := m.now()
 	for _, r := range m.reps {
 		if r.group == group && !want[r.name] && !m.core.State(now, r.idx).Gone {
-			m.deliver(m.core.RemoveReplica(r.idx))
+			m.deliver(m.core.RemoveReplica(m.now(), r.idx))
 		}
 	}
 }

@@ -295,13 +295,22 @@ func (c *Core) AddReplica(rc ReplicaConfig) (int, error) {
 
 // RemoveReplica takes a replica out of rotation for good (discovery no
 // longer lists it); its requests in flight end normally.
-func (c *Core) RemoveReplica(i int) []Decision {
+func (c *Core) RemoveReplica(now time.Duration, i int) []Decision {
 	c.out = c.out[:0]
 	if r := c.rep(i); r != nil && !r.gone {
 		r.gone = true
 		r.kv.reset()
 		c.rt.Forget(i)
 	}
+	c.drain(now) // requests only it could have taken are refused now
+	return c.out
+}
+
+// Poke dispatches what the queue's head can take now, after a change the
+// core was not told the time of (AddReplica, Failure, Success).
+func (c *Core) Poke(now time.Duration) []Decision {
+	c.out = c.out[:0]
+	c.drain(now)
 	return c.out
 }
 
@@ -774,6 +783,11 @@ func (c *Core) takeBack(now time.Duration, e *entry, fault bool) {
 func (c *Core) Retry(now time.Duration, t Ticket, fault bool) (Decision, []Decision) {
 	c.out = c.out[:0]
 	e := c.entryOf(t)
+	if e != nil && e.st == stStreaming {
+		// A stream that started is never replayed: the request ends here,
+		// as with Fail, so nothing it held leaks.
+		return Decision{Kind: Rejected, Ticket: t, ID: e.req.ID, Status: http.StatusBadGateway, Reason: ReasonNoReplica}, c.Fail(now, t, fault)
+	}
 	if e == nil || e.st != stPending {
 		return Decision{Kind: Rejected, Ticket: t, Status: http.StatusBadGateway, Reason: ReasonNoReplica}, c.out
 	}

@@ -879,7 +879,7 @@ func TestRestartDetection(t *testing.T) {
 func TestReAddReplica(t *testing.T) {
 	c := newCore(t, testConfig("round_robin"), 2, ReplicaConfig{CapacityBlocks: 100})
 	d := submit(t, c, 0, promptReq(1, 160, 0), Dispatched)
-	c.RemoveReplica(d.Replica)
+	c.RemoveReplica(0, d.Replica)
 	if s := c.State(0, d.Replica); !s.Gone || s.Healthy {
 		t.Fatalf("%+v", s)
 	}
@@ -1140,5 +1140,40 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := ParseAdmission("KV"); err == nil {
 		t.Fatal("ParseAdmission is case-sensitive")
+	}
+}
+
+// A retry after the stream started ends the request (never replayed) and
+// gives back everything it held.
+func TestRetryAfterFirstByteEnds(t *testing.T) {
+	c := newCore(t, testConfig("round_robin"), 2, ReplicaConfig{CapacityBlocks: 100})
+	d, _ := c.Submit(0, promptReq(1, 160, 16))
+	mustKind(t, d, Dispatched)
+	c.FirstByte(sec(1), d.Ticket, -1)
+	r, _ := c.Retry(sec(2), d.Ticket, true)
+	mustKind(t, r, Rejected)
+	st := c.State(sec(2), d.Replica)
+	if st.Load.InFlight != 0 || st.ReservedBlocks != 0 {
+		t.Fatalf("after a retry of a started stream: in flight %d, reserved %d", st.Load.InFlight, st.ReservedBlocks)
+	}
+	if c.entryOf(d.Ticket) != nil {
+		t.Fatal("the ticket outlived its end")
+	}
+}
+
+// Removing the last replica refuses at once what waits for it.
+func TestRemoveReplicaRefusesItsQueue(t *testing.T) {
+	cfg := testConfig("round_robin")
+	c := newCore(t, cfg, 1, ReplicaConfig{CapacityBlocks: 20, MaxInFlight: 1})
+	a, _ := c.Submit(0, promptReq(1, 160, 16))
+	mustKind(t, a, Dispatched)
+	q, _ := c.Submit(0, promptReq(2, 160, 16))
+	mustKind(t, q, Queued)
+	ds := c.RemoveReplica(sec(1), 0)
+	if len(ds) != 1 || ds[0].Ticket != q.Ticket || ds[0].Kind != Rejected || ds[0].Status != 503 {
+		t.Fatalf("decisions after removing the only replica: %+v", ds)
+	}
+	if c.Queued() != 0 {
+		t.Fatalf("%d still queued", c.Queued())
 	}
 }

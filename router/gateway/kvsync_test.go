@@ -159,7 +159,7 @@ func TestKVEventsForget(t *testing.T) {
 		}
 		c.Report(0, 0, Report{}) // the next restart's reference
 	}
-	c.RemoveReplica(1)
+	c.RemoveReplica(0, 1)
 	c.KVEvents(0, 1, []KVEvent{stored(tokens[:32], 0, false, 1, 2)})
 	if idx.Blocks(1) != 0 || c.State(0, 1).KVEventsApplied != 0 {
 		t.Fatal("a removed replica's events applied")

@@ -730,7 +730,7 @@ func (r *runner) apply(o op) {
 	case opRemove:
 		i := o.pick % r.added
 		r.gone[i] = true
-		r.decideAll(r.c.RemoveReplica(i))
+		r.decideAll(r.c.RemoveReplica(r.now, i))
 	case opAdd:
 		var removed []int
 		for i := range r.added {

@@ -74,6 +74,9 @@ type Config struct {
 	// Ledger says whether the gateways share one reservation ledger
 	// (LedgerShared) or keep one each (LedgerIndependent).
 	Ledger string
+	// Trace, when set, receives every call into each gateway's core (g is
+	// the gateway), in order: a recording of the run's gateway decisions.
+	Trace func(g int, ev gateway.TraceEvent)
 	// Progress, when set, is called now and then during the run and once at the end.
 	Progress func(Progress)
 }
@@ -352,6 +355,10 @@ func newSim(cfg Config) (*sim, error) {
 		}
 		gc := cfg.gatewayConfig(ledger)
 		gc.Model = wcfg.Model
+		if cfg.Trace != nil {
+			g := g
+			gc.Trace = func(ev gateway.TraceEvent) { cfg.Trace(g, ev) }
+		}
 		core, err := gateway.New(gc)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)

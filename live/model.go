@@ -92,8 +92,9 @@ type granted struct {
 // newModel builds the core of one served model from its configuration; ec
 // is the engines' profile (cost_model's estimates, the index's default
 // capacity).
-func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config, start time.Time) (*model, error) {
+func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config, start time.Time, trace func(gateway.TraceEvent)) (*model, error) {
 	g := gateway.DefaultConfig()
+	g.Trace = trace
 	g.Model = mc.Name
 	g.Router = router.Config{
 		Policy: mc.Policy,

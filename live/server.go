@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/inferrail/inferrail/router/gateway"
 	"io"
 	"net"
 	"net/http"
@@ -70,6 +71,10 @@ type Deps struct {
 	// Notes receives startup notes, one line each, such as replicas that
 	// kv admission cannot weigh until their first scrape; nil: discarded.
 	Notes io.Writer
+	// Trace, when set, receives every call into each model's gateway core
+	// (gateway.Config.Trace), under the model's lock: a recording of the
+	// gateway's decisions.
+	Trace func(model string, ev gateway.TraceEvent)
 }
 
 // New validates cfg (config.Validate), loads what it names (tokenizers,
@@ -107,7 +112,12 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 			}
 		}
 		ec.BlockSize = mc.BlockSize
-		m, err := newModel(&s.cfg, mc, enc, ec, s.start)
+		var trace func(gateway.TraceEvent)
+		if deps.Trace != nil {
+			name := mc.Name
+			trace = func(ev gateway.TraceEvent) { deps.Trace(name, ev) }
+		}
+		m, err := newModel(&s.cfg, mc, enc, ec, s.start, trace)
 		if err != nil {
 			return nil, fmt.Errorf("live: %w", err)
 		}

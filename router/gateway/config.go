@@ -159,6 +159,11 @@ type Config struct {
 	Health Health
 	// Peers parameterises the peers' admission rules.
 	Peers Peers
+	// Trace, when set, is called after every call that changes the core
+	// (Submit, FirstByte, Finished, Retry, Fail, Abort, Advance, Report,
+	// RemoveReplica, Poke, KVEvents) with its inputs and decisions, for
+	// recording a run and replaying it.
+	Trace func(TraceEvent)
 	// Ledger holds the replicas' reservations; nil: a local one. Several
 	// cores (gateways) sharing one ledger see each other's reservations.
 	Ledger Ledger

@@ -293,9 +293,8 @@ func (c *Core) AddReplica(rc ReplicaConfig) (int, error) {
 	return i, nil
 }
 
-// RemoveReplica takes a replica out of rotation for good (discovery no
-// longer lists it); its requests in flight end normally.
-func (c *Core) RemoveReplica(now time.Duration, i int) []Decision {
+// removeReplica is RemoveReplica (trace.go) without the trace.
+func (c *Core) removeReplica(now time.Duration, i int) []Decision {
 	c.out = c.out[:0]
 	if r := c.rep(i); r != nil && !r.gone {
 		r.gone = true
@@ -306,9 +305,8 @@ func (c *Core) RemoveReplica(now time.Duration, i int) []Decision {
 	return c.out
 }
 
-// Poke dispatches what the queue's head can take now, after a change the
-// core was not told the time of (AddReplica, Failure, Success).
-func (c *Core) Poke(now time.Duration) []Decision {
+// poke is Poke (trace.go) without the trace.
+func (c *Core) poke(now time.Duration) []Decision {
 	c.out = c.out[:0]
 	c.drain(now)
 	return c.out
@@ -454,11 +452,8 @@ func (c *Core) release(e *entry) {
 	c.free = append(c.free, i)
 }
 
-// Submit takes a new request at time now. A Dispatched or Queued decision
-// names the request's Ticket; a Rejected one ends it. The returned slice
-// holds the decisions of other queued requests this call dispatched or
-// rejected (valid until the next call).
-func (c *Core) Submit(now time.Duration, req Request) (Decision, []Decision) {
+// submit is Submit (trace.go) without the trace.
+func (c *Core) submit(now time.Duration, req Request) (Decision, []Decision) {
 	c.out = c.out[:0]
 	if c.cfg.MaxModelLen > 0 && req.PromptKnown && req.PromptTokens+max(req.MaxTokens, 1) > c.cfg.MaxModelLen {
 		return Decision{Kind: Rejected, ID: req.ID, Status: http.StatusBadRequest, Reason: ReasonTooLong}, c.out
@@ -687,10 +682,8 @@ func (c *Core) tailBlocks(e *entry) int {
 	return max(0, (e.req.PromptTokens+c.outTokens(e)+c.bs-1)/c.bs-c.fullBlocks(e))
 }
 
-// FirstByte records a dispatched request's first response byte; cached is
-// the engine's count of prompt tokens it found cached (-1: not known yet).
-// The reservation is reconciled with it.
-func (c *Core) FirstByte(now time.Duration, t Ticket, cached int) []Decision {
+// firstByte is FirstByte (trace.go) without the trace.
+func (c *Core) firstByte(now time.Duration, t Ticket, cached int) []Decision {
 	c.out = c.out[:0]
 	e := c.entryOf(t)
 	if e == nil || e.st != stPending {
@@ -729,10 +722,8 @@ func (c *Core) reconcile(e *entry, cached int) {
 	}
 }
 
-// Finished ends a served request: its reservation is released and the index
-// learns the blocks the engine now holds (held: prompt and answer, full
-// blocks). It returns the queued requests the freed capacity dispatched.
-func (c *Core) Finished(now time.Duration, t Ticket, u Usage, held []kvblock.Hash) []Decision {
+// finished is Finished (trace.go) without the trace.
+func (c *Core) finished(now time.Duration, t Ticket, u Usage, held []kvblock.Hash) []Decision {
 	c.out = c.out[:0]
 	e := c.entryOf(t)
 	if e == nil || (e.st != stPending && e.st != stStreaming) {
@@ -776,17 +767,14 @@ func (c *Core) takeBack(now time.Duration, e *entry, fault bool) {
 	}
 }
 
-// Retry takes back a dispatched attempt that failed before its first byte
-// (fault: the replica is to blame, and it counts toward its ejection) and
-// routes the request again among the replicas it has not tried: dispatched,
-// queued at the head of its line, or rejected (no_replica) when none is left.
-func (c *Core) Retry(now time.Duration, t Ticket, fault bool) (Decision, []Decision) {
+// retry is Retry (trace.go) without the trace.
+func (c *Core) retry(now time.Duration, t Ticket, fault bool) (Decision, []Decision) {
 	c.out = c.out[:0]
 	e := c.entryOf(t)
 	if e != nil && e.st == stStreaming {
 		// A stream that started is never replayed: the request ends here,
 		// as with Fail, so nothing it held leaks.
-		return Decision{Kind: Rejected, Ticket: t, ID: e.req.ID, Status: http.StatusBadGateway, Reason: ReasonNoReplica}, c.Fail(now, t, fault)
+		return Decision{Kind: Rejected, Ticket: t, ID: e.req.ID, Status: http.StatusBadGateway, Reason: ReasonNoReplica}, c.fail(now, t, fault)
 	}
 	if e == nil || e.st != stPending {
 		return Decision{Kind: Rejected, Ticket: t, Status: http.StatusBadGateway, Reason: ReasonNoReplica}, c.out
@@ -802,10 +790,8 @@ func (c *Core) Retry(now time.Duration, t Ticket, fault bool) (Decision, []Decis
 	return d, c.out
 }
 
-// Fail ends a dispatched request that failed and is not retried (fault: the
-// replica is to blame). Before its first byte the index forgets the
-// decision; after it, the engine computed the prompt, which stays indexed.
-func (c *Core) Fail(now time.Duration, t Ticket, fault bool) []Decision {
+// fail is Fail (trace.go) without the trace.
+func (c *Core) fail(now time.Duration, t Ticket, fault bool) []Decision {
 	c.out = c.out[:0]
 	e := c.entryOf(t)
 	if e == nil || (e.st != stPending && e.st != stStreaming) {
@@ -826,8 +812,8 @@ func (c *Core) Fail(now time.Duration, t Ticket, fault bool) []Decision {
 	return c.out
 }
 
-// Abort ends a request whose client went away, queued or in flight.
-func (c *Core) Abort(now time.Duration, t Ticket) []Decision {
+// abort is Abort (trace.go) without the trace.
+func (c *Core) abort(now time.Duration, t Ticket) []Decision {
 	c.out = c.out[:0]
 	e := c.entryOf(t)
 	if e == nil {
@@ -852,10 +838,8 @@ func (c *Core) Abort(now time.Duration, t Ticket) []Decision {
 	return c.out
 }
 
-// Advance rejects the queued requests whose deadline passed (429
-// queue_timeout, 503 when no replica is healthy) and dispatches what a
-// replica back from ejection can take.
-func (c *Core) Advance(now time.Duration) []Decision {
+// advance is Advance (trace.go) without the trace.
+func (c *Core) advance(now time.Duration) []Decision {
 	c.out = c.out[:0]
 	for {
 		it, ok := c.q.dl.top()
@@ -927,10 +911,8 @@ func (c *Core) drain(now time.Duration) {
 	}
 }
 
-// Report applies a scrape of replica i's engine metrics: its load, its KV
-// capacity, and a restart (counters going backwards or the capacity
-// changing: the engine's cache is empty, the index forgets it).
-func (c *Core) Report(now time.Duration, i int, rep Report) []Decision {
+// report is Report (trace.go) without the trace.
+func (c *Core) report(now time.Duration, i int, rep Report) []Decision {
 	c.out = c.out[:0]
 	r := c.rep(i)
 	if r == nil {
@@ -961,9 +943,8 @@ func restarted(prev, cur Report) bool {
 	return cur.NumGPUBlocks != 0 && prev.NumGPUBlocks != 0 && cur.NumGPUBlocks != prev.NumGPUBlocks
 }
 
-// KVEvents feeds replica i's KV events, translated to the core's hashes, to
-// the index (events mode; ignored otherwise).
-func (c *Core) KVEvents(now time.Duration, i int, evs []KVEvent) {
+// kvEvents is KVEvents (trace.go) without the trace.
+func (c *Core) kvEvents(now time.Duration, i int, evs []KVEvent) {
 	r := c.rep(i)
 	if r == nil || r.gone || c.rt.IndexMode() != router.IndexEvents {
 		return

@@ -1,6 +1,10 @@
 package fleet
 
-import "time"
+import (
+	"time"
+
+	"github.com/inferrail/inferrail/internal/timeheap"
+)
 
 type eventKind uint8
 
@@ -12,67 +16,19 @@ const (
 	evGateway                   // a gateway's queue deadline (or an ejection's end)
 )
 
-// event is one entry of the heap, ordered by (at, seq).
+// event is one entry of the heap, ordered by (at, the order of pushes).
 type event struct {
 	at      time.Duration
-	seq     uint64
 	kind    eventKind
 	replica int32
 	gateway int32
 	req     *reqState
 }
 
-// eventHeap is a binary min-heap by hand: container/heap's interface
-// boxing costs an allocation per push.
-type eventHeap struct {
-	items []event
-	seq   uint64
-}
+// eventHeap is the run's events by time (internal/timeheap: no allocation
+// per push, as container/heap's boxing would cost).
+type eventHeap struct{ h timeheap.Heap[event] }
 
-func (h *eventHeap) len() int { return len(h.items) }
-
-func less(a, b *event) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	return a.seq < b.seq
-}
-
-func (h *eventHeap) push(e event) {
-	h.seq++
-	e.seq = h.seq
-	h.items = append(h.items, e)
-	i := len(h.items) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !less(&h.items[i], &h.items[p]) {
-			break
-		}
-		h.items[i], h.items[p] = h.items[p], h.items[i]
-		i = p
-	}
-}
-
-func (h *eventHeap) pop() event {
-	top := h.items[0]
-	last := len(h.items) - 1
-	h.items[0] = h.items[last]
-	h.items = h.items[:last]
-	i, n := 0, last
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && less(&h.items[r], &h.items[l]) {
-			m = r
-		}
-		if !less(&h.items[m], &h.items[i]) {
-			break
-		}
-		h.items[i], h.items[m] = h.items[m], h.items[i]
-		i = m
-	}
-	return top
-}
+func (h *eventHeap) len() int     { return h.h.Len() }
+func (h *eventHeap) push(e event) { h.h.Push(e.at, e) }
+func (h *eventHeap) pop() event   { return h.h.Pop().V }

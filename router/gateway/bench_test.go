@@ -65,7 +65,7 @@ func BenchmarkQueue(b *testing.B) {
 				push := func(i int) {
 					t := Ticket(i + 1)
 					q.push(t, i%3, names[i%tenants], 1+i%4, false)
-					q.dl.push(deadlineItem{at: time.Duration(i), seq: uint64(i), t: t})
+					q.dl.Push(time.Duration(i), t)
 				}
 				for i := range n {
 					push(i)
@@ -77,7 +77,7 @@ func BenchmarkQueue(b *testing.B) {
 						b.Fatal("empty")
 					}
 					q.pop(c, 0)
-					q.dl.pop()
+					q.dl.Pop()
 				}
 				i := n
 				for ; i < 4*n; i++ {
@@ -90,8 +90,8 @@ func BenchmarkQueue(b *testing.B) {
 					pop()
 					i++
 				}
-				if q.live != n || len(q.dl.items) != n {
-					b.Fatalf("%d queued, %d deadlines", q.live, len(q.dl.items))
+				if q.live != n || q.dl.Len() != n {
+					b.Fatalf("%d queued, %d deadlines", q.live, q.dl.Len())
 				}
 			})
 		}

@@ -215,7 +215,6 @@ type Core struct {
 	entries []entry
 	free    []int32
 	q       queue
-	seq     uint64
 	out     []Decision
 	cur     *entry
 	admitFn router.Admit
@@ -506,8 +505,7 @@ func (c *Core) place(now time.Duration, e *entry, front bool) Decision {
 	e.enqueued = now
 	c.q.push(t, e.prio, e.req.Tenant, e.req.TenantWeight, front)
 	c.q.bytes += e.req.Bytes
-	c.seq++
-	c.q.dl.push(deadlineItem{at: e.deadline, seq: c.seq, t: t})
+	c.q.dl.Push(e.deadline, t)
 	c.drain(now) // the new request may be the head now (another tenant's turn)
 	if e.st == stQueued {
 		return Decision{Kind: Queued, Ticket: t, ID: e.req.ID}
@@ -842,13 +840,13 @@ func (c *Core) abort(now time.Duration, t Ticket) []Decision {
 func (c *Core) advance(now time.Duration) []Decision {
 	c.out = c.out[:0]
 	for {
-		it, ok := c.q.dl.top()
-		if !ok || it.at > now {
+		it, ok := c.q.dl.Top()
+		if !ok || it.At > now {
 			break
 		}
-		c.q.dl.pop()
-		e := c.entryOf(it.t)
-		if e == nil || e.st != stQueued || e.deadline != it.at {
+		c.q.dl.Pop()
+		e := c.entryOf(it.V)
+		if e == nil || e.st != stQueued || e.deadline != it.At {
 			continue
 		}
 		c.q.remove(e.prio, e.req.Tenant, e.req.Bytes)
@@ -864,15 +862,15 @@ func (c *Core) advance(now time.Duration) []Decision {
 func (c *Core) NextDeadline(now time.Duration) (time.Duration, bool) {
 	at, ok := time.Duration(0), false
 	for {
-		it, has := c.q.dl.top()
+		it, has := c.q.dl.Top()
 		if !has {
 			break
 		}
-		if e := c.entryOf(it.t); e == nil || e.st != stQueued || e.deadline != it.at {
-			c.q.dl.pop()
+		if e := c.entryOf(it.V); e == nil || e.st != stQueued || e.deadline != it.At {
+			c.q.dl.Pop()
 			continue
 		}
-		at, ok = it.at, true
+		at, ok = it.At, true
 		break
 	}
 	if c.q.live > 0 {

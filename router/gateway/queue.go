@@ -2,7 +2,8 @@ package gateway
 
 import (
 	"slices"
-	"time"
+
+	"github.com/inferrail/inferrail/internal/timeheap"
 )
 
 // queue holds the tickets of requests no replica can admit yet: priority
@@ -18,7 +19,7 @@ type queue struct {
 	live    int
 	dead    int
 	bytes   int64
-	dl      deadlineHeap
+	dl      timeheap.Heap[Ticket] // queued tickets by deadline
 }
 
 type qclass struct {
@@ -268,64 +269,4 @@ func (d *deque) filter(keep liveFunc) {
 		}
 	}
 	d.n = j
-}
-
-// deadlineHeap orders queued tickets by deadline (then by ticket order).
-type deadlineHeap struct {
-	items []deadlineItem
-}
-
-type deadlineItem struct {
-	at  time.Duration
-	seq uint64
-	t   Ticket
-}
-
-func dlLess(a, b *deadlineItem) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	return a.seq < b.seq
-}
-
-func (h *deadlineHeap) push(it deadlineItem) {
-	h.items = append(h.items, it)
-	i := len(h.items) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !dlLess(&h.items[i], &h.items[p]) {
-			break
-		}
-		h.items[i], h.items[p] = h.items[p], h.items[i]
-		i = p
-	}
-}
-
-func (h *deadlineHeap) top() (deadlineItem, bool) {
-	if len(h.items) == 0 {
-		return deadlineItem{}, false
-	}
-	return h.items[0], true
-}
-
-func (h *deadlineHeap) pop() {
-	last := len(h.items) - 1
-	h.items[0] = h.items[last]
-	h.items = h.items[:last]
-	i, n := 0, last
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && dlLess(&h.items[r], &h.items[l]) {
-			m = r
-		}
-		if !dlLess(&h.items[m], &h.items[i]) {
-			return
-		}
-		h.items[i], h.items[m] = h.items[m], h.items[i]
-		i = m
-	}
 }

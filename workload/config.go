@@ -89,7 +89,7 @@ type Config struct {
 	// gives the same prompts, outputs and arrivals with or without it.
 	// Empty (the default): every request has tenant "" and priority 0. At
 	// most 64 classes, each with a distinct (tenant, priority).
-	Mix []MixClass `yaml:"mix"`
+	Mix []MixClass `yaml:"mix,omitempty"`
 	// W1 parameterises workload w1 (shared system prompts).
 	W1 W1Params `yaml:"w1"`
 	// W2 parameterises workload w2 (multi-turn chat).

@@ -276,6 +276,7 @@ func (c *Core) AddReplica(rc ReplicaConfig) (int, error) {
 		if r.cfg.Name == rc.Name {
 			r.gone = false
 			r.cfg = rc
+			c.setView(i)
 			// RemoveReplica made the index forget its capacity too.
 			if capb := c.capacity(r); capb > 0 {
 				c.rt.SetCapacity(i, capb)
@@ -286,10 +287,22 @@ func (c *Core) AddReplica(rc ReplicaConfig) (int, error) {
 	i := len(c.reps)
 	c.reps = append(c.reps, &replica{cfg: rc})
 	c.views = append(c.views, router.Replica{})
+	c.setView(i)
 	if capb := c.capacity(c.reps[i]); capb > 0 {
 		c.rt.SetCapacity(i, capb)
 	}
 	return i, nil
+}
+
+// setView sets the fixed fields of replica i's view for the router.
+func (c *Core) setView(i int) {
+	r := c.reps[i]
+	c.views[i] = router.Replica{
+		Candidate:   router.Candidate{Replica: i, Name: r.cfg.Name},
+		Models:      c.models,
+		MaxInFlight: r.cfg.MaxInFlight,
+		MaxPending:  r.cfg.MaxPending,
+	}
 }
 
 // removeReplica is RemoveReplica (trace.go) without the trace.
@@ -586,14 +599,14 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	if !c.gate.open(c, now) {
 		return Decision{}, false
 	}
+	// The views' fixed fields (index, name, models, caps) are set when a
+	// replica is added; each attempt refreshes what moves.
 	for i, r := range c.reps {
 		v := &c.views[i]
-		v.Candidate = router.Candidate{Replica: i, Name: r.cfg.Name, Load: r.load, KVCapacityBlocks: c.capacity(r)}
+		v.Load = r.load
 		v.Load.Engine = c.engineLoad(now, r)
-		v.Healthy = c.healthy(now, r) && !tried(e, i)
-		v.Models = c.models
-		v.MaxInFlight = r.cfg.MaxInFlight
-		v.MaxPending = r.cfg.MaxPending
+		v.KVCapacityBlocks = c.capacity(r)
+		v.Healthy = !r.gone && now >= r.ejectedUntil && (len(e.tried) == 0 || !tried(e, i))
 	}
 	c.rreq = router.Request{ID: e.req.ID, Model: c.cfg.Model, Session: e.req.Session, Priority: e.prio, PromptTokens: e.req.PromptTokens, BlockHashes: e.req.BlockHashes}
 	c.cur = e

@@ -174,11 +174,9 @@ func (c *Config) Validate() error {
 	if c.Ledger != LedgerShared && c.Ledger != LedgerIndependent {
 		errs = append(errs, fmt.Errorf("ledger: must be %s or %s, got %q", LedgerShared, LedgerIndependent, c.Ledger))
 	}
-	if c.Replicas >= 1 && c.Replicas <= MaxReplicas {
-		if gc := c.gatewayConfig(gateway.NewLocalLedger()); gc.Validate() != nil {
-			err := gc.Validate()
-			errs = append(errs, err)
-		}
+	gc := c.gatewayConfig(nil)
+	if err := gc.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.SLO.Validate(); err != nil {
 		errs = append(errs, err)
@@ -253,7 +251,6 @@ type replica struct {
 type gw struct {
 	core *gateway.Core
 	wake time.Duration // the pending evGateway event's time, -1 if none
-	kvEv []gateway.KVEvent
 }
 
 // reqState is a request in the fleet.
@@ -279,7 +276,8 @@ type sim struct {
 	src      workload.Source
 	reps     []*replica
 	gws      []*gw
-	ledgers  []gateway.Ledger // one shared, or one per gateway
+	ledgers  []gateway.Ledger  // one shared, or one per gateway
+	kvEv     []gateway.KVEvent // a batch of KV events as the gateways take them
 	heap     eventHeap
 	reqs     reqTable
 	hashFree [][]kvblock.Hash // hash slices of finished requests, for reuse
@@ -354,7 +352,6 @@ func newSim(cfg Config) (*sim, error) {
 			s.ledgers = append(s.ledgers, ledger)
 		}
 		gc := cfg.gatewayConfig(ledger)
-		gc.Model = wcfg.Model
 		if cfg.Trace != nil {
 			g := g
 			gc.Trace = func(ev gateway.TraceEvent) { cfg.Trace(g, ev) }
@@ -722,12 +719,12 @@ func (s *sim) applyKVEvents(i int) {
 	batch := rep.kvBatches[0]
 	rep.kvBatches[0] = nil
 	rep.kvBatches = rep.kvBatches[1:]
+	s.kvEv = s.kvEv[:0]
+	for _, ev := range batch {
+		s.kvEv = append(s.kvEv, gateway.FromEngine(ev))
+	}
 	for _, g := range s.gws {
-		g.kvEv = g.kvEv[:0]
-		for _, ev := range batch {
-			g.kvEv = append(g.kvEv, gateway.FromEngine(ev))
-		}
-		g.core.KVEvents(s.now, i, g.kvEv)
+		g.core.KVEvents(s.now, i, s.kvEv)
 	}
 }
 

@@ -73,13 +73,14 @@ func intAfter(data, key []byte) (int, bool) {
 }
 
 // outputTokens is the answer's length in tokens: the engine's usage, else
-// the text retokenized by te (if kept), else the events that carried text.
-func (a *answer) outputTokens(te TextEncoder) (int, bool) {
+// retokenized, the length of the text as the caller encoded it (-1: not
+// encoded), else the events that carried text.
+func (a *answer) outputTokens(retokenized int) (int, bool) {
 	if a.completion >= 0 {
 		return a.completion, true
 	}
-	if te != nil && a.keepText && !a.over && a.text != nil {
-		return len(te.EncodeText(string(a.text))), true
+	if retokenized >= 0 {
+		return retokenized, true
 	}
 	if a.events > 0 {
 		return a.events, true

@@ -227,7 +227,7 @@ func TestAnswerLength(t *testing.T) {
 			rest = rest[n:]
 		}
 		a.finish()
-		n, ok := a.outputTokens(nil)
+		n, ok := a.outputTokens(-1)
 		want := 2 // events with text
 		if usage {
 			want = 3
@@ -246,7 +246,7 @@ func TestAnswerLength(t *testing.T) {
 		t.Fatalf("kept %d bytes of a body whose text is not needed", len(a.pending))
 	}
 	a.finish()
-	if n, ok := a.outputTokens(nil); !ok || n != 17 {
+	if n, ok := a.outputTokens(-1); !ok || n != 17 {
 		t.Fatalf("body usage: %d, %v", n, ok)
 	}
 }

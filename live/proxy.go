@@ -419,13 +419,13 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, m *model, a *atte
 	case ok && first:
 		var u gateway.Usage
 		if ans != nil {
+			retokenized := -1
 			if text, done := ans.finish(); done {
-				hashes = withAnswer(hashes, salt, prompt, te.EncodeText(string(text)), m.blockSize)
+				ids := te.EncodeText(string(text))
+				hashes = withAnswer(hashes, salt, prompt, ids, m.blockSize)
+				retokenized = len(ids)
 			}
-			if !canRead {
-				te = nil
-			}
-			if n, known := ans.outputTokens(te); known {
+			if n, known := ans.outputTokens(retokenized); known {
 				u = gateway.Usage{Known: true, CompletionTokens: n, CachedTokens: max(ans.cached, 0)}
 			}
 		}

@@ -167,7 +167,6 @@ type entry struct {
 	st       state
 	req      Request
 	arrived  time.Duration
-	enqueued time.Duration
 	deadline time.Duration
 	prio     int
 	replica  int
@@ -515,7 +514,6 @@ func (c *Core) place(now time.Duration, e *entry, front bool) Decision {
 		}
 	}
 	e.st = stQueued
-	e.enqueued = now
 	c.q.push(t, e.prio, e.req.Tenant, e.req.TenantWeight, front)
 	c.q.bytes += e.req.Bytes
 	c.q.dl.Push(e.deadline, t)
@@ -606,7 +604,7 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 		v.Load = r.load
 		v.Load.Engine = c.engineLoad(now, r)
 		v.KVCapacityBlocks = c.capacity(r)
-		v.Healthy = !r.gone && now >= r.ejectedUntil && (len(e.tried) == 0 || !tried(e, i))
+		v.Healthy = c.healthy(now, r) && !tried(e, i)
 	}
 	c.rreq = router.Request{ID: e.req.ID, Model: c.cfg.Model, Session: e.req.Session, Priority: e.prio, PromptTokens: e.req.PromptTokens, BlockHashes: e.req.BlockHashes}
 	c.cur = e
@@ -792,7 +790,6 @@ func (c *Core) retry(now time.Duration, t Ticket, fault bool) (Decision, []Decis
 	}
 	c.takeBack(now, e, fault)
 	e.st = stQueued
-	e.enqueued = 0
 	d := c.place(now, e, true)
 	if d.Kind == Rejected && d.Reason == ReasonNoReplica {
 		d.Status = http.StatusBadGateway

@@ -48,6 +48,79 @@ type Config struct {
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
 	// Seed seeds the policies' random choices. Default 0.
 	Seed uint64 `yaml:"seed"`
+
+	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a request's body, from its headers on; a
+	// body not read in time is answered 408 and its connection closed.
+	// Default 30s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds each write of a response to the client: a client
+	// that does not read for this long is cut off, the request's upstream
+	// is cancelled and its slot freed. Default 10s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// FirstByteTimeout bounds each try's wait for the engine's first
+	// response byte; past it the try counts as a failure of that replica
+	// and the request is retried on another (retry.attempts apply).
+	// Default 60s.
+	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
+	// StreamIdleTimeout bounds the gap between two reads of a response
+	// after its first byte: an engine silent for longer ends the stream as
+	// a failure the client sees. Default 60s.
+	StreamIdleTimeout time.Duration `yaml:"stream_idle_timeout"`
+	// IdleTimeout closes a client's keep-alive connection idle for this
+	// long. Default 2m.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// DrainDelay is how long readiness fails on SIGTERM before the proxy
+	// stops accepting connections, so load balancers stop sending first.
+	// Default 5s.
+	DrainDelay time.Duration `yaml:"drain_delay"`
+
+	// MaxConnections caps the client connections open at once; one more
+	// is accepted and closed at once. 0 derives it from the process's open
+	// file limit (half of it, less a reserve: the other half is for the
+	// upstream connections). Default 0.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerClient caps the connections of one client address.
+	// Default 1024.
+	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
+	// MaxConcurrentStreams caps the concurrent requests of one HTTP/2
+	// connection. Default 100.
+	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
+	// MaxInflightBodyBytes bounds the request bodies held at once, over
+	// every request (read, queued or in flight); a request that would pass
+	// it is answered 503 with Retry-After. Default 1GiB.
+	MaxInflightBodyBytes ByteSize `yaml:"max_inflight_body_bytes"`
+	// ResponseBufferBytes is how much of an engine's response the proxy
+	// holds for a client that reads more slowly than the engine writes: an
+	// engine that has finished frees its slot while the client still reads.
+	// Default 1MiB.
+	ResponseBufferBytes ByteSize `yaml:"response_buffer_bytes"`
+
+	// PredictedCachedHeader sends x-inferrail-predicted-cached-tokens on
+	// every response. Off, it is sent only to a request that carries its
+	// own cache_salt (whose cache no other tenant shares): the header
+	// otherwise tells any client whether another sent a prefix. Default
+	// false.
+	PredictedCachedHeader bool `yaml:"predicted_cached_header"`
+	// ForwardClientAuth forwards the client's Authorization and Cookie
+	// headers to the engines. Default false.
+	ForwardClientAuth bool `yaml:"forward_client_auth"`
+
+	// TLS serves the client listener over TLS (HTTP/1.1 and h2) when its
+	// cert_file and key_file are set.
+	TLS TLS `yaml:"tls"`
+	// AdminTLS serves the admin listener over TLS likewise.
+	AdminTLS TLS `yaml:"admin_tls"`
+	// AdminTokenFile holds the bearer token the admin endpoints require
+	// (but /livez and /readyz); required when admin_listen is not a
+	// loopback address. Default "".
+	AdminTokenFile string `yaml:"admin_token_file"`
+	// Pprof serves Go's profiles at /debug/pprof/ on the admin listener.
+	// Default false.
+	Pprof bool `yaml:"pprof"`
+	// Log configures the process log and the access log.
+	Log Log `yaml:"log"`
 	// Retry is what happens when a try fails before the first response byte.
 	Retry Retry `yaml:"retry"`
 	// Health configures active probes and passive ejection.
@@ -62,6 +135,28 @@ type Config struct {
 	DNSRefresh time.Duration `yaml:"dns_refresh"`
 	// Models are the served models, at least one.
 	Models []Model `yaml:"models"`
+}
+
+// TLS names a certificate and its key, PEM files read again when they
+// change. Both or neither.
+type TLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Enabled reports whether t names a certificate.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
+
+// Log configures logging (log/slog, on stderr).
+type Log struct {
+	// Format is "text" or "json". Default "text".
+	Format string `yaml:"format"`
+	// Level is "debug", "info", "warn" or "error". Default "info".
+	Level string `yaml:"level"`
+	// AccessSample is the share of requests written to the access log (at
+	// info level: method, path, status, duration, model, replica, tokens,
+	// queue time; never a prompt or a header value). Default 1.
+	AccessSample float64 `yaml:"access_sample"`
 }
 
 // Retry bounds the tries of one request before its first response byte.
@@ -96,6 +191,10 @@ type Health struct {
 	// MaxEjectedShare is the largest share of a model's replicas ever
 	// ejected at once, in [0, 1]. Default 0.5.
 	MaxEjectedShare float64 `yaml:"max_ejected_share"`
+	// ReadyWindow: /readyz answers 200 while every model has a replica
+	// that passed a probe or answered a request within this window. 0
+	// means twice the interval plus the timeout. Default 0.
+	ReadyWindow time.Duration `yaml:"ready_window"`
 }
 
 // Scrape configures the scraping of the engines' /metrics.
@@ -121,6 +220,12 @@ type Tokenize struct {
 	// Timeout is the longest wait for a tokenization; past it the request
 	// is routed without a prediction. Default 20ms.
 	Timeout time.Duration `yaml:"timeout"`
+	// MaxPromptBytes bounds the prompts tokenized at the edge: a longer
+	// one is routed without a prediction (and, when it cannot fit the
+	// model's max_model_len whatever its tokens, answered 400 at once). 0
+	// means 8 bytes per token of max_model_len, or 1MiB for a model
+	// without one. Default 0.
+	MaxPromptBytes ByteSize `yaml:"max_prompt_bytes"`
 }
 
 // DecisionLog configures the JSON-lines log of routing decisions.
@@ -250,6 +355,11 @@ type Replica struct {
 	KVEventsReplay string `yaml:"kv_events_replay"`
 	// KVEventsTopic is the topic subscribed to; "" is every topic.
 	KVEventsTopic string `yaml:"kv_events_topic"`
+	// KVEventsBind makes the proxy bind kv_events (a local address such
+	// as tcp://*:5557 or tcp://0.0.0.0:5557) for the engine to connect to,
+	// as vLLM's publisher does when its endpoint has no "*". Default
+	// false: the proxy connects to the engine's bound endpoint.
+	KVEventsBind bool `yaml:"kv_events_bind"`
 }
 
 // DNSGroup is a DNS name whose every address is a replica.
@@ -274,12 +384,24 @@ type DNSGroup struct {
 // Default returns the defaults of every field, with no models.
 func Default() Config {
 	return Config{
-		Listen:         "127.0.0.1:8080",
-		AdminListen:    "127.0.0.1:9090",
-		DrainTimeout:   30 * time.Second,
-		RequestTimeout: 10 * time.Minute,
-		MaxBodyBytes:   32 * MiB,
-		Retry:          Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		Listen:                  "127.0.0.1:8080",
+		AdminListen:             "127.0.0.1:9090",
+		DrainTimeout:            30 * time.Second,
+		RequestTimeout:          10 * time.Minute,
+		MaxBodyBytes:            32 * MiB,
+		ReadHeaderTimeout:       10 * time.Second,
+		ReadTimeout:             30 * time.Second,
+		WriteTimeout:            10 * time.Second,
+		FirstByteTimeout:        60 * time.Second,
+		StreamIdleTimeout:       60 * time.Second,
+		IdleTimeout:             2 * time.Minute,
+		DrainDelay:              5 * time.Second,
+		MaxConnectionsPerClient: 1024,
+		MaxConcurrentStreams:    100,
+		MaxInflightBodyBytes:    GiB,
+		ResponseBufferBytes:     MiB,
+		Log:                     Log{Format: "text", Level: "info", AccessSample: 1},
+		Retry:                   Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 		Health: Health{
 			Interval:        time.Second,
 			Timeout:         500 * time.Millisecond,
@@ -422,6 +544,9 @@ func (c *Config) resolvePaths(dir string) {
 		return filepath.Join(dir, p)
 	}
 	c.DecisionLog.Path = join(c.DecisionLog.Path)
+	c.TLS.CertFile, c.TLS.KeyFile = join(c.TLS.CertFile), join(c.TLS.KeyFile)
+	c.AdminTLS.CertFile, c.AdminTLS.KeyFile = join(c.AdminTLS.CertFile), join(c.AdminTLS.KeyFile)
+	c.AdminTokenFile = join(c.AdminTokenFile)
 	for i := range c.Models {
 		m := &c.Models[i]
 		if !strings.HasPrefix(m.Tokenizer, "builtin:") {
@@ -437,6 +562,32 @@ func (c *Config) resolvePaths(dir string) {
 // than a file.
 func isPresetName(p string) bool {
 	return strings.Contains(p, "@") && !strings.HasSuffix(p, ".yaml") && !strings.HasSuffix(p, ".yml")
+}
+
+// Ready returns the window of /readyz: health.ready_window, or twice the
+// probe interval plus its timeout.
+func (h Health) Ready() time.Duration {
+	if h.ReadyWindow > 0 {
+		return h.ReadyWindow
+	}
+	return 2*h.Interval + h.Timeout
+}
+
+// bytesPerToken bounds the bytes of an ordinary token when
+// tokenize.max_prompt_bytes derives from max_model_len.
+const bytesPerToken = 8
+
+// PromptBytes returns the longest prompt (in bytes) tokenized at the edge
+// for model m: tokenize.max_prompt_bytes, else 8 bytes per token of m's
+// max_model_len, else 1MiB.
+func (t Tokenize) PromptBytes(m *Model) int {
+	switch {
+	case t.MaxPromptBytes > 0:
+		return int(t.MaxPromptBytes)
+	case m.MaxModelLen > 0:
+		return bytesPerToken * m.MaxModelLen
+	}
+	return int(MiB)
 }
 
 // Model returns the model called name, or whose alias name is.

@@ -66,9 +66,25 @@ func TestDefaultValues(t *testing.T) {
 		{"request_timeout", d.RequestTimeout, 10 * time.Minute},
 		{"max_body_bytes", d.MaxBodyBytes, ByteSize(33554432)},
 		{"retry", d.Retry, Retry{3, 10 * time.Millisecond, 200 * time.Millisecond}},
-		{"health", d.Health, Health{time.Second, 500 * time.Millisecond, "/health", 3, time.Second, 30 * time.Second, 0.5}},
+		{"health", d.Health, Health{time.Second, 500 * time.Millisecond, "/health", 3, time.Second, 30 * time.Second, 0.5, 0}},
 		{"scrape", d.Scrape, Scrape{100 * time.Millisecond, 80 * time.Millisecond, 4194304, 500 * time.Millisecond}},
-		{"tokenize", d.Tokenize, Tokenize{0, 1024, 20 * time.Millisecond}},
+		{"tokenize", d.Tokenize, Tokenize{0, 1024, 20 * time.Millisecond, 0}},
+		{"read_header_timeout", d.ReadHeaderTimeout, 10 * time.Second},
+		{"read_timeout", d.ReadTimeout, 30 * time.Second},
+		{"write_timeout", d.WriteTimeout, 10 * time.Second},
+		{"first_byte_timeout", d.FirstByteTimeout, 60 * time.Second},
+		{"stream_idle_timeout", d.StreamIdleTimeout, 60 * time.Second},
+		{"idle_timeout", d.IdleTimeout, 2 * time.Minute},
+		{"drain_delay", d.DrainDelay, 5 * time.Second},
+		{"max_connections", d.MaxConnections, 0},
+		{"max_connections_per_client", d.MaxConnectionsPerClient, 1024},
+		{"max_concurrent_streams", d.MaxConcurrentStreams, 100},
+		{"max_inflight_body_bytes", d.MaxInflightBodyBytes, GiB},
+		{"response_buffer_bytes", d.ResponseBufferBytes, MiB},
+		{"predicted_cached_header", d.PredictedCachedHeader, false},
+		{"forward_client_auth", d.ForwardClientAuth, false},
+		{"pprof", d.Pprof, false},
+		{"log", d.Log, Log{"text", "info", 1}},
 		{"decision_log", d.DecisionLog, DecisionLog{"", 0.01, 4096}},
 		{"dns_refresh", d.DNSRefresh, 10 * time.Second},
 		{"model", DefaultModel(), Model{Policy: "cost_model", Tokenizer: "builtin:sim", Index: "approximate", BlockSize: 16, MaxConcurrency: 256, MaxPending: 64,
@@ -101,9 +117,25 @@ request_timeout: 1m
 max_body_bytes: 1KiB
 seed: 7
 retry: {attempts: 10, backoff: 0s, max_backoff: 1s}
-health: {interval: 2s, timeout: 2s, path: /ready, eject_after: 5, eject_time: 2s, max_eject_time: 2s, max_ejected_share: 1}
+health: {interval: 2s, timeout: 2s, path: /ready, eject_after: 5, eject_time: 2s, max_eject_time: 2s, max_ejected_share: 1, ready_window: 9s}
 scrape: {interval: 1s, timeout: 1ms, max_bytes: 1000, max_age: 1s}
-tokenize: {workers: 8, queue: 1, timeout: 1ms}
+tokenize: {workers: 8, queue: 1, timeout: 1ms, max_prompt_bytes: 2KiB}
+read_header_timeout: 1s
+read_timeout: 2s
+write_timeout: 3s
+first_byte_timeout: 4s
+stream_idle_timeout: 5s
+idle_timeout: 6s
+drain_delay: 0s
+max_connections: 100
+max_connections_per_client: 10
+max_concurrent_streams: 7
+max_inflight_body_bytes: 2KiB
+response_buffer_bytes: 64KiB
+predicted_cached_header: true
+forward_client_auth: true
+pprof: true
+log: {format: json, level: debug, access_sample: 0.5}
 decision_log: {path: ` + filepath.Join(logDir, "d.jsonl") + `, sample: 1, buffer: 1}
 dns_refresh: 1m
 models:
@@ -134,6 +166,7 @@ models:
         kv_events: tcp://engine.example:5557
         kv_events_replay: tcp://engine.example:5558
         kv_events_topic: kv
+        kv_events_bind: true
     dns:
       - name: g
         host: vllm.default.svc.cluster.local
@@ -150,10 +183,14 @@ models:
 	want := Config{
 		Listen: "0.0.0.0:80", AdminListen: "", DrainTimeout: 0, RequestTimeout: time.Minute,
 		MaxBodyBytes: 1024, Seed: 7,
+		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second, FirstByteTimeout: 4 * time.Second,
+		StreamIdleTimeout: 5 * time.Second, IdleTimeout: 6 * time.Second, DrainDelay: 0,
+		MaxConnections: 100, MaxConnectionsPerClient: 10, MaxConcurrentStreams: 7, MaxInflightBodyBytes: 2 * KiB, ResponseBufferBytes: 64 * KiB,
+		PredictedCachedHeader: true, ForwardClientAuth: true, Pprof: true, Log: Log{"json", "debug", 0.5},
 		Retry:       Retry{10, 0, time.Second},
-		Health:      Health{2 * time.Second, 2 * time.Second, "/ready", 5, 2 * time.Second, 2 * time.Second, 1},
+		Health:      Health{2 * time.Second, 2 * time.Second, "/ready", 5, 2 * time.Second, 2 * time.Second, 1, 9 * time.Second},
 		Scrape:      Scrape{time.Second, time.Millisecond, 1000, time.Second},
-		Tokenize:    Tokenize{8, 1, time.Millisecond},
+		Tokenize:    Tokenize{8, 1, time.Millisecond, 2 * KiB},
 		DecisionLog: DecisionLog{filepath.Join(logDir, "d.jsonl"), 1, 1},
 		DNSRefresh:  time.Minute,
 		Models: []Model{{
@@ -162,7 +199,7 @@ models:
 			MaxConcurrency: 1, MaxPending: 2,
 			Admission: "llmd-utilization", Overcommit: 1.5, OutputQuantile: 0.9, DefaultMaxTokens: 256, MaxModelLen: 8192, MaxPriority: 100, KVCapacityBlocks: 4000,
 			Queue:    Queue{MaxRequests: 0, MaxBytes: MiB, Timeout: 2 * time.Second, ShedOnSLO: true},
-			Replicas: []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, 5000, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv"}},
+			Replicas: []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, 5000, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv", true}},
 			DNS:      []DNSGroup{{"g", "vllm.default.svc.cluster.local", 8000, "https", 5557, 5558, "kv"}},
 		}},
 	}

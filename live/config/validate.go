@@ -34,7 +34,77 @@ const (
 	maxOvercommit = 4
 	// maxProfileBytes bounds a profile file read at validation.
 	maxProfileBytes = 1 << 20
+	maxConnections  = 1 << 22
+	maxStreams      = 1 << 16
+	// maxTokenBytes bounds the admin token file.
+	maxTokenBytes = 4096
 )
+
+// tls checks that a certificate and its key are both named, and exist.
+func (k *checker) tls(path string, t TLS) {
+	switch {
+	case t.CertFile == "" && t.KeyFile == "":
+		return
+	case t.CertFile == "":
+		k.fail(path+".cert_file", "required with %s.key_file: the PEM certificate (chain) file", path)
+		return
+	case t.KeyFile == "":
+		k.fail(path+".key_file", "required with %s.cert_file: the PEM private key file", path)
+		return
+	}
+	for _, f := range []struct{ field, file string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}} {
+		if f.file == "" {
+			continue
+		}
+		if st, err := os.Stat(f.file); err != nil {
+			k.fail(path+"."+f.field, "%v", err)
+		} else if !st.Mode().IsRegular() {
+			k.fail(path+"."+f.field, "%q is not a regular file", f.file)
+		}
+	}
+}
+
+// tokenFile checks that the admin token file holds one token.
+func (k *checker) tokenFile(path, file string) {
+	if _, err := ReadToken(file); err != nil {
+		k.fail(path, "%v", err)
+	}
+}
+
+// ReadToken reads a bearer token file: one line of at least 16 visible
+// characters, surrounding space trimmed.
+func ReadToken(file string) (string, error) {
+	st, err := os.Stat(file)
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() || st.Size() > maxTokenBytes {
+		return "", fmt.Errorf("%q must be a regular file of at most %d bytes holding one token", file, maxTokenBytes)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 || strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		return "", fmt.Errorf("%q must hold one token of at least 16 printable ASCII characters without spaces", file)
+	}
+	return tok, nil
+}
+
+// loopback reports whether a listen address only binds a loopback address
+// (127.0.0.0/8, ::1 or localhost); ":8080" and "0.0.0.0:8080" are not.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 // checker collects the FieldErrors of one Validate call.
 type checker struct{ errs []error }
@@ -96,6 +166,43 @@ func (c *Config) Validate() error {
 	k.positive("request_timeout", c.RequestTimeout)
 	k.size("max_body_bytes", c.MaxBodyBytes)
 
+	k.positive("read_header_timeout", c.ReadHeaderTimeout)
+	k.positive("read_timeout", c.ReadTimeout)
+	k.positive("write_timeout", c.WriteTimeout)
+	k.positive("first_byte_timeout", c.FirstByteTimeout)
+	k.positive("stream_idle_timeout", c.StreamIdleTimeout)
+	k.positive("idle_timeout", c.IdleTimeout)
+	k.nonNegative("drain_delay", c.DrainDelay)
+	k.intIn("max_connections", c.MaxConnections, 0, maxConnections)
+	k.intIn("max_connections_per_client", c.MaxConnectionsPerClient, 1, maxConnections)
+	if c.MaxConnections > 0 && c.MaxConnectionsPerClient > c.MaxConnections {
+		k.fail("max_connections_per_client", "must not exceed max_connections (%d), got %d", c.MaxConnections, c.MaxConnectionsPerClient)
+	}
+	k.intIn("max_concurrent_streams", c.MaxConcurrentStreams, 1, maxStreams)
+	k.size("max_inflight_body_bytes", c.MaxInflightBodyBytes)
+	if c.MaxBodyBytes <= maxSize && c.MaxInflightBodyBytes < c.MaxBodyBytes {
+		k.fail("max_inflight_body_bytes", "must be at least max_body_bytes (%v), or no body of that size is ever taken, got %v", c.MaxBodyBytes, c.MaxInflightBodyBytes)
+	}
+	k.size("response_buffer_bytes", c.ResponseBufferBytes)
+	k.tls("tls", c.TLS)
+	k.tls("admin_tls", c.AdminTLS)
+	if c.AdminTokenFile != "" {
+		k.tokenFile("admin_token_file", c.AdminTokenFile)
+	} else if _, _, err := net.SplitHostPort(c.AdminListen); err == nil && !loopback(c.AdminListen) {
+		k.fail("admin_token_file", "required when admin_listen (%s) is not a loopback address: a file holding the bearer token the admin endpoints ask for; or listen on 127.0.0.1", c.AdminListen)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		k.fail("log.format", `must be "text" or "json", got %q`, c.Log.Format)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		k.fail("log.level", `must be "debug", "info", "warn" or "error", got %q`, c.Log.Level)
+	}
+	k.share("log.access_sample", c.Log.AccessSample)
+
 	k.intIn("retry.attempts", c.Retry.Attempts, 1, maxAttempts)
 	k.nonNegative("retry.backoff", c.Retry.Backoff)
 	k.nonNegative("retry.max_backoff", c.Retry.MaxBackoff)
@@ -116,6 +223,7 @@ func (c *Config) Validate() error {
 		k.fail("health.max_eject_time", "must be at least health.eject_time (%v), got %v", h.EjectTime, h.MaxEjectTime)
 	}
 	k.share("health.max_ejected_share", h.MaxEjectedShare)
+	k.nonNegative("health.ready_window", h.ReadyWindow)
 
 	s := &c.Scrape
 	k.positive("scrape.interval", s.Interval)
@@ -129,6 +237,9 @@ func (c *Config) Validate() error {
 	k.intIn("tokenize.workers", c.Tokenize.Workers, 0, maxWorkers)
 	k.intIn("tokenize.queue", c.Tokenize.Queue, 1, maxCount)
 	k.positive("tokenize.timeout", c.Tokenize.Timeout)
+	if c.Tokenize.MaxPromptBytes != 0 {
+		k.size("tokenize.max_prompt_bytes", c.Tokenize.MaxPromptBytes)
+	}
 
 	k.decisionLog(&c.DecisionLog)
 	k.positive("dns_refresh", c.DNSRefresh)
@@ -270,7 +381,7 @@ func (k *checker) model(p string, m *Model) {
 		k.intIn(rp+".kv_capacity_blocks", r.KVCapacityBlocks, 0, maxKVBlocks)
 		switch {
 		case r.KVEvents != "":
-			k.zmqEndpoint(rp+".kv_events", r.KVEvents)
+			k.zmqEndpoint(rp+".kv_events", r.KVEvents, r.KVEventsBind)
 		case events:
 			k.fail(rp+".kv_events", "required with index: events (the engine's ZMQ endpoint, such as tcp://10.0.0.1:5557); or set index: approximate")
 		case r.KVEventsReplay != "":
@@ -279,7 +390,7 @@ func (k *checker) model(p string, m *Model) {
 			k.fail(rp+".kv_events_topic", "needs kv_events; set it or remove kv_events_topic")
 		}
 		if r.KVEventsReplay != "" {
-			k.zmqEndpoint(rp+".kv_events_replay", r.KVEventsReplay)
+			k.zmqEndpoint(rp+".kv_events_replay", r.KVEventsReplay, false)
 		}
 	}
 
@@ -395,8 +506,11 @@ func hostProblem(h string) string {
 
 // zmqEndpoint checks a ZMQ endpoint the router connects to: tcp://HOST:PORT
 // or ipc://PATH.
-func (k *checker) zmqEndpoint(path, e string) {
+func (k *checker) zmqEndpoint(path, e string, bind bool) {
 	want := "must be a ZMQ endpoint to connect to, tcp://HOST:PORT (such as tcp://10.0.0.1:5557) or ipc://PATH, got %q"
+	if bind {
+		want = "must be a ZMQ endpoint to bind, tcp://HOST:PORT (such as tcp://*:5557 or tcp://0.0.0.0:5557) or ipc://PATH, got %q"
+	}
 	scheme, rest, ok := strings.Cut(e, "://")
 	switch {
 	case !ok || rest == "":
@@ -410,8 +524,8 @@ func (k *checker) zmqEndpoint(path, e string) {
 		switch {
 		case err != nil || perr != nil || n < 1 || n > 65535 || host == "":
 			k.fail(path, want, e)
-		case host == "*":
-			k.fail(path, "must name the engine's host: * is for binding, the router connects; got %q", e)
+		case host == "*" && !bind:
+			k.fail(path, "must name the engine's host: * is for binding, the router connects (set kv_events_bind: true to bind); got %q", e)
 		}
 	}
 }

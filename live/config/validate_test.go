@@ -57,6 +57,22 @@ func TestValidateRules(t *testing.T) {
 	}{
 		// addresses
 		{"listen empty", func(c *Config) { c.Listen = "" }, "listen", "host:port"},
+		// the hardening bounds
+		{"read_timeout zero", func(c *Config) { c.ReadTimeout = 0 }, "read_timeout", "positive"},
+		{"write_timeout zero", func(c *Config) { c.WriteTimeout = 0 }, "write_timeout", "positive"},
+		{"first_byte_timeout negative", func(c *Config) { c.FirstByteTimeout = -time.Second }, "first_byte_timeout", "positive"},
+		{"stream_idle_timeout zero", func(c *Config) { c.StreamIdleTimeout = 0 }, "stream_idle_timeout", "positive"},
+		{"drain_delay negative", func(c *Config) { c.DrainDelay = -time.Second }, "drain_delay", "0 or a positive"},
+		{"per client over total", func(c *Config) { c.MaxConnections, c.MaxConnectionsPerClient = 10, 20 }, "max_connections_per_client", "must not exceed max_connections (10)"},
+		{"streams zero", func(c *Config) { c.MaxConcurrentStreams = 0 }, "max_concurrent_streams", "from 1"},
+		{"inflight under body", func(c *Config) { c.MaxInflightBodyBytes = MiB }, "max_inflight_body_bytes", "at least max_body_bytes"},
+		{"tls key missing", func(c *Config) { c.TLS.CertFile = noTok + "/../" }, "tls.key_file", "required with tls.cert_file"},
+		{"admin token needed", func(c *Config) { c.AdminListen = "0.0.0.0:9090" }, "admin_token_file", "not a loopback address"},
+		{"admin token missing file", func(c *Config) { c.AdminTokenFile = filepath.Join(tmp, "nope") }, "admin_token_file", "no such file"},
+		{"log format", func(c *Config) { c.Log.Format = "xml" }, "log.format", `"text" or "json"`},
+		{"log level", func(c *Config) { c.Log.Level = "loud" }, "log.level", `"debug"`},
+		{"access sample", func(c *Config) { c.Log.AccessSample = 2 }, "log.access_sample", "share"},
+		{"kv events star without bind", func(c *Config) { events(c); r0(c).KVEvents = "tcp://*:5557" }, "models[0].replicas[0].kv_events", "kv_events_bind"},
 		{"listen no port", func(c *Config) { c.Listen = "localhost" }, "listen", `got "localhost"`},
 		{"listen port range", func(c *Config) { c.Listen = ":65536" }, "listen", "numeric port"},
 		{"listen named port", func(c *Config) { c.Listen = ":http" }, "listen", "numeric port"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -188,7 +189,7 @@ func (w *writer) field(ev *Event, name string) {
 	case "block_hashes":
 		w.hashes(ev.BlockHashes)
 	case "parent_block_hash":
-		w.optional(ev.ParentBlockHash != nil, func() { w.hash(*ev.ParentBlockHash) })
+		w.optional(ev.ParentBlockHash != nil && !zeroHash(*ev.ParentBlockHash), func() { w.hash(*ev.ParentBlockHash) })
 	case "token_ids":
 		w.arrayLen(len(ev.TokenIDs))
 		for _, t := range ev.TokenIDs {
@@ -693,19 +694,7 @@ func (d reader) field(ev *Event, name string) error {
 	case "block_hashes":
 		ev.BlockHashes, err = d.hashList(name)
 	case "parent_block_hash":
-		null, err := d.isNil()
-		if err != nil {
-			return wrapField(name, err)
-		}
-		if null {
-			ev.ParentBlockHash = nil
-			return nil
-		}
-		h, err := d.hash(name)
-		if err != nil {
-			return err
-		}
-		ev.ParentBlockHash = &h
+		ev.ParentBlockHash, err = d.parent(name)
 	case "token_ids":
 		ev.TokenIDs, err = d.tokens(name)
 	case "block_size":
@@ -730,6 +719,39 @@ func (d reader) field(ev *Event, name string) error {
 		err = wrapField(name, d.skip(0))
 	}
 	return err
+}
+
+// parent reads parent_block_hash. None means no parent, and so does a zero
+// hash (see zeroHash): llm-d-inference-sim sends the int 0 for none.
+func (d reader) parent(what string) (*BlockHash, error) {
+	null, err := d.isNil()
+	if err != nil || null {
+		return nil, wrapField(what, err)
+	}
+	c, err := d.peek()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var h BlockHash
+	if msgpcode.IsBin(c) {
+		b, err := d.d.DecodeBytes()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		h = BytesHash(b) // may be empty, unlike a block hash
+	} else if h, err = d.hash(what); err != nil {
+		return nil, err
+	}
+	if zeroHash(h) {
+		return nil, nil
+	}
+	return &h, nil
+}
+
+// zeroHash reports whether h is the int 0 or empty or all-zero bytes, which
+// as a parent hash mean no parent.
+func zeroHash(h BlockHash) bool {
+	return h.V == 0 && strings.Trim(h.Raw, "\x00") == ""
 }
 
 func (d reader) hashList(what string) ([]BlockHash, error) {

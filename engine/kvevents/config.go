@@ -45,6 +45,15 @@ type Config struct {
 	// Endpoint even where vLLM's rule (see Binds) would connect, e.g. to
 	// bind tcp://127.0.0.1:0 in tests.
 	ForceBind bool `json:"-"`
+	// LegacyReplay is not part of vLLM's JSON: it makes the replay ROUTER
+	// answer as vLLM did before 0.26, without the topic frame (["", seq,
+	// payload] per batch, ["", -1, ""] at the end, as a DEALER sees them),
+	// for consumers written against that shape. By default it answers as
+	// vLLM 0.26 (PR #45177) and llm-d-inference-sim do, with the topic
+	// before the seq (["", topic, seq, payload], then ["", "", -1, ""]);
+	// llm-d's replay client accepts only that shape, and Subscriber reads
+	// both.
+	LegacyReplay bool `json:"-"`
 }
 
 // DefaultConfig returns vLLM's defaults with events enabled on zmq.

@@ -18,4 +18,30 @@
 // (big-endian) of its digest, or the raw digest bytes when
 // VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0. The engine's 128-bit kvblock.Hash is
 // sent as its low half, Hash.Lo, an unsigned 64-bit int (see EngineHash).
+//
+// Parent 0: a BlockStored whose prefix starts at the first block has no
+// parent. vLLM sends parent_block_hash None; llm-d-inference-sim sends the
+// int 0 (llm-d's EmptyBlockHash) in its default array-encoded events. Both,
+// and empty or all-zero bytes, decode as ParentBlockHash nil, so a consumer
+// does not wait for a parent block that never existed; EncodeBatch sends a
+// zero parent as None.
+//
+// Who binds: vLLM's publisher binds its PUB endpoint when it contains "*"
+// or "::" or is ipc:// or inproc://, and connects otherwise (see Binds).
+// llm-d deploys it connecting: the router binds and the engines connect, as
+// llm-d-inference-sim's publisher always does. A Subscriber dials Endpoint
+// by default; with SubscriberConfig.Bind it listens there instead (Addr
+// reports the port chosen for port 0) and publishers connect to it. Replay
+// always dials the engine's ROUTER, which always binds.
+//
+// Replay: a DEALER sends ["", start_seq (8-byte big-endian)] and the ROUTER
+// answers with every buffered batch with seq >= start_seq, then an end
+// marker with seq -1 and an empty payload. The DEALER receives one of two
+// shapes:
+//
+//	vLLM >= 0.26 (PR #45177), llm-d-inference-sim:  ["", topic, seq, payload] ... ["", "", -1, ""]
+//	vLLM < 0.26:                                    ["", seq, payload] ...        ["", -1, ""]
+//
+// Subscriber reads both. Publisher sends the first, as current vLLM does and
+// llm-d's replay client requires; Config.LegacyReplay selects the second.
 package kvevents

@@ -100,7 +100,10 @@ type Event struct {
 	// BlockHashes are the blocks stored or removed, in prefix order.
 	BlockHashes []BlockHash
 	// ParentBlockHash is the block before the first stored one; nil for a
-	// prefix that starts at the first block.
+	// prefix that starts at the first block. vLLM sends None for that, and
+	// llm-d-inference-sim the int 0, so a zero hash (the int 0, or empty or
+	// all-zero bytes) means no parent too: DecodeBatch reads it as nil and
+	// EncodeBatch sends it as None.
 	ParentBlockHash *BlockHash
 	// TokenIDs are the tokens of all stored blocks concatenated (vLLM sends
 	// block_size*len(block_hashes) of them). Nil encodes as an empty list.
@@ -138,7 +141,9 @@ type Batch struct {
 // EngineHash. tokens, when not nil, returns the token ids of one block; a
 // BlockStored event then carries the tokens of all its blocks concatenated.
 // With tokens nil, TokenIDs stays empty. Events of unknown kinds are skipped,
-// and AllBlocksCleared carries no medium, as in vLLM.
+// and AllBlocksCleared carries no medium, as in vLLM. A parent whose low half
+// is 0 becomes no parent, as it would on the wire (see
+// Event.ParentBlockHash).
 func FromEngine(evs []engine.KVEvent, tokens func(h kvblock.Hash) []uint32) []Event {
 	out := make([]Event, 0, len(evs))
 	for i := range evs {
@@ -146,8 +151,7 @@ func FromEngine(evs []engine.KVEvent, tokens func(h kvblock.Hash) []uint32) []Ev
 		switch ev.Kind {
 		case engine.BlockStored:
 			w := Event{Kind: engine.BlockStored, BlockSize: ev.BlockSize, Medium: ev.Medium, BlockHashes: engineHashes(ev.BlockHashes)}
-			if ev.HasParent {
-				p := EngineHash(ev.ParentBlockHash)
+			if p := EngineHash(ev.ParentBlockHash); ev.HasParent && !zeroHash(p) {
 				w.ParentBlockHash = &p
 			}
 			if tokens != nil {

@@ -37,8 +37,11 @@ type PublisherStats struct {
 // Publisher publishes batches the way vLLM's ZmqEventPublisher does: PUB
 // frames [topic, seq (8-byte big-endian), payload], seq counting from 0 per
 // publisher, and, with a replay endpoint, a ROUTER that answers
-// [identity, "", start_seq] with [identity, "", seq, payload] for every
-// buffered batch with seq >= start_seq, then [identity, "", -1, ""].
+// [identity, "", start_seq] with [identity, "", topic, seq, payload] for
+// every buffered batch with seq >= start_seq, then the end marker
+// [identity, "", "", -1, ""] (vLLM 0.26 and later; with
+// Config.LegacyReplay, older vLLM's [identity, "", seq, payload] and
+// [identity, "", -1, ""]).
 //
 // Publish encodes on the caller's goroutine and never blocks: batches wait in
 // a bounded queue for one sending goroutine.
@@ -260,13 +263,23 @@ func (p *Publisher) serveReplay(ctx context.Context) {
 		for _, e := range p.since(start) {
 			var sb [8]byte
 			binary.BigEndian.PutUint64(sb[:], e.seq)
-			if err := p.replay.Send(zmq4.NewMsgFrom(id, nil, sb[:], e.payload)); err != nil {
+			if err := p.replay.Send(p.replyMsg(id, p.topic, sb[:], e.payload)); err != nil {
 				break
 			}
 		}
-		_ = p.replay.Send(zmq4.NewMsgFrom(id, nil, endSeq, nil))
+		// The end marker's topic frame is empty, as in vLLM.
+		_ = p.replay.Send(p.replyMsg(id, nil, endSeq, nil))
 		p.replays.Add(1)
 	}
+}
+
+// replyMsg frames one replay reply to the DEALER with identity id in the
+// configured shape: with the topic frame, or without it (LegacyReplay).
+func (p *Publisher) replyMsg(id, topic, seq, payload []byte) zmq4.Msg {
+	if p.cfg.LegacyReplay {
+		return zmq4.NewMsgFrom(id, nil, seq, payload)
+	}
+	return zmq4.NewMsgFrom(id, nil, topic, seq, payload)
 }
 
 // Addr is the endpoint the PUB socket is bound to, with the port the system

@@ -283,83 +283,116 @@ loop:
 }
 
 // TestReplayProtocol talks to the replay ROUTER with a bare DEALER, as llm-d
-// does: ["", start] in; ["", seq, payload]... then ["", -1, ""] out. Only the
-// last buffer_steps batches are kept.
+// does: ["", start] in; ["", topic, seq, payload]... then ["", "", -1, ""]
+// out (vLLM 0.26 and later), or with LegacyReplay ["", seq, payload]... then
+// ["", -1, ""] (older vLLM). Only the last buffer_steps batches are kept.
 func TestReplayProtocol(t *testing.T) {
-	check := noLeaks(t)
-	cfg := localConfig(true)
-	cfg.BufferSteps = 2
-	p, err := NewPublisher(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i <= 3; i++ {
-		if err := p.Publish(storedBatch(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, "3 batches sent", func() bool { return p.Stats().Published == 3 })
-
-	ask := func(start []byte) [][][]byte {
-		d := zmq4.NewDealer(t.Context(), quiet())
-		defer closeAndDrain(d)
-		if err := d.Dial(p.ReplayAddr()); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Send(zmq4.NewMsgFrom(nil, start)); err != nil {
-			t.Fatal(err)
-		}
-		var out [][][]byte
-		for {
-			m, err := d.Recv()
+	const topic = "kv@10.0.0.1:5557@model"
+	be := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+	p2, _ := EncodeBatch(storedBatch(2), FormatMap)
+	p3, _ := EncodeBatch(storedBatch(3), FormatMap)
+	for _, c := range []struct {
+		legacy bool
+		want   [][][]byte
+	}{
+		{false, [][][]byte{{{}, []byte(topic), be(1), p2}, {{}, []byte(topic), be(2), p3}, {{}, {}, endSeq, {}}}},
+		{true, [][][]byte{{{}, be(1), p2}, {{}, be(2), p3}, {{}, endSeq, {}}}},
+	} {
+		t.Run(fmt.Sprintf("legacy=%v", c.legacy), func(t *testing.T) {
+			check := noLeaks(t)
+			cfg := localConfig(true)
+			cfg.BufferSteps = 2
+			cfg.Topic = topic
+			cfg.LegacyReplay = c.legacy
+			p, err := NewPublisher(t.Context(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, m.Frames)
-			if len(m.Frames) == 3 && bytes.Equal(m.Frames[1], endSeq) {
-				return out
+			for i := 1; i <= 3; i++ {
+				if err := p.Publish(storedBatch(i)); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
+			waitFor(t, "3 batches sent", func() bool { return p.Stats().Published == 3 })
+
+			ask := func(start []byte) [][][]byte {
+				d := zmq4.NewDealer(t.Context(), quiet())
+				defer closeAndDrain(d)
+				if err := d.Dial(p.ReplayAddr()); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Send(zmq4.NewMsgFrom(nil, start)); err != nil {
+					t.Fatal(err)
+				}
+				var out [][][]byte
+				for {
+					m, err := d.Recv()
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, m.Frames)
+					if f := m.Frames; len(f) >= 3 && bytes.Equal(f[len(f)-2], endSeq) {
+						return out
+					}
+				}
+			}
+			seqAt := len(c.want[0]) - 2
+			if got := ask(be(0)); fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("replay from 0 (seq 0 evicted)\n got %x\nwant %x", got, c.want)
+			}
+			if got := ask(be(2)); len(got) != 2 || !bytes.Equal(got[0][seqAt], be(2)) {
+				t.Fatalf("replay from 2: %x", got)
+			}
+			if got := ask(be(9)); len(got) != 1 {
+				t.Fatalf("replay from 9: %x, want only the terminator", got)
+			}
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if st := p.Stats(); st.ReplayRequests != 3 {
+				t.Fatalf("stats %+v", st)
+			}
+			check()
+		})
 	}
-	be := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
-	got := ask(be(0))
-	p2, _ := EncodeBatch(storedBatch(2), FormatMap)
-	p3, _ := EncodeBatch(storedBatch(3), FormatMap)
-	want := [][][]byte{{{}, be(1), p2}, {{}, be(2), p3}, {{}, endSeq, {}}}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("replay from 0 (seq 0 evicted)\n got %x\nwant %x", got, want)
-	}
-	if got := ask(be(2)); len(got) != 2 || !bytes.Equal(got[0][1], be(2)) {
-		t.Fatalf("replay from 2: %x", got)
-	}
-	if got := ask(be(9)); len(got) != 1 {
-		t.Fatalf("replay from 9: %x, want only the terminator", got)
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st := p.Stats(); st.ReplayRequests != 3 {
-		t.Fatalf("stats %+v", st)
-	}
-	check()
 }
 
 // TestGapRepairedByReplay loses one batch on the wire (it stays in the
 // replay buffer): the subscriber sees the gap, replays it and delivers every
 // batch exactly once, in sequence order.
 func TestGapRepairedByReplay(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) { testGapRepairedByReplay(t, legacy, false) })
+	}
+}
+
+func testGapRepairedByReplay(t *testing.T, legacy, bind bool) {
 	check := noLeaks(t)
 	var dropNext atomic.Bool
-	p, err := newPublisher(t.Context(), localConfig(true), publisherHooks{
+	cfg := localConfig(true)
+	cfg.LegacyReplay = legacy
+	s := &sink{}
+	var sub *Subscriber
+	if bind {
+		// The subscriber comes first (the publisher connects to it), so
+		// the replay endpoint is chosen up front.
+		cfg.ReplayEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+		var err error
+		if sub, err = NewSubscriber(t.Context(), bindConfig(s, cfg.ReplayEndpoint), s.handle); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Endpoint, cfg.ForceBind = sub.Addr(), false
+	}
+	p, err := newPublisher(t.Context(), cfg, publisherHooks{
 		skipSend: func(uint64) bool { return dropNext.CompareAndSwap(true, false) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &sink{}
-	sub, err := NewSubscriber(t.Context(), s.config(p.Addr(), p.ReplayAddr()), s.handle)
-	if err != nil {
-		t.Fatal(err)
+	if !bind {
+		if sub, err = NewSubscriber(t.Context(), s.config(p.Addr(), p.ReplayAddr()), s.handle); err != nil {
+			t.Fatal(err)
+		}
 	}
 	probe(t, p, s, anyBatch)
 	dropNext.Store(true)

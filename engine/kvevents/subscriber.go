@@ -18,8 +18,20 @@ import (
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
 	// Endpoint is the engine's PUB endpoint to connect to, e.g.
-	// "tcp://10.0.0.7:5557".
+	// "tcp://10.0.0.7:5557"; with Bind, the endpoint to listen on for
+	// engines to connect to, e.g. "tcp://*:5557" or "tcp://127.0.0.1:0".
 	Endpoint string
+	// Bind makes the SUB socket listen on Endpoint for publishers to
+	// connect to, rather than dial it. vLLM's publisher connects when its
+	// endpoint has no "*" (see Binds), as in llm-d's deployments, where the
+	// router binds and the engines connect. NewSubscriber binds before it
+	// returns and returns a bind error; Addr reports the bound address. The
+	// socket stays bound until Close: a publisher that goes away and comes
+	// back connects to it again (a restarted one is seen as a Reset). Bind
+	// for one publisher at a time: the Subscriber follows one sequence, so
+	// two publishers' batches look like gaps and resets. Replay still
+	// dials ReplayEndpoint.
+	Bind bool
 	// ReplayEndpoint is the engine's replay ROUTER endpoint; "" disables
 	// gap repair (gaps are still detected and reported).
 	ReplayEndpoint string
@@ -63,8 +75,13 @@ type SubscriberStats struct {
 	Missed       uint64 // sequence numbers neither received nor replayed
 	Resets       uint64 // publisher restarts
 	DecodeErrors uint64 // payloads that were not valid batches
-	BadFrames    uint64 // messages not shaped [topic, seq, payload]
-	Connects     uint64 // successful connections to the PUB endpoint
+	BadFrames    uint64 // live messages not shaped [topic, seq, payload], and malformed replay replies
+	// Connects counts the times the subscriber became ready to receive:
+	// successful dials of the PUB endpoint or, with Bind, the one
+	// successful bind. Publishers connecting to a bound socket are not
+	// counted (zmq4 does not report them); a publisher that restarted
+	// shows up as a Reset.
+	Connects uint64
 }
 
 // Subscriber receives vLLM KV event batches from one engine and hands them
@@ -75,14 +92,16 @@ type SubscriberStats struct {
 // The first batch after start sets the expected sequence; nothing before it
 // is requested. When the connection fails the Subscriber redials every
 // RetryInterval (its own loop: zmq4's automatic reconnect redials from inside
-// its reader goroutine); batches the same publisher sent meanwhile show up as
-// a gap and are replayed when possible.
+// its reader goroutine); with Bind it keeps its socket and the publisher
+// reconnects to it. Either way, batches the same publisher sent meanwhile
+// show up as a gap and are replayed when possible.
 type Subscriber struct {
 	cfg     SubscriberConfig
 	handler func(seq uint64, b Batch)
 	topic   []byte
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+	bound   zmq4.Socket // the listening SUB socket with Bind; nil when dialling
 
 	// sequence state, owned by the run goroutine
 	have bool
@@ -93,6 +112,7 @@ type Subscriber struct {
 
 // NewSubscriber validates cfg and starts receiving in the background; it
 // returns at once and keeps trying to connect (and reconnect) until Close.
+// With cfg.Bind it binds Endpoint first and returns the error if it cannot.
 func NewSubscriber(ctx context.Context, cfg SubscriberConfig, handler func(seq uint64, b Batch)) (*Subscriber, error) {
 	if handler == nil {
 		return nil, errors.New("kvevents: subscriber needs a handler")
@@ -116,6 +136,20 @@ func NewSubscriber(ctx context.Context, cfg SubscriberConfig, handler func(seq u
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Subscriber{cfg: cfg, handler: handler, topic: []byte(cfg.Topic), cancel: cancel}
+	if cfg.Bind {
+		sock := zmq4.NewSub(ctx, quiet())
+		err := sock.SetOption(zmq4.OptionSubscribe, cfg.Topic)
+		if err == nil {
+			err = sock.Listen(cfg.Endpoint)
+		}
+		if err != nil {
+			cancel()
+			_ = sock.Close()
+			return nil, fmt.Errorf("kvevents: bind subscriber endpoint %q: %w", cfg.Endpoint, err)
+		}
+		s.bound = sock
+		s.connects.Add(1)
+	}
 	s.wg.Go(func() { s.run(ctx) })
 	return s, nil
 }
@@ -123,8 +157,14 @@ func NewSubscriber(ctx context.Context, cfg SubscriberConfig, handler func(seq u
 // quiet keeps zmq4 from logging to stderr.
 func quiet() zmq4.Option { return zmq4.WithLogger(log.New(io.Discard, "", 0)) }
 
-// run connects, reads until the connection fails, and reconnects.
+// run connects, reads until the connection fails, and reconnects; with Bind
+// it reads from the bound socket until ctx ends.
 func (s *Subscriber) run(ctx context.Context) {
+	if s.bound != nil {
+		s.read(ctx, s.bound)
+		closeAndDrain(s.bound)
+		return
+	}
 	for ctx.Err() == nil {
 		sock := zmq4.NewSub(ctx, quiet(), zmq4.WithDialerMaxRetries(-1), zmq4.WithDialerRetry(s.cfg.RetryInterval))
 		if err := sock.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err == nil {
@@ -152,10 +192,20 @@ func closeAndDrain(sock zmq4.Socket) {
 	}
 }
 
+// read processes messages until ctx ends or, for a dialled socket, the
+// connection fails. A bound socket outlives its connections: a publisher
+// going away fails one Recv, and the socket goes on receiving from the
+// publishers that connect.
 func (s *Subscriber) read(ctx context.Context, sock zmq4.Socket) {
 	for {
 		msg, err := sock.Recv()
-		if err != nil || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if s.bound != nil {
+				continue
+			}
 			return
 		}
 		f := msg.Frames
@@ -230,8 +280,8 @@ func (s *Subscriber) deliver(seq uint64, payload []byte) bool {
 }
 
 // fetchReplay asks the replay ROUTER for every buffered batch with seq >=
-// start, over a DEALER that sends ["", start] and reads ["", seq, payload]
-// until seq is -1.
+// start, over a DEALER that sends ["", start] and reads replies (see
+// replayFrame) until seq is -1.
 func (s *Subscriber) fetchReplay(ctx context.Context, start uint64) ([]entry, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
 	defer cancel()
@@ -251,17 +301,38 @@ func (s *Subscriber) fetchReplay(ctx context.Context, start uint64) ([]entry, er
 		if err != nil {
 			return out, fmt.Errorf("kvevents: replay from %d: %w", start, err)
 		}
-		f := msg.Frames
-		if len(f) != 3 || len(f[0]) != 0 || len(f[1]) != 8 {
+		seq, payload, ok := replayFrame(msg.Frames)
+		if !ok {
 			s.badFrames.Add(1)
 			continue
 		}
-		if bytes.Equal(f[1], endSeq) {
+		if bytes.Equal(seq, endSeq) {
 			return out, nil
 		}
-		out = append(out, entry{seq: binary.BigEndian.Uint64(f[1]), payload: f[2]})
+		out = append(out, entry{seq: binary.BigEndian.Uint64(seq), payload: payload})
 	}
 }
+
+// replayFrame splits a replay reply as the DEALER receives it, in either of
+// vLLM's shapes: ["", topic, seq, payload] (vLLM 0.26 and later, after PR
+// #45177, and llm-d-inference-sim) or ["", seq, payload] (older vLLM). The
+// end marker is the same with seq -1 and an empty payload (and an empty
+// topic). The topic is not checked: the replay endpoint serves one engine,
+// and the end marker's topic is empty whatever the subscription.
+func replayFrame(f [][]byte) (seq, payload []byte, ok bool) {
+	switch {
+	case len(f) == 4 && len(f[0]) == 0 && len(f[2]) == 8:
+		return f[2], f[3], true
+	case len(f) == 3 && len(f[0]) == 0 && len(f[1]) == 8:
+		return f[1], f[2], true
+	}
+	return nil, nil, false
+}
+
+// Addr is the endpoint the SUB socket is bound to with Bind, with the port
+// the system chose for port 0 (e.g. "tcp://127.0.0.1:40123"): where
+// publishers connect. It is "" when the subscriber dials.
+func (s *Subscriber) Addr() string { return boundAddr(s.bound, s.cfg.Endpoint) }
 
 // Stats returns the subscriber's counters.
 func (s *Subscriber) Stats() SubscriberStats {

@@ -32,6 +32,9 @@ type answer struct {
 	events     int
 	completion int
 	cached     int
+	// done says the stream's data: [DONE] arrived: the answer is whole,
+	// whatever happens to the connection after it.
+	done bool
 }
 
 // bodyTail is how much of a non-streamed body is kept to read its usage,
@@ -122,9 +125,12 @@ func (a *answer) add(c choiceText) {
 	}
 }
 
+// maxLineBytes bounds an SSE line the answer waits for the end of.
+const maxLineBytes = 4 * maxAnswerBytes
+
 // feed takes the next bytes of the response.
 func (a *answer) feed(p []byte) {
-	if a.over {
+	if a.over && !a.stream {
 		return
 	}
 	a.pending = append(a.pending, p...)
@@ -143,13 +149,25 @@ func (a *answer) feed(p []byte) {
 	for {
 		i := bytes.IndexByte(a.pending, '\n')
 		if i < 0 {
-			return
+			break
 		}
-		line := a.pending[:i]
-		if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && len(data) > 0 && data[0] == '{' {
-			a.event(data)
+		line := bytes.TrimSuffix(a.pending[:i], []byte("\r"))
+		if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			data = bytes.TrimPrefix(data, []byte(" "))
+			switch {
+			case len(data) > 0 && data[0] == '{':
+				a.event(data)
+			case bytes.Equal(data, []byte("[DONE]")):
+				a.done = true
+			}
 		}
 		a.pending = a.pending[i+1:]
+		if len(a.pending) == 0 {
+			a.pending = a.pending[:0:cap(a.pending)]
+		}
+	}
+	if len(a.pending) > maxLineBytes {
+		a.over, a.pending = true, nil
 	}
 }
 
@@ -190,7 +208,7 @@ func (a *answer) event(data []byte) {
 		}
 	}
 	a.events++
-	if !a.keepText {
+	if !a.keepText || a.over {
 		return
 	}
 	if bytes.Index(data[i+len(key):], key) < 0 {

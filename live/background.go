@@ -120,7 +120,11 @@ func (s *Server) find(target string) (*model, *replica) {
 // counters go backwards: the engine's cache is empty).
 func (s *Server) onScrape(target string, rep remote.Report) {
 	m, r := s.find(target)
-	if r == nil || rep.Err != nil {
+	if r == nil {
+		return
+	}
+	m.scraped(r, rep.Err)
+	if rep.Err != nil {
 		// An unreadable page is not an idle engine: keep the last good
 		// load, which ages out after max_age.
 		return
@@ -132,12 +136,12 @@ func (s *Server) onScrape(target string, rep remote.Report) {
 // failure toward ejection (within the share cap), a passing one resets the
 // count. An ejected replica comes back when its ejection ends; if it still
 // fails, it is ejected again for twice as long.
-func (s *Server) onProbe(target string, ok bool, _ error) {
+func (s *Server) onProbe(target string, ok bool, err error) {
 	m, r := s.find(target)
 	if r == nil {
 		return
 	}
-	m.probe(r, ok)
+	m.probe(r, ok, err)
 }
 
 // onDiscovery adds the replicas a DNS group resolves to and takes those it

@@ -20,6 +20,8 @@ type fields struct {
 	// max_completion_tokens when they are non-negative integers; 0
 	// otherwise (absent, null, or a value left for the engine to refuse).
 	MaxTokens, MaxCompletionTokens int
+	// Stream is the body's stream field when it is true.
+	Stream bool
 	// modelStart and modelEnd locate the model value in the body.
 	modelStart, modelEnd int
 }
@@ -105,6 +107,8 @@ func (f *fields) set(key string, raw []byte, start, end int) error {
 		f.MaxTokens = count(raw)
 	case "max_completion_tokens":
 		f.MaxCompletionTokens = count(raw)
+	case "stream":
+		f.Stream = bytes.Equal(raw, []byte("true"))
 	}
 	return nil
 }
@@ -158,70 +162,115 @@ func skipString(b []byte, i int) (int, error) {
 	return 0, errors.New("invalid JSON body: unterminated string")
 }
 
-// maxDepth bounds nesting, so a hostile body cannot recurse deeply.
-const maxDepth = 512
-
 // skipValue returns the offset just past the JSON value starting at b[i].
-func skipValue(b []byte, i, depth int) (int, error) {
-	if i >= len(b) {
-		return 0, errors.New("invalid JSON body: value expected")
+// It checks the value's structure without recursion, so any depth the
+// engine accepts passes (the open containers are a stack of bits, one per
+// level).
+func skipValue(b []byte, i, _ int) (int, error) {
+	var stack []uint64 // bit set: the container at that depth is an object
+	depth := 0
+	push := func(obj bool) {
+		if depth/64 >= len(stack) {
+			stack = append(stack, 0)
+		}
+		if obj {
+			stack[depth/64] |= 1 << (depth % 64)
+		} else {
+			stack[depth/64] &^= 1 << (depth % 64)
+		}
+		depth++
 	}
-	switch c := b[i]; {
-	case c == '"':
-		return skipString(b, i)
-	case c == '{' || c == '[':
-		if depth >= maxDepth {
-			return 0, errors.New("invalid JSON body: nested too deeply")
+	inObject := func() bool { return stack[(depth-1)/64]&(1<<((depth-1)%64)) != 0 }
+	j := i
+	for {
+		// a value at j
+		if j >= len(b) {
+			return 0, errors.New("invalid JSON body: value expected")
 		}
-		closing := byte('}')
-		if c == '[' {
-			closing = ']'
-		}
-		j := skipSpace(b, i+1)
-		if j < len(b) && b[j] == closing {
-			return j + 1, nil
-		}
-		for {
-			var err error
-			if c == '{' {
-				if j >= len(b) || b[j] != '"' {
-					return 0, fmt.Errorf("invalid JSON body: expected a key at offset %d", j)
-				}
-				if j, err = skipString(b, j); err != nil {
-					return 0, err
-				}
-				j = skipSpace(b, j)
-				if j >= len(b) || b[j] != ':' {
-					return 0, fmt.Errorf("invalid JSON body: expected ':' at offset %d", j)
-				}
-				j = skipSpace(b, j+1)
-			}
-			if j, err = skipValue(b, j, depth+1); err != nil {
+		switch c := b[j]; {
+		case c == '"':
+			end, err := skipString(b, j)
+			if err != nil {
 				return 0, err
 			}
+			j = end
+		case c == '{' || c == '[':
+			k := skipSpace(b, j+1)
+			closing := byte('}')
+			if c == '[' {
+				closing = ']'
+			}
+			if k < len(b) && b[k] == closing {
+				j = k + 1
+				break
+			}
+			push(c == '{')
+			j = k
+			if c == '{' {
+				var err error
+				if j, err = skipKey(b, j); err != nil {
+					return 0, err
+				}
+			}
+			continue
+		default:
+			k := j
+			for k < len(b) && b[k] != ',' && b[k] != '}' && b[k] != ']' && b[k] != ' ' && b[k] != '\t' && b[k] != '\n' && b[k] != '\r' {
+				k++
+			}
+			switch lit := string(b[j:k]); {
+			case lit == "true" || lit == "false" || lit == "null":
+			case len(lit) > 0 && (lit[0] == '-' || lit[0] >= '0' && lit[0] <= '9'):
+			default:
+				return 0, fmt.Errorf("invalid JSON body: unexpected %q at offset %d", lit, j)
+			}
+			j = k
+		}
+		// after a value: close containers, or go on to the next element
+		for {
+			if depth == 0 {
+				return j, nil
+			}
 			j = skipSpace(b, j)
+			closing := byte(']')
+			if inObject() {
+				closing = '}'
+			}
 			if j < len(b) && b[j] == ',' {
 				j = skipSpace(b, j+1)
-				continue
+				if inObject() {
+					var err error
+					if j, err = skipKey(b, j); err != nil {
+						return 0, err
+					}
+				}
+				break
 			}
 			if j < len(b) && b[j] == closing {
-				return j + 1, nil
+				j++
+				depth--
+				continue
 			}
 			return 0, fmt.Errorf("invalid JSON body: expected ',' or '%c' at offset %d", closing, j)
 		}
-	default:
-		j := i
-		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
-			j++
-		}
-		switch lit := string(b[i:j]); {
-		case lit == "true" || lit == "false" || lit == "null":
-		case len(lit) > 0 && (lit[0] == '-' || lit[0] >= '0' && lit[0] <= '9'):
-		default:
-			return 0, fmt.Errorf("invalid JSON body: unexpected %q at offset %d", lit, i)
-		}
-		return j, nil
 	}
+}
+
+// skipKey skips an object's key and its colon at b[j], returning the
+// offset of the value.
+func skipKey(b []byte, j int) (int, error) {
+	if j >= len(b) || b[j] != '"' {
+		return 0, fmt.Errorf("invalid JSON body: expected a key at offset %d", j)
+	}
+	j, err := skipString(b, j)
+	if err != nil {
+		return 0, err
+	}
+	j = skipSpace(b, j)
+	if j >= len(b) || b[j] != ':' {
+		return 0, fmt.Errorf("invalid JSON body: expected ':' at offset %d", j)
+	}
+	return skipSpace(b, j+1), nil
 }
 
 // completionPrompt returns a completion request's prompt text, when it is

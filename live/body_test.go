@@ -119,6 +119,30 @@ func TestReadFieldsRejects(t *testing.T) {
 	}
 }
 
+// Item 13 of the hardening issue: JSON nested deeper than any fixed cap, in
+// a field the proxy never reads, passes as it does to vLLM; a broken one
+// at depth is still refused.
+func TestReadFieldsAnyDepth(t *testing.T) {
+	const depth = 100000
+	deep := `{"model": "m", "tools": ` + strings.Repeat(`[{"a":`, depth) + `1` + strings.Repeat(`}]`, depth) + `, "prompt": "hi"}`
+	f, err := readFields([]byte(deep))
+	if err != nil {
+		t.Fatalf("nested %d deep: %v", depth, err)
+	}
+	if f.Model == nil || *f.Model != "m" || string(f.Prompt) != `"hi"` {
+		t.Fatalf("fields after the deep value misread: %+v", f)
+	}
+	for _, bad := range []string{
+		`{"x": ` + strings.Repeat(`[`, depth) + strings.Repeat(`]`, depth-1) + `}`,
+		`{"x": ` + strings.Repeat(`{"a":`, depth) + `1` + strings.Repeat(`}`, depth) + `]}`,
+		`{"x": [1, {"a" 1}]}`,
+	} {
+		if _, err := readFields([]byte(bad)); err == nil {
+			t.Errorf("%.60q... accepted", bad)
+		}
+	}
+}
+
 func FuzzReadFields(f *testing.F) {
 	f.Add([]byte(`{"model": "m", "prompt": "hi", "messages": [{"role": "user"}]}`))
 	f.Add([]byte(`{"a": [1, {"b": "\"}"}], "model": "x"}`))

@@ -118,6 +118,9 @@ func testConfig(t testing.TB, ups ...*upstream) *config.Config {
 	c.Scrape.Timeout = 40 * time.Millisecond
 	c.Retry.Backoff = time.Millisecond
 	c.Retry.MaxBackoff = 5 * time.Millisecond
+	// The tests read the prediction; it is off by default (a cross-tenant
+	// cache oracle) and tested so in hardening_test.go.
+	c.PredictedCachedHeader = true
 	m := config.DefaultModel()
 	m.Name, m.Aliases, m.Policy = server.DefaultModelName, []string{"sim"}, "cost_model"
 	m.Profile = profileFile(t, testEngineConfig())

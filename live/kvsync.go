@@ -29,6 +29,7 @@ func (s *Server) startKVSync(ctx context.Context, m *model, r *replica) (*kvSync
 		Endpoint:       r.kvEvents,
 		ReplayEndpoint: r.kvReplay,
 		Topic:          r.kvTopic,
+		Bind:           r.kvBind,
 		OnGap:          k.onGap,
 		OnReset:        func(kvevents.Reset) { k.outOfSync("reset") },
 	}, k.apply)
@@ -50,6 +51,7 @@ func (k *kvSync) onGap(g kvevents.Gap) {
 // outOfSync forgets what the index believed of the replica: the events it
 // missed may have evicted anything.
 func (k *kvSync) outOfSync(why string) {
+	k.m.log.Warn("replica KV index reset", "model", k.m.name, "replica", k.r.name, "cause", why)
 	k.m.resync(k.r)
 	k.s.met.kvBatch(k.m.name, k.r.name, why)
 }

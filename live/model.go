@@ -2,9 +2,11 @@ package live
 
 import (
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
@@ -33,7 +35,15 @@ type replica struct {
 	kvEvents string
 	kvReplay string
 	kvTopic  string
+	kvBind   bool
 	group    string // DNS group, "" for a listed replica
+
+	// What the log last said of the replica (guarded by the model's mu),
+	// so each change is logged once.
+	loggedEjections int
+	loggedEjected   bool
+	probeFailing    bool
+	scrapeFailing   bool
 }
 
 // replicaSpec describes a replica to register.
@@ -42,6 +52,7 @@ type replicaSpec struct {
 	maxConcurrency, maxPending  int
 	capacity                    int
 	kvEvents, kvReplay, kvTopic string
+	kvBind                      bool
 	group                       string
 }
 
@@ -65,6 +76,8 @@ type model struct {
 	// admission and maxModelLen are the core's settings, which never change.
 	admission   gateway.Admission
 	maxModelLen int
+	// promptBytes bounds the prompts tokenized at the edge.
+	promptBytes int
 	salt        kvblock.Hash
 	dns         []config.DNSGroup
 	// defaults of a discovered replica
@@ -81,6 +94,35 @@ type model struct {
 	// armed and armedAt are the deadline runDeadlines sleeps until.
 	armed   bool
 	armedAt time.Duration
+
+	// lastOK is when (Unix nanoseconds) a replica last passed a probe or
+	// started an answer: readiness.
+	lastOK atomic.Int64
+	// log receives the replicas' state changes.
+	log *slog.Logger
+}
+
+// watch logs r's ejection and readmission, once per change. Call it with
+// mu held after a call that may change them.
+func (m *model) watch(r *replica, now time.Duration) {
+	st := m.core.State(now, r.idx)
+	switch {
+	case st.Ejections > r.loggedEjections:
+		r.loggedEjections, r.loggedEjected = st.Ejections, true
+		m.log.Warn("replica ejected", "model", m.name, "replica", r.name, "for", (st.EjectedUntil - now).Round(time.Millisecond).String(), "ejections", st.Ejections)
+	case r.loggedEjected && !st.EjectedNow:
+		r.loggedEjected = false
+		m.log.Info("replica readmitted", "model", m.name, "replica", r.name)
+	}
+}
+
+// alive records that a replica passed a probe or started an answer.
+func (m *model) alive() { m.lastOK.Store(time.Now().UnixNano()) }
+
+// ready reports whether a replica was alive within window of now.
+func (m *model) ready(now time.Time, window time.Duration) bool {
+	t := m.lastOK.Load()
+	return t != 0 && now.UnixNano()-t <= int64(window)
 }
 
 // granted is a decision for a queued request, with its replica resolved.
@@ -92,7 +134,7 @@ type granted struct {
 // newModel builds the core of one served model from its configuration; ec
 // is the engines' profile (cost_model's estimates, the index's default
 // capacity).
-func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config, start time.Time, trace func(gateway.TraceEvent)) (*model, error) {
+func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config, start time.Time, trace func(gateway.TraceEvent), log *slog.Logger) (*model, error) {
 	g := gateway.DefaultConfig()
 	g.Trace = trace
 	g.Model = mc.Name
@@ -129,9 +171,9 @@ func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config,
 	}
 	m := &model{
 		name: mc.Name, aliases: mc.Aliases, policy: mc.Policy, index: router.IndexMode(mc.Index), enc: enc,
-		blockSize: mc.BlockSize, admission: g.Admission, maxModelLen: g.MaxModelLen, salt: core.Salt(), dns: mc.DNS,
+		blockSize: mc.BlockSize, admission: g.Admission, maxModelLen: g.MaxModelLen, promptBytes: c.Tokenize.PromptBytes(mc), salt: core.Salt(), dns: mc.DNS,
 		maxConcurrency: mc.MaxConcurrency, maxPending: mc.MaxPending, capacity: mc.KVCapacityBlocks,
-		start: start, nudge: make(chan struct{}, 1),
+		start: start, nudge: make(chan struct{}, 1), log: log,
 		core: core, byName: map[string]*replica{}, waiters: map[gateway.Ticket]chan granted{},
 	}
 	for j := range mc.Replicas {
@@ -139,7 +181,7 @@ func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config,
 		conc, pending := mc.Limits(r)
 		if _, err := m.add(replicaSpec{
 			name: r.Name, url: r.URL, maxConcurrency: conc, maxPending: pending, capacity: mc.KVCapacity(r),
-			kvEvents: r.KVEvents, kvReplay: r.KVEventsReplay, kvTopic: r.KVEventsTopic,
+			kvEvents: r.KVEvents, kvReplay: r.KVEventsReplay, kvTopic: r.KVEventsTopic, kvBind: r.KVEventsBind,
 		}); err != nil {
 			return nil, err
 		}
@@ -195,7 +237,7 @@ func (m *model) add(sp replicaSpec) (*replica, error) {
 	if old, ok := m.byName[name]; ok {
 		return old, nil
 	}
-	r := &replica{idx: i, name: name, base: u, kvEvents: sp.kvEvents, kvReplay: sp.kvReplay, kvTopic: sp.kvTopic, group: sp.group}
+	r := &replica{idx: i, name: name, base: u, kvEvents: sp.kvEvents, kvReplay: sp.kvReplay, kvTopic: sp.kvTopic, kvBind: sp.kvBind, group: sp.group}
 	m.reps = append(m.reps, r)
 	m.byName[name] = r
 	return r, nil
@@ -290,6 +332,9 @@ func (m *model) retry(a *attempt, fault bool) gateway.Decision {
 	}
 	now := m.now()
 	d, others := m.core.Retry(now, a.t, fault)
+	if fault {
+		m.watch(a.rep, now)
+	}
 	a.rep = nil
 	m.settle(a, d)
 	m.deliver(others)
@@ -383,6 +428,7 @@ func (m *model) runDeadlines(stop <-chan struct{}) {
 
 // firstByte records the first byte of a's response.
 func (m *model) firstByte(a *attempt) {
+	m.alive()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if a.done || a.rep == nil {
@@ -422,6 +468,9 @@ func (m *model) fail(a *attempt, fault, ok bool) {
 		m.core.Success(a.rep.idx)
 	}
 	m.deliver(m.core.Fail(now, a.t, fault))
+	if fault {
+		m.watch(a.rep, now)
+	}
 	m.rearm(now)
 }
 
@@ -459,16 +508,43 @@ func (m *model) report(r *replica, l remote.Load) {
 
 // probe applies an active health check: a failure counts toward ejection
 // (within the share cap), a pass resets the count.
-func (m *model) probe(r *replica, ok bool) {
+func (m *model) probe(r *replica, ok bool, err error) {
+	if ok {
+		m.alive()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	now := m.now()
 	if ok {
 		m.core.Success(r.idx)
+		if r.probeFailing {
+			r.probeFailing = false
+			m.log.Info("replica probe passing again", "model", m.name, "replica", r.name)
+		}
+		m.watch(r, now)
 		return
 	}
-	now := m.now()
+	if !r.probeFailing {
+		r.probeFailing = true
+		m.log.Warn("replica probe failing", "model", m.name, "replica", r.name, "error", errCause(err))
+	}
 	m.core.Failure(now, r.idx)
+	m.watch(r, now)
 	m.rearm(now)
+}
+
+// scraped logs r's scrapes failing and recovering, once per change.
+func (m *model) scraped(r *replica, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case err != nil && !r.scrapeFailing:
+		r.scrapeFailing = true
+		m.log.Warn("replica metrics scrape failing", "model", m.name, "replica", r.name, "error", errCause(err))
+	case err == nil && r.scrapeFailing:
+		r.scrapeFailing = false
+		m.log.Info("replica metrics scrape recovered", "model", m.name, "replica", r.name)
+	}
 }
 
 // kvEvents feeds r's KV events to the index.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -66,7 +67,7 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	if res.Chat.Object != "chat.completion" || res.Chat.Finish != "length" || res.ChatStream.Chunks < 3 || len(strings.Fields(res.ChatStream.Text)) != 6 || res.CompletionStream.Chunks < 3 || len(strings.Fields(res.CompletionStream.Text)) != 7 ||
-		res.Error == nil || res.Error.Status != 404 || res.RequestID.Header != "sdk-1" || res.RequestID.ID != "chatcmpl-sdk-1" {
+		res.Error == nil || res.Error.Status != 404 || res.RequestID.Header != "sdk-1" || res.RequestID.ID == "chatcmpl-sdk-1" || !strings.HasPrefix(res.RequestID.ID, "chatcmpl-") {
 		t.Fatalf("through the gateway: %s", out)
 	}
 }
@@ -103,11 +104,33 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // With the event-fed index, the engines' KV events (over ZMQ, hashed their
 // own way) reach the router's index under the gateway's own hashes, so a
-// prompt stored on one engine is predicted there.
+// prompt stored on one engine is predicted there: with the engines binding
+// (the default), and with the proxy binding (kv_events_bind) and the
+// engines' publishers connecting to it, as vLLM's does when its endpoint
+// has no "*".
 func TestEventFedIndex(t *testing.T) {
+	for _, bind := range []bool{false, true} {
+		t.Run(map[bool]string{false: "engines bind", true: "proxy binds"}[bind], func(t *testing.T) { testEventFedIndex(t, bind) })
+	}
+}
+
+// freeTCPPort returns a port nothing listens on now.
+func freeTCPPort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func testEventFedIndex(t *testing.T, bind bool) {
 	mk := func() (*upstream, string) {
 		kc := kvevents.DefaultConfig()
 		kc.EnableKVCacheEvents, kc.Endpoint, kc.ForceBind, kc.Topic = true, "tcp://127.0.0.1:0", true, "kv"
+		if bind {
+			kc.Endpoint, kc.ForceBind = fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t)), false
+		}
 		pub, err := kvevents.NewPublisher(context.Background(), kc)
 		if err != nil {
 			t.Fatal(err)
@@ -118,6 +141,9 @@ func TestEventFedIndex(t *testing.T) {
 		cfg.KVEvents = func(at time.Time, evs []engine.KVEvent, tokens func(kvblock.Hash) []uint32) {
 			pub.Publish(kvevents.Batch{TS: float64(at.UnixNano()) / 1e9, Events: kvevents.FromEngine(evs, tokens)})
 		}
+		if bind {
+			return newUpstream(t, cfg), kc.Endpoint
+		}
 		return newUpstream(t, cfg), pub.Addr()
 	}
 	ua, ea := mk()
@@ -126,6 +152,7 @@ func TestEventFedIndex(t *testing.T) {
 	o.Models[0].Index = config.IndexEvents
 	o.Models[0].Replicas[0].KVEvents, o.Models[0].Replicas[0].KVEventsTopic = ea, "kv"
 	o.Models[0].Replicas[1].KVEvents, o.Models[0].Replicas[1].KVEventsTopic = eb, "kv"
+	o.Models[0].Replicas[0].KVEventsBind, o.Models[0].Replicas[1].KVEventsBind = bind, bind
 	g := startGateway(t, o)
 	// Wait for the subscriptions (ZMQ's slow joiner) by sending until both
 	// replicas have blocks in the index.

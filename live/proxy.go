@@ -1,7 +1,6 @@
 package live
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,14 +8,13 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptrace"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
-	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/router/gateway"
 )
 
@@ -36,9 +34,6 @@ const (
 	HeaderTenant = "X-Inferrail-Tenant"
 )
 
-// hopHeaders are not forwarded (RFC 9110 section 7.6.1).
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // errorBody is OpenAI's error shape.
@@ -51,7 +46,10 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+// writeError answers an error in OpenAI's shape, its write bounded by
+// write_timeout.
+func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	var e errorBody
 	e.Error.Message, e.Error.Type = msg, typ
 	if code != "" {
@@ -68,27 +66,27 @@ func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	chat := r.URL.Path == "/v1/chat/completions"
 	began := time.Now()
-	reqID := r.Header.Get(HeaderRequestID)
-	if reqID == "" {
-		reqID = s.newRequestID()
+	// The proxy's own id keys the decision log's sampling and goes
+	// upstream; the client's, when it is a sane one, is echoed back.
+	reqID := s.newRequestID()
+	if id := r.Header.Get(HeaderRequestID); validRequestID(id) {
+		w.Header().Set(HeaderRequestID, id)
+	} else {
+		w.Header().Set(HeaderRequestID, reqID)
 	}
-	w.Header().Set(HeaderRequestID, reqID)
+	ar := &accessRecord{began: began, method: r.Method, path: r.URL.Path}
+	defer s.logAccess(r, ar)
 
-	body, err := readBody(w, r, int64(s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.met.outcome("", "too_large")
-			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "body_too_large", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
-			return
-		}
-		s.met.outcome("", "client_gone")
+	body, held, ok := s.readRequestBody(w, r, ar)
+	defer s.bodies.give(held)
+	if !ok {
 		return
 	}
 	f, err := readFields(body)
 	if err != nil {
 		s.met.outcome("", "bad_request")
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
+		ar.status = http.StatusBadRequest
+		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
 		return
 	}
 	name := ""
@@ -99,17 +97,21 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	if m == nil {
 		s.met.outcome("", "unknown_model")
 		if name == "" {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "", "the model field is required: this gateway serves several models (GET /v1/models lists them)")
+			ar.status = http.StatusBadRequest
+			s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", "the model field is required: this gateway serves several models (GET /v1/models lists them)")
 			return
 		}
-		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist.", name))
+		ar.status = http.StatusNotFound
+		s.writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist.", name))
 		return
 	}
+	ar.model = m.name
 	prio, ok := priorityOf(r.Header)
 	if !ok {
 		s.met.outcome(m.name, "bad_request")
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_priority",
-			fmt.Sprintf("header %s: must be an integer from 0 to %d, got %q", HeaderPriority, gateway.MaxPriorityLimit, r.Header.Get(HeaderPriority)))
+		ar.status = http.StatusBadRequest
+		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_priority",
+			fmt.Sprintf("header %s: must be an integer from 0 to %d, got %.40q", HeaderPriority, gateway.MaxPriorityLimit, r.Header.Get(HeaderPriority)))
 		return
 	}
 	if alias {
@@ -122,15 +124,23 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	ids, outcome := s.tokenize(ctx, m, chat, body, f)
 	s.met.tokenized(m.name, outcome)
 	salt := m.salt
-	if f.CacheSalt != nil && *f.CacheSalt != "" {
+	ownSalt := f.CacheSalt != nil && *f.CacheSalt != ""
+	if ownSalt {
 		salt = kvblock.Salt(m.name, "", *f.CacheSalt)
 	}
 	req := gateway.Request{PromptKnown: ids != nil, MaxTokens: f.maxTokens(chat), Priority: prio, Bytes: int64(len(body))}
 	if ids != nil {
 		req.PromptTokens = len(ids)
 		req.BlockHashes = kvblock.AppendHashes(make([]kvblock.Hash, 0, len(ids)/m.blockSize+1), salt, ids, m.blockSize)
+		ar.promptTokens = len(ids)
 	} else {
-		req.PromptTokens = len(body) / 4 // a rough size, for load accounting only
+		// A rough size, for load accounting only; a prompt too long to
+		// tokenize is weighed as the longest the engine takes (it refuses
+		// a longer one).
+		req.PromptTokens = len(body) / 4
+		if m.maxModelLen > 0 {
+			req.PromptTokens = min(req.PromptTokens, m.maxModelLen)
+		}
 	}
 	req.Tenant = r.Header.Get(HeaderTenant)
 	if f.User != nil {
@@ -148,62 +158,75 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		if a.submitted {
 			s.met.queueWait(m.name, a.queued)
 		}
+		ar.queued = a.queued
 	}()
 	decided := time.Now()
 	d := m.submit(a, req)
 	took := time.Since(decided) // the core's decision (the lock's wait included)
 	s.met.decisionTime(m.name, took)
-	if !s.await(ctx, w, r, m, a, d, &req) {
+	if !s.await(ctx, w, r, m, a, d, &req, ar) {
 		return
 	}
 	backoff := s.cfg.Retry.Backoff
-	var resp *http.Response
-	passThrough := false // resp is a failed last try's answer, already accounted for
+	var t *try
+	passThrough := false // t is a failed last try's answer, already accounted for
 	for n := 0; ; n++ {
 		s.met.decision(m, a.rep)
 		s.logDecision(reqID, m, &req, a, took)
-		var reused bool
-		resp, reused, err = s.forward(ctx, a.rep, r, body, reqID)
-		if err == nil && !retryable(resp.StatusCode) {
+		ar.replica = a.rep.name
+		t = s.attempt(ctx, a.rep, r, body, reqID, f.Stream)
+		if t.err == nil && !retryable(t.resp.StatusCode) {
 			break
 		}
 		// Failed before the first response byte.
-		reason := "upstream_error"
-		if err == nil {
-			reason = "upstream_" + strconv.Itoa(resp.StatusCode)
-		}
 		if r.Context().Err() != nil {
-			if resp != nil {
-				resp.Body.Close()
-			}
+			t.close()
 			s.met.outcome(m.name, "client_gone")
+			ar.status = statusClientGone
 			return // the deferred abort takes the attempt back
 		}
+		if ctx.Err() != nil {
+			// The request's own deadline passed: the try is not the
+			// replica's fault, and there is no time left for another.
+			t.close()
+			m.fail(a, false, false)
+			s.met.outcome(m.name, "timeout")
+			ar.status = http.StatusGatewayTimeout
+			s.writeError(w, http.StatusGatewayTimeout, "timeout", "request_timeout", fmt.Sprintf("the request did not complete within request_timeout (%v)", s.cfg.RequestTimeout))
+			return
+		}
+		reason := t.reason()
 		// A reused keep-alive connection the engine had just closed is not
 		// the engine's fault.
-		fault := !(err != nil && reused)
+		fault := !(t.err != nil && t.reused && !t.timedOut)
 		s.met.errorReason(m.name, reason)
-		if n+1 >= s.cfg.Retry.Attempts || ctx.Err() != nil {
+		s.log.Debug("try failed", "model", m.name, "replica", a.rep.name, "reason", reason, "try", n+1)
+		if n+1 >= s.cfg.Retry.Attempts {
 			m.fail(a, fault, false)
-			if resp != nil {
+			if t.resp != nil {
 				passThrough = true
 				break // pass the engine's own answer through
 			}
-			s.met.outcome(m.name, "upstream_failed")
-			writeError(w, http.StatusBadGateway, "bad_gateway", "upstream_unreachable", fmt.Sprintf("no replica of %s answered: %v", m.name, err))
+			s.upstreamFailed(w, m, a.rep, t, ar)
 			return
 		}
+		failed := a.rep
 		if backoff > 0 {
-			t := time.NewTimer(backoff)
+			tm := time.NewTimer(backoff)
 			select {
-			case <-t.C:
+			case <-tm.C:
 			case <-ctx.Done():
-				t.Stop()
-				if resp != nil {
-					resp.Body.Close()
+				tm.Stop()
+				t.close()
+				m.fail(a, fault, false)
+				if r.Context().Err() != nil {
+					s.met.outcome(m.name, "client_gone")
+					ar.status = statusClientGone
+					return
 				}
 				s.met.outcome(m.name, "timeout")
-				writeError(w, http.StatusGatewayTimeout, "timeout", "", "the request deadline passed while retrying")
+				ar.status = http.StatusGatewayTimeout
+				s.writeError(w, http.StatusGatewayTimeout, "timeout", "request_timeout", "the request deadline passed while retrying")
 				return
 			}
 			backoff = min(2*backoff, s.cfg.Retry.MaxBackoff)
@@ -214,25 +237,126 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		s.met.decisionTime(m.name, took)
 		if d.Kind == gateway.Rejected && d.Reason == gateway.ReasonNoReplica {
 			// Every replica was tried.
-			if resp != nil {
+			if t.resp != nil {
 				passThrough = true
 				break
 			}
-			s.met.outcome(m.name, "upstream_failed")
-			writeError(w, http.StatusBadGateway, "bad_gateway", "upstream_unreachable", fmt.Sprintf("no replica of %s answered: %v", m.name, err))
+			s.upstreamFailed(w, m, failed, t, ar)
 			return
 		}
-		if resp != nil {
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
-			resp = nil
-		}
+		t.close()
 		s.met.retry(m.name)
-		if !s.await(ctx, w, r, m, a, d, &req) {
+		if !s.await(ctx, w, r, m, a, d, &req, ar) {
 			return
 		}
 	}
-	s.relay(w, r, m, a, resp, passThrough, req.BlockHashes, ids, salt, began)
+	showPredicted := ids != nil && (s.cfg.PredictedCachedHeader || ownSalt)
+	s.relay(w, r, ctx, m, a, t, passThrough, showPredicted, req.BlockHashes, ids, salt, began, ar)
+}
+
+// statusClientGone is the access log's status of a request whose client
+// left before an answer (nginx's 499).
+const statusClientGone = 499
+
+// upstreamFailed answers 502 when no try reached an engine's answer. The
+// body names the last replica tried by its configured name, never its URL.
+func (s *Server) upstreamFailed(w http.ResponseWriter, m *model, rep *replica, t *try, ar *accessRecord) {
+	s.met.outcome(m.name, "upstream_failed")
+	ar.status = http.StatusBadGateway
+	s.writeError(w, http.StatusBadGateway, "bad_gateway", "upstream_unreachable",
+		fmt.Sprintf("no replica of %s answered (last tried: %s, %s)", m.name, rep.name, t.reason()))
+}
+
+// maxRequestID bounds a client's x-request-id the proxy echoes.
+const maxRequestID = 128
+
+// validRequestID reports whether a client's request id is echoed: 1 to 128
+// characters of letters, digits and ._:-
+func validRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestID {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// readRequestBody reads a request's body within read_timeout, holding its
+// bytes against max_inflight_body_bytes; it answers the client itself and
+// returns false when the body cannot be taken. held is what the caller
+// gives back to s.bodies when the request ends.
+func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, ar *accessRecord) (body []byte, held int64, ok bool) {
+	limit := int64(s.cfg.MaxBodyBytes)
+	fail := func(status int, typ, code, msg string) {
+		ar.status = status
+		w.Header().Set("Connection", "close")
+		s.writeError(w, status, typ, code, msg)
+	}
+	if r.ContentLength > limit {
+		// Refused before reading: no 100 Continue is sent for it.
+		s.met.outcome("", "too_large")
+		fail(http.StatusRequestEntityTooLarge, "invalid_request_error", "body_too_large", fmt.Sprintf("request body of %d bytes exceeds max_body_bytes (%d)", r.ContentLength, limit))
+		return nil, 0, false
+	}
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
+	// A read deadline left in place would end the request when it passes
+	// (the server's background read of the connection fails).
+	defer rc.SetReadDeadline(time.Time{})
+	bb := &budgetReader{r: http.MaxBytesReader(w, r.Body, limit), b: s.bodies}
+	var err error
+	if n := r.ContentLength; n > 0 {
+		if !s.bodies.take(n) {
+			err = errBodyBudget
+		} else {
+			bb.held = n
+			bb.prepaid = true
+			body = make([]byte, n)
+			_, err = io.ReadFull(bb, body)
+		}
+	} else {
+		body, err = io.ReadAll(bb)
+	}
+	if err == nil {
+		return body, bb.held, true
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, errBodyBudget):
+		s.met.outcome("", "busy")
+		w.Header().Set("Retry-After", "1")
+		ar.status = http.StatusServiceUnavailable
+		s.writeError(w, http.StatusServiceUnavailable, "service_unavailable", "body_budget", "the gateway holds too many request bodies now (max_inflight_body_bytes); retry shortly")
+	case errors.As(err, &mbe):
+		s.met.outcome("", "too_large")
+		fail(http.StatusRequestEntityTooLarge, "invalid_request_error", "body_too_large", fmt.Sprintf("request body exceeds max_body_bytes (%d)", mbe.Limit))
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.met.outcome("", "body_timeout")
+		fail(http.StatusRequestTimeout, "invalid_request_error", "body_timeout", fmt.Sprintf("the request body did not arrive within read_timeout (%v)", s.cfg.ReadTimeout))
+	case r.Context().Err() != nil:
+		s.met.outcome("", "client_gone")
+		ar.status = statusClientGone
+	default:
+		// A malformed body (a broken chunked encoding, a short body).
+		s.met.outcome("", "bad_request")
+		fail(http.StatusBadRequest, "invalid_request_error", "malformed_body", "the request body could not be read: "+bodyErrText(err))
+	}
+	return nil, bb.held, false
+}
+
+// bodyErrText names what was wrong with a body, without echoing its bytes.
+func bodyErrText(err error) string {
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "it ended before its announced length"
+	case strings.Contains(err.Error(), "chunk"):
+		return "malformed chunked encoding"
+	}
+	return "read error"
 }
 
 // priorityOf reads the priority header: 0 without one (or an empty one),
@@ -252,7 +376,7 @@ func priorityOf(h http.Header) (int, bool) {
 // await waits while a is queued for the core's decision, then answers a
 // rejection; it reports whether a is dispatched. A client that goes away
 // while a waits takes it out of the queue (the handler's deferred abort).
-func (s *Server) await(ctx context.Context, w http.ResponseWriter, r *http.Request, m *model, a *attempt, d gateway.Decision, req *gateway.Request) bool {
+func (s *Server) await(ctx context.Context, w http.ResponseWriter, r *http.Request, m *model, a *attempt, d gateway.Decision, req *gateway.Request, ar *accessRecord) bool {
 	if d.Kind == gateway.Queued {
 		waitStart := time.Now()
 		select {
@@ -264,16 +388,18 @@ func (s *Server) await(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			a.queued += time.Since(waitStart)
 			if r.Context().Err() != nil {
 				s.met.outcome(m.name, "client_gone")
+				ar.status = statusClientGone
 				return false
 			}
 			s.met.outcome(m.name, "timeout")
+			ar.status = http.StatusGatewayTimeout
 			w.Header().Set(HeaderQueued, formatMs(a.queued))
-			writeError(w, http.StatusGatewayTimeout, "timeout", "", "the request deadline passed while it waited in the queue")
+			s.writeError(w, http.StatusGatewayTimeout, "timeout", "", "the request deadline passed while it waited in the queue")
 			return false
 		}
 	}
 	if d.Kind == gateway.Rejected {
-		s.reject(w, m, a, d, req)
+		ar.status = s.reject(w, m, a, d, req)
 		return false
 	}
 	return true
@@ -283,7 +409,7 @@ func (s *Server) await(ctx context.Context, w http.ResponseWriter, r *http.Reque
 // with Retry-After when the queue is full, timed out or would not reach it
 // in time, 503 with Retry-After when no replica is healthy, 400 when it is
 // too long for the model.
-func (s *Server) reject(w http.ResponseWriter, m *model, a *attempt, d gateway.Decision, req *gateway.Request) {
+func (s *Server) reject(w http.ResponseWriter, m *model, a *attempt, d gateway.Decision, req *gateway.Request) int {
 	s.met.rejected(m.name, d.Reason)
 	s.met.outcome(m.name, d.Reason)
 	h := w.Header()
@@ -296,14 +422,14 @@ func (s *Server) reject(w http.ResponseWriter, m *model, a *attempt, d gateway.D
 		h.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(d.RetryAfter.Seconds())))))
 	}
 	if d.Reason == gateway.ReasonTooLong {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded",
+		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded",
 			fmt.Sprintf("the prompt (%d tokens) plus max_tokens exceeds the model's maximum context length (%d tokens)", req.PromptTokens, m.maxModelLen))
-		return
+		return http.StatusBadRequest
 	}
 	if status == http.StatusServiceUnavailable {
 		// No replica is healthy (at once, or by the time the queue timed out).
-		writeError(w, status, "service_unavailable", "no_replica_available", fmt.Sprintf("no replica of %s is healthy (%s); retry shortly", m.name, d.Reason))
-		return
+		s.writeError(w, status, "service_unavailable", "no_replica_available", fmt.Sprintf("no replica of %s is healthy (%s); retry shortly", m.name, d.Reason))
+		return status
 	}
 	var msg string
 	switch d.Reason {
@@ -318,7 +444,8 @@ func (s *Server) reject(w http.ResponseWriter, m *model, a *attempt, d gateway.D
 	default:
 		msg = fmt.Sprintf("the request to %s was rejected (%s)", m.name, d.Reason)
 	}
-	writeError(w, status, "rate_limit_exceeded", d.Reason, msg)
+	s.writeError(w, status, "rate_limit_exceeded", d.Reason, msg)
+	return status
 }
 
 // formatMs writes a wait in milliseconds, with one decimal.
@@ -327,116 +454,6 @@ func formatMs(d time.Duration) string {
 		return "0"
 	}
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64)
-}
-
-// relay streams the engine's response to the client, one read at a time,
-// flushing each (an engine flushes each SSE event), and ends the attempt
-// in the core by how it went. passThrough: resp is the answer of a last
-// try that failed, already ended.
-func (s *Server) relay(w http.ResponseWriter, r *http.Request, m *model, a *attempt, resp *http.Response, passThrough bool, hashes []kvblock.Hash, prompt []uint32, salt kvblock.Hash, began time.Time) {
-	defer resp.Body.Close()
-	h := w.Header()
-	for k, vs := range resp.Header {
-		h[k] = vs
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
-	h.Del("Content-Length")
-	h.Set(HeaderReplica, a.dec.Name)
-	if prompt != nil {
-		h.Set(HeaderPredicted, strconv.Itoa(a.dec.PredictedCachedTokens))
-	}
-	h.Set(HeaderQueued, formatMs(a.queued))
-	if cl := resp.Header.Get("Content-Length"); cl != "" && resp.ContentLength >= 0 {
-		h.Set("Content-Length", cl)
-	}
-	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
-	first := false
-	ok := resp.StatusCode == http.StatusOK
-	var readErr, writeErr error
-	// In approximate mode the index learns the answer's blocks too: the
-	// engine keeps them cached after the request, as the simulator knows.
-	// Every answer is read for its length (the engine's usage where it
-	// sends one), which the gateway core learns its output reservations
-	// from.
-	var ans *answer
-	te, canRead := m.enc.(TextEncoder)
-	if ok {
-		keep := canRead && m.index == router.IndexApproximate && prompt != nil
-		ans = newAnswer(strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"), keep)
-	}
-	for {
-		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			if !first {
-				first = true
-				if ok && !passThrough {
-					m.firstByte(a) // an error answer stays pending: the engine computed nothing
-				}
-				s.met.ttft(m.name, time.Since(began))
-			}
-			if ans != nil {
-				ans.feed(buf[:n])
-			}
-			if _, writeErr = w.Write(buf[:n]); writeErr == nil {
-				writeErr = rc.Flush()
-			}
-			if writeErr != nil {
-				break
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				readErr = err
-			}
-			break
-		}
-	}
-	complete := readErr == nil && writeErr == nil
-	defer func() { s.met.duration(m.name, time.Since(began)) }()
-	if passThrough {
-		// The last try's failure, passed through as the engine wrote it;
-		// its slot and health were already accounted for.
-		s.met.outcome(m.name, statusOutcome(resp.StatusCode))
-		return
-	}
-	switch {
-	case resp.StatusCode >= 500:
-		m.fail(a, true, false)
-		s.met.outcome(m.name, "upstream_"+strconv.Itoa(resp.StatusCode))
-	case r.Context().Err() != nil || writeErr != nil:
-		m.abort(a, true)
-		s.met.outcome(m.name, "client_gone")
-	case !complete:
-		// The stream broke after it started: never replayed.
-		m.fail(a, true, false)
-		s.met.outcome(m.name, "stream_broken")
-	case ok && first:
-		var u gateway.Usage
-		if ans != nil {
-			retokenized := -1
-			if text, done := ans.finish(); done {
-				ids := te.EncodeText(string(text))
-				hashes = withAnswer(hashes, salt, prompt, ids, m.blockSize)
-				retokenized = len(ids)
-			}
-			if n, known := ans.outputTokens(retokenized); known {
-				u = gateway.Usage{Known: true, CompletionTokens: n, CachedTokens: max(ans.cached, 0)}
-			}
-		}
-		m.finish(a, hashes, u)
-		s.met.outcome(m.name, "ok")
-	default:
-		// A client error the engine answered (or an empty answer): the
-		// replica is fine, the request left nothing cached.
-		m.fail(a, false, true)
-		s.met.outcome(m.name, statusOutcome(resp.StatusCode))
-	}
 }
 
 func statusOutcome(code int) string {
@@ -452,31 +469,6 @@ func retryable(code int) bool {
 	return code == http.StatusBadGateway || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout
 }
 
-// forward sends the body to rep. reused reports whether the connection was
-// a pooled one.
-func (s *Server) forward(ctx context.Context, rep *replica, r *http.Request, body []byte, reqID string) (*http.Response, bool, error) {
-	u := *rep.base
-	u.Path += r.URL.Path
-	u.RawQuery = r.URL.RawQuery
-	reused := false
-	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
-	out, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, u.String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, false, err
-	}
-	for k, vs := range r.Header {
-		out.Header[k] = vs
-	}
-	for _, k := range hopHeaders {
-		out.Header.Del(k)
-	}
-	out.Header.Del("Content-Length")
-	out.Header.Set(HeaderRequestID, reqID)
-	out.ContentLength = int64(len(body))
-	resp, err := s.upstream.Do(out)
-	return resp, reused, err
-}
-
 // tokenize returns the prompt's token ids as the engine will see them, or
 // nil with the reason it could not.
 func (s *Server) tokenize(ctx context.Context, m *model, chat bool, body []byte, f fields) ([]uint32, tokOutcome) {
@@ -485,7 +477,14 @@ func (s *Server) tokenize(ctx context.Context, m *model, chat bool, body []byte,
 		return nil, tokSkipped
 	}
 	if chat {
+		// The body bounds its messages' text.
+		if len(body) > m.promptBytes {
+			return nil, tokTooLong
+		}
 		return s.tok.do(ctx, func() ([]uint32, error) { return enc.EncodeChat(body) })
+	}
+	if len(f.Prompt) > m.promptBytes {
+		return nil, tokTooLong
 	}
 	prompt, ok := completionPrompt(f.Prompt)
 	if !ok {
@@ -501,20 +500,6 @@ func sessionOf(user string) uint64 {
 		h = (h ^ uint64(user[i])) * 1099511628211
 	}
 	return kvblock.Mix64(h)
-}
-
-// readBody reads the request body up to limit, in one allocation when the
-// client announced its length.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	rd := http.MaxBytesReader(w, r.Body, limit)
-	if n := r.ContentLength; n > 0 && n <= limit {
-		b := make([]byte, n)
-		if _, err := io.ReadFull(rd, b); err != nil {
-			return nil, err
-		}
-		return b, nil
-	}
-	return io.ReadAll(rd)
 }
 
 // withAnswer extends a prompt's block hashes with the blocks the engine

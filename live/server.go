@@ -1,11 +1,13 @@
 package live
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/inferrail/inferrail/router/gateway"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -41,6 +43,16 @@ type Server struct {
 	boot     int64
 	reqSeq   atomic.Uint64
 	start    time.Time
+	log      *slog.Logger
+	// accessSeq numbers the requests the access log samples from.
+	accessSeq atomic.Uint64
+	// bodies bounds the request bodies held at once.
+	bodies *bodyBudget
+	// draining fails readiness once shutdown has begun.
+	draining atomic.Bool
+	// adminToken, when set, is required of every admin request but the
+	// health endpoints.
+	adminToken string
 
 	bgMu sync.Mutex
 	bg   *background
@@ -75,6 +87,10 @@ type Deps struct {
 	// (gateway.Config.Trace), under the model's lock: a recording of the
 	// gateway's decisions.
 	Trace func(model string, ev gateway.TraceEvent)
+	// Logger receives the process log: state changes (ejections,
+	// readmissions, scrapes failing and recovering, KV index resets) once
+	// per change, and the access log; nil: discarded.
+	Logger *slog.Logger
 }
 
 // New validates cfg (config.Validate), loads what it names (tokenizers,
@@ -91,7 +107,18 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		cfg: *cfg, byName: map[string]*model{}, aliases: map[string]bool{}, resolver: deps.Resolver,
-		boot: time.Now().UnixNano(), start: time.Now(), stop: make(chan struct{}),
+		boot: time.Now().UnixNano(), start: time.Now(), stop: make(chan struct{}), log: deps.Logger,
+		bodies: &bodyBudget{max: int64(cfg.MaxInflightBodyBytes)},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.AdminTokenFile != "" {
+		tok, err := config.ReadToken(cfg.AdminTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("live: admin_token_file: %w", err)
+		}
+		s.adminToken = tok
 	}
 	s.cfg.Models = append([]config.Model(nil), cfg.Models...)
 	for i := range s.cfg.Models {
@@ -117,7 +144,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 			name := mc.Name
 			trace = func(ev gateway.TraceEvent) { deps.Trace(name, ev) }
 		}
-		m, err := newModel(&s.cfg, mc, enc, ec, s.start, trace)
+		m, err := newModel(&s.cfg, mc, enc, ec, s.start, trace, s.log)
 		if err != nil {
 			return nil, fmt.Errorf("live: %w", err)
 		}
@@ -196,69 +223,158 @@ func (s *Server) newRequestID() string {
 }
 
 // Handler is the client-facing API: the two generation endpoints proxied,
-// /v1/models and /health answered locally, anything else 404 (405 for a
-// known path with the wrong method) in OpenAI's error shape.
+// /v1/models and /v1/models/{id}, and the health endpoints (/livez,
+// /readyz, /health) answered locally, anything else 404 (405 for a known
+// path with the wrong method) in OpenAI's error shape. Every response
+// write is bounded by write_timeout, every body read by read_timeout.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.handleGenerate)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleGenerate)
-	mux.HandleFunc("GET /v1/models", s.handleModels)
-	mux.HandleFunc("GET /health", s.handleHealth)
-	allowed := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/health": "GET"}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	small := http.NewServeMux()
+	small.HandleFunc("GET /v1/models", s.handleModels)
+	small.HandleFunc("GET /v1/models/{id...}", s.handleModel)
+	s.healthRoutes(small)
+	allowed := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/health": "GET", "/livez": "GET", "/readyz": "GET"}
+	small.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if m, ok := allowed[r.URL.Path]; ok {
 			w.Header().Set("Allow", m)
-			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, m))
+			s.writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", fmt.Sprintf("%s %.200s: use %s", r.Method, r.URL.Path, m))
 			return
 		}
-		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", fmt.Sprintf("unknown path %s: this gateway serves /v1/completions, /v1/chat/completions, /v1/models and /health", r.URL.Path))
+		s.writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", fmt.Sprintf("unknown path %.200s: this gateway serves /v1/completions, /v1/chat/completions, /v1/models, /livez, /readyz and /health", r.URL.Path))
 	})
+	mux.Handle("/", s.bounded(small))
 	return mux
+}
+
+// bounded gives a small answer's handler one write deadline
+// (write_timeout) for all of it. The generation handler sets its own
+// around each write instead: a deadline left running while it waits would
+// reset an HTTP/2 stream when it passed.
+func (s *Server) bounded(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /livez", s.handleLive)
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.HandleFunc("GET /health", s.handleReady)
 }
 
 // AdminHandler serves the gateway's metrics (/metrics), its view of the
-// replicas (/replicas, JSON) and Go's profiles (/debug/pprof/).
+// replicas (/replicas, JSON), the health endpoints and, with pprof: true,
+// Go's profiles (/debug/pprof/). With admin_token_file set every path but
+// the health endpoints needs "Authorization: Bearer TOKEN".
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /replicas", s.handleReplicas)
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
+	mux.Handle("GET /metrics", s.authorized(promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})))
+	mux.Handle("GET /replicas", s.authorized(http.HandlerFunc(s.handleReplicas)))
+	if s.cfg.Pprof {
+		mux.Handle("/debug/pprof/", s.authorized(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", s.authorized(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/trace", s.authorized(http.HandlerFunc(pprof.Trace)))
+	}
+	s.healthRoutes(mux)
+	return s.bounded(mux)
+}
+
+// authorized requires the admin bearer token, when one is configured.
+func (s *Server) authorized(h http.Handler) http.Handler {
+	if s.adminToken == "" {
+		return h
+	}
+	want := []byte("Bearer " + s.adminToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="inferrail admin"`)
+			s.writeError(w, http.StatusUnauthorized, "authentication_error", "invalid_admin_token", "the admin endpoints need Authorization: Bearer <the token in admin_token_file>")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// handleModel is GET /v1/models/{id}: the card of one model or alias.
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	for _, m := range s.models {
+		for _, n := range append([]string{m.name}, m.aliases...) {
+			if n == id {
+				b, _ := json.Marshal(modelCard{ID: n, Object: "model", Created: s.start.Unix(), OwnedBy: "inferrail", Root: m.name})
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(b)
+				return
+			}
+		}
+	}
+	s.writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%.200s` does not exist.", id))
+}
+
+// modelCard is one entry of /v1/models.
+type modelCard struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	Root    string `json:"root"`
+}
+
+// handleLive is /livez: 200 while the process serves.
+func (s *Server) handleLive(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok\n"))
+}
+
+// handleReady is /readyz (and /health): 200 while every model has a
+// replica that passed a probe or answered a request within
+// health.ready_window; 503 once draining has begun.
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if s.draining.Load() {
+		s.writeError(w, http.StatusServiceUnavailable, "service_unavailable", "draining", "the gateway is shutting down")
+		return
+	}
+	window := s.cfg.Health.Ready()
+	now := time.Now()
+	for _, m := range s.models {
+		if !m.ready(now, window) {
+			s.writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_ready_replica",
+				fmt.Sprintf("no replica of %s passed a probe or answered a request in the last %v", m.name, window))
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok\n"))
+}
+
+// Drain fails readiness from now on: the first step of a graceful
+// shutdown, before the listeners stop accepting.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// remoteHost is a request's client address without its port.
+func remoteHost(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
-	type card struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-		Root    string `json:"root"`
-	}
 	out := struct {
-		Object string `json:"object"`
-		Data   []card `json:"data"`
-	}{Object: "list", Data: []card{}}
+		Object string      `json:"object"`
+		Data   []modelCard `json:"data"`
+	}{Object: "list", Data: []modelCard{}}
 	for _, m := range s.models {
 		for _, n := range append([]string{m.name}, m.aliases...) {
-			out.Data = append(out.Data, card{ID: n, Object: "model", Created: s.start.Unix(), OwnedBy: "inferrail", Root: m.name})
+			out.Data = append(out.Data, modelCard{ID: n, Object: "model", Created: s.start.Unix(), OwnedBy: "inferrail", Root: m.name})
 		}
 	}
 	b, _ := json.Marshal(out)
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
-}
-
-// handleHealth is 200 while every model has a replica taking requests.
-func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	for _, m := range s.models {
-		if !m.healthy() {
-			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_healthy_replica", "model "+m.name+" has no healthy replica")
-			return
-		}
-	}
-	w.WriteHeader(http.StatusOK)
 }
 
 type replicaView struct {

@@ -17,6 +17,9 @@ const (
 	tokQueueFull tokOutcome = "queue_full"
 	tokError     tokOutcome = "error"
 	tokSkipped   tokOutcome = "skipped" // no encoder, or a prompt given as token ids
+	// tokTooLong: the prompt is longer than tokenize.max_prompt_bytes, so
+	// longer than the engine takes (or than is worth predicting).
+	tokTooLong tokOutcome = "too_long"
 )
 
 // tokPool bounds edge tokenization: at most Workers prompts are tokenized
@@ -64,6 +67,10 @@ func (p *tokPool) do(ctx context.Context, fn func() ([]uint32, error)) ([]uint32
 			<-p.waiting
 			return nil, tokTimeout
 		}
+	}
+	if ctx.Err() != nil {
+		<-p.slots
+		return nil, tokTimeout // the request's deadline passed meanwhile
 	}
 	ids, err := fn()
 	<-p.slots

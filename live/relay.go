@@ -1,0 +1,581 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/router/gateway"
+)
+
+// try is one forwarding of a request to a replica, up to its first
+// response byte: the engine's response (nil when none came), and the first
+// chunk of its body read into buf[:n].
+type try struct {
+	resp   *http.Response
+	buf    *[]byte
+	n      int
+	eof    bool // the body ended with its first read
+	err    error
+	reused bool // the connection was a pooled one
+	// timedOut: first_byte_timeout passed before the first byte.
+	timedOut bool
+	cancel   context.CancelFunc
+	ctx      context.Context
+}
+
+// reason names a failed try for metrics and error bodies.
+func (t *try) reason() string {
+	switch {
+	case t.timedOut:
+		return "first_byte_timeout"
+	case t.err == nil && t.resp != nil:
+		return "upstream_" + strconv.Itoa(t.resp.StatusCode)
+	case t.err == nil:
+		return "upstream_error"
+	}
+	return "upstream_" + errCause(t.err)
+}
+
+// errCause classifies a transport error in a few words, without the URL or
+// address it names.
+func errCause(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection_refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "connection_reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection_closed"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case strings.Contains(err.Error(), "no such host"):
+		return "dns_error"
+	}
+	return "error"
+}
+
+// close gives back what a try holds that is not relayed.
+func (t *try) close() {
+	if t.resp != nil {
+		if t.n > 0 || t.eof {
+			t.resp.Body.Close()
+		} else {
+			io.Copy(io.Discard, io.LimitReader(t.resp.Body, 64<<10))
+			t.resp.Body.Close()
+		}
+	}
+	if t.buf != nil {
+		bufPool.Put(t.buf)
+		t.buf = nil
+	}
+	if t.cancel != nil {
+		t.cancel()
+	}
+}
+
+// attempt forwards the body to rep and reads the response's first chunk.
+// For a streamed request the engine must send its first byte within
+// first_byte_timeout, or the try fails (and is retried elsewhere); a
+// non-streamed answer's first byte is its end, bounded by request_timeout
+// only.
+func (s *Server) attempt(ctx context.Context, rep *replica, r *http.Request, body []byte, reqID string, stream bool) *try {
+	t := &try{}
+	t.ctx, t.cancel = context.WithCancel(ctx)
+	var timedOut atomic.Bool
+	var timer *time.Timer
+	if stream {
+		timer = time.AfterFunc(s.cfg.FirstByteTimeout, func() { timedOut.Store(true); t.cancel() })
+	}
+	t.resp, t.reused, t.err = s.forward(t.ctx, rep, r, body, reqID)
+	if t.err == nil && !retryable(t.resp.StatusCode) {
+		t.buf = bufPool.Get().(*[]byte)
+		for t.n == 0 && t.err == nil {
+			t.n, t.err = t.resp.Body.Read(*t.buf)
+		}
+		if t.err == io.EOF {
+			t.err, t.eof = nil, true
+		}
+		if t.err != nil && t.n == 0 {
+			// No first byte: the try failed.
+			t.resp.Body.Close()
+			t.resp = nil
+			bufPool.Put(t.buf)
+			t.buf = nil
+		} else {
+			t.err = nil
+		}
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+	t.timedOut = timedOut.Load() && t.resp == nil
+	return t
+}
+
+// Header policy: hop-by-hop headers (RFC 9110 section 7.6.1) and those the
+// Connection header names are never forwarded; nor are the client's own
+// forwarding headers (the proxy sets X-Forwarded-For and -Proto), its
+// request id (the proxy sends its own), or, unless forward_client_auth,
+// its credentials.
+var (
+	hopHeaders     = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+	dropUpstream   = map[string]bool{"X-Forwarded-For": true, "X-Forwarded-Proto": true, "X-Forwarded-Host": true, "Forwarded": true, "X-Real-Ip": true, HeaderRequestID: true, "Content-Length": true, "Expect": true, "Host": true}
+	credentialHdrs = map[string]bool{"Authorization": true, "Cookie": true}
+	hopSet         = func() map[string]bool {
+		m := map[string]bool{}
+		for _, h := range hopHeaders {
+			m[h] = true
+		}
+		return m
+	}()
+)
+
+// connectionNamed returns the headers a Connection header names.
+func connectionNamed(h http.Header) map[string]bool {
+	vs := h.Values("Connection")
+	if len(vs) == 0 {
+		return nil
+	}
+	named := map[string]bool{}
+	for _, v := range vs {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				named[http.CanonicalHeaderKey(f)] = true
+			}
+		}
+	}
+	return named
+}
+
+// upstreamHeader builds the headers sent to an engine from the client's.
+func (s *Server) upstreamHeader(in http.Header, r *http.Request, reqID string) http.Header {
+	out := make(http.Header, len(in)+3)
+	named := connectionNamed(in)
+	for k, vs := range in {
+		if hopSet[k] || named[k] || dropUpstream[k] || credentialHdrs[k] && !s.cfg.ForwardClientAuth {
+			continue
+		}
+		out[k] = vs
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		out["X-Forwarded-For"] = []string{host}
+	}
+	if r.TLS != nil {
+		out["X-Forwarded-Proto"] = []string{"https"}
+	} else {
+		out["X-Forwarded-Proto"] = []string{"http"}
+	}
+	out[HeaderRequestID] = []string{reqID}
+	return out
+}
+
+// forward sends the body to rep. reused reports whether the connection was
+// a pooled one.
+func (s *Server) forward(ctx context.Context, rep *replica, r *http.Request, body []byte, reqID string) (*http.Response, bool, error) {
+	u := *rep.base
+	u.Path += r.URL.Path
+	u.RawQuery = r.URL.RawQuery
+	reused := false
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+	out, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, false, err
+	}
+	out.Header = s.upstreamHeader(r.Header, r, reqID)
+	out.ContentLength = int64(len(body))
+	resp, err := s.upstream.Do(out)
+	return resp, reused, err
+}
+
+// pipe carries an engine's response from the goroutine that reads it to
+// the handler that writes it to the client, holding up to limit bytes: an
+// engine that has finished is done with, however slowly the client reads.
+type pipe struct {
+	mu        sync.Mutex
+	buf       []byte
+	limit     int
+	end       bool
+	failure   string // why the stream broke, "" when it ended well
+	abandoned bool   // the client is gone: nothing more is wanted
+	data      chan struct{}
+	room      chan struct{}
+}
+
+func newPipe(limit int) *pipe {
+	return &pipe{limit: limit, data: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// push appends b, waiting while the pipe is full; false: the client is gone.
+func (p *pipe) push(b []byte) bool {
+	for {
+		p.mu.Lock()
+		if p.abandoned {
+			p.mu.Unlock()
+			return false
+		}
+		if len(p.buf) == 0 || len(p.buf)+len(b) <= p.limit {
+			p.buf = append(p.buf, b...)
+			p.mu.Unlock()
+			signal(p.data)
+			return true
+		}
+		p.mu.Unlock()
+		<-p.room
+	}
+}
+
+// close ends the stream; failure says why it broke ("" for a whole one).
+func (p *pipe) close(failure string) {
+	p.mu.Lock()
+	p.end, p.failure = true, failure
+	p.mu.Unlock()
+	signal(p.data)
+}
+
+// abandon tells the reader the client is gone.
+func (p *pipe) abandon() {
+	p.mu.Lock()
+	p.abandoned = true
+	p.mu.Unlock()
+	signal(p.room)
+}
+
+// take waits for bytes, swapping spare in for them; end reports the stream
+// is over (with its failure) once everything was taken.
+func (p *pipe) take(spare []byte) (b []byte, end bool, failure string) {
+	for {
+		p.mu.Lock()
+		if len(p.buf) > 0 {
+			b, p.buf = p.buf, spare[:0]
+			p.mu.Unlock()
+			signal(p.room)
+			return b, false, ""
+		}
+		if p.end {
+			p.mu.Unlock()
+			return nil, true, p.failure
+		}
+		p.mu.Unlock()
+		<-p.data
+	}
+}
+
+// Stream failures the client is told of.
+const (
+	failBroken   = "stream_broken"
+	failIdle     = "stream_idle_timeout"
+	failDeadline = "request_timeout"
+)
+
+// relay streams the engine's response to the client and ends the attempt
+// in the core by how the engine's side went. One goroutine reads the engine
+// (stream_idle_timeout bounds each read) into a pipe of
+// response_buffer_bytes and ends the attempt the moment the engine is done;
+// the handler writes the pipe to the client, each write bounded by
+// write_timeout. A client that stops reading is cut off and its upstream
+// cancelled; a stream that breaks after its first byte ends, for the
+// client, with an error event (SSE) and an aborted response, never a clean
+// end. passThrough: t is the answer of a last try that failed, already
+// ended in the core.
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Context, m *model, a *attempt, t *try, passThrough, showPredicted bool, hashes []kvblock.Hash, prompt []uint32, salt kvblock.Hash, began time.Time, ar *accessRecord) {
+	resp := t.resp
+	if t.buf == nil {
+		t.buf = bufPool.Get().(*[]byte) // a passed-through answer not read yet
+	}
+	defer t.close()
+	h := w.Header()
+	named := connectionNamed(resp.Header)
+	for k, vs := range resp.Header {
+		if hopSet[k] || named[k] || k == "Content-Length" || k == HeaderRequestID {
+			continue
+		}
+		h[k] = vs
+	}
+	h.Set(HeaderReplica, a.dec.Name)
+	if showPredicted {
+		h.Set(HeaderPredicted, strconv.Itoa(a.dec.PredictedCachedTokens))
+	}
+	h.Set(HeaderQueued, formatMs(a.queued))
+	if cl := resp.Header.Get("Content-Length"); cl != "" && resp.ContentLength >= 0 {
+		h.Set("Content-Length", cl)
+	}
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	ok := resp.StatusCode == http.StatusOK
+	ar.status = resp.StatusCode
+	if t.n > 0 {
+		s.met.ttft(m.name, time.Since(began))
+		if ok && !passThrough {
+			m.firstByte(a) // an error answer stays pending: the engine computed nothing
+		}
+	}
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	w.WriteHeader(resp.StatusCode)
+
+	// In approximate mode the index learns the answer's blocks too: the
+	// engine keeps them cached after the request, as the simulator knows.
+	// Every answer is read for its length (the engine's usage where it
+	// sends one), which the gateway core learns its output reservations
+	// from.
+	var ans *answer
+	te, canRead := m.enc.(TextEncoder)
+	if ok {
+		keep := canRead && m.index == router.IndexApproximate && prompt != nil
+		ans = newAnswer(sse, keep)
+	}
+	p := newPipe(int(s.cfg.ResponseBufferBytes))
+	var idle atomic.Bool
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		whole, failure := s.pump(r, ctx, t, p, ans, &idle)
+		s.settle(m, a, t, ans, whole, failure, passThrough, te, hashes, prompt, salt, ar)
+		p.close(failure)
+	}()
+
+	spare := make([]byte, 0, 32<<10)
+	cut := false
+	var failure string
+	for {
+		b, end, f := p.take(spare)
+		if end {
+			failure = f
+			break
+		}
+		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		_, err := w.Write(b)
+		if err == nil {
+			err = rc.Flush()
+		}
+		// No deadline runs between writes: an HTTP/2 stream is reset when
+		// one passes, written to or not.
+		rc.SetWriteDeadline(time.Time{})
+		spare = b
+		if err != nil {
+			// The client is gone or does not read: cut it off, and the
+			// engine's work with it unless that is done already.
+			cut = true
+			p.abandon()
+			t.cancel()
+			break
+		}
+	}
+	<-readerDone
+	s.met.duration(m.name, time.Since(began))
+	if cut || failure == "" {
+		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		return
+	}
+	// The stream broke after it started: tell the client, in the stream
+	// when it is one, then abort the response so no client mistakes it
+	// for a whole one.
+	if sse {
+		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		w.Write(streamErrorEvent(failure))
+		rc.Flush()
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// pump reads the engine's response (its first chunk is t's) into p until
+// it ends, feeding ans. whole says the engine's answer arrived complete
+// (its end, or its data: [DONE], was read); otherwise failure says why the
+// stream broke, "" when the client left first.
+func (s *Server) pump(r *http.Request, ctx context.Context, t *try, p *pipe, ans *answer, idle *atomic.Bool) (whole bool, failure string) {
+	done := func() bool { return ans != nil && ans.done }
+	buf := *t.buf
+	if t.n > 0 {
+		if ans != nil {
+			ans.feed(buf[:t.n])
+		}
+		if !p.push(buf[:t.n]) {
+			return done(), ""
+		}
+	}
+	if t.eof {
+		return true, ""
+	}
+	timer := time.AfterFunc(s.cfg.StreamIdleTimeout, func() { idle.Store(true); t.cancel() })
+	defer timer.Stop()
+	for {
+		timer.Reset(s.cfg.StreamIdleTimeout)
+		n, err := t.resp.Body.Read(buf)
+		timer.Stop()
+		if n > 0 {
+			if ans != nil {
+				ans.feed(buf[:n])
+			}
+			if !p.push(buf[:n]) {
+				return done(), ""
+			}
+		}
+		switch {
+		case err == io.EOF:
+			return true, ""
+		case err == nil:
+			continue
+		case done():
+			return true, "" // the answer was whole: what broke after it does not matter
+		case r.Context().Err() != nil:
+			return false, "" // the client left
+		case idle.Load():
+			return false, failIdle
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return false, failDeadline
+		case t.ctx.Err() != nil:
+			return false, "" // cancelled by the writer: the client does not read
+		}
+		return false, failBroken
+	}
+}
+
+// settle ends a's dispatch in the core by how the engine's side of the
+// stream went, and records the outcome. It runs when the engine is done,
+// before the client may have read everything.
+func (s *Server) settle(m *model, a *attempt, t *try, ans *answer, whole bool, failure string, passThrough bool, te TextEncoder, hashes []kvblock.Hash, prompt []uint32, salt kvblock.Hash, ar *accessRecord) {
+	resp := t.resp
+	if passThrough {
+		// The last try's failure, passed through as the engine wrote it;
+		// its slot and health were already accounted for.
+		s.met.outcome(m.name, statusOutcome(resp.StatusCode))
+		return
+	}
+	switch {
+	case resp.StatusCode >= 500:
+		m.fail(a, true, false)
+		s.met.outcome(m.name, "upstream_"+strconv.Itoa(resp.StatusCode))
+	case !whole && failure == "":
+		// The client left (or stopped reading) before the engine was done;
+		// the engine had answered, so it did nothing wrong.
+		m.abort(a, true)
+		s.met.outcome(m.name, "client_gone")
+		ar.status = statusClientGone
+	case failure == failDeadline:
+		m.fail(a, false, false)
+		s.met.outcome(m.name, "timeout")
+		s.met.errorReason(m.name, failure)
+	case failure != "":
+		// The stream broke after it started: never replayed.
+		m.fail(a, true, false)
+		s.met.outcome(m.name, failure)
+		s.met.errorReason(m.name, failure)
+	case resp.StatusCode == http.StatusOK && (t.n > 0):
+		var u gateway.Usage
+		if ans != nil {
+			retokenized := -1
+			if text, done := ans.finish(); done {
+				ids := te.EncodeText(string(text))
+				hashes = withAnswer(hashes, salt, prompt, ids, m.blockSize)
+				retokenized = len(ids)
+			}
+			if n, known := ans.outputTokens(retokenized); known {
+				u = gateway.Usage{Known: true, CompletionTokens: n, CachedTokens: max(ans.cached, 0)}
+				ar.outputTokens, ar.cachedTokens = n, max(ans.cached, 0)
+			}
+		}
+		m.finish(a, hashes, u)
+		s.met.outcome(m.name, "ok")
+	default:
+		// A client error the engine answered (or an empty answer): the
+		// replica is fine, the request left nothing cached.
+		m.fail(a, false, true)
+		s.met.outcome(m.name, statusOutcome(resp.StatusCode))
+	}
+}
+
+// streamErrorEvent is the SSE event that ends a broken stream, in the shape
+// vLLM writes a mid-stream error (an OpenAI error object as the event's
+// data).
+func streamErrorEvent(failure string) []byte {
+	msg := "the engine's stream broke before it was complete"
+	code := http.StatusBadGateway
+	switch failure {
+	case failIdle:
+		msg = "the engine sent nothing for longer than stream_idle_timeout"
+		code = http.StatusGatewayTimeout
+	case failDeadline:
+		msg = "the request did not complete within request_timeout"
+		code = http.StatusGatewayTimeout
+	}
+	var e errorBody
+	e.Error.Message, e.Error.Type, e.Error.Code = msg, failure, code
+	b, _ := json.Marshal(e)
+	out := make([]byte, 0, len(b)+16)
+	out = append(out, "data: "...)
+	out = append(out, b...)
+	return append(out, "\n\n"...)
+}
+
+// bodyBudget bounds the request bodies held at once.
+type bodyBudget struct {
+	used atomic.Int64
+	max  int64
+}
+
+// take holds n more bytes, or reports that it would pass the bound.
+func (b *bodyBudget) take(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+func (b *bodyBudget) give(n int64) {
+	if n > 0 {
+		b.used.Add(-n)
+	}
+}
+
+var errBodyBudget = errors.New("max_inflight_body_bytes reached")
+
+// budgetReader reads a body while holding its bytes in a bodyBudget
+// (prepaid: the whole announced length is held already).
+type budgetReader struct {
+	r       io.Reader
+	b       *bodyBudget
+	held    int64
+	prepaid bool
+}
+
+func (br *budgetReader) Read(p []byte) (int, error) {
+	if br.prepaid {
+		return br.r.Read(p)
+	}
+	want := int64(len(p))
+	if !br.b.take(want) {
+		return 0, errBodyBudget
+	}
+	n, err := br.r.Read(p)
+	br.b.give(want - int64(n))
+	br.held += int64(n)
+	return n, err
+}

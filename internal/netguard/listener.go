@@ -1,0 +1,330 @@
+package netguard
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrInvalidConfig is wrapped by every error of Config.Validate.
+var ErrInvalidConfig = errors.New("netguard: invalid config")
+
+// Accept backs off from temporary errors as net/http's Server.Serve does:
+// the first wait is minBackoff, each next one twice the last, up to
+// maxBackoff; an accepted connection starts over.
+const (
+	minBackoff = 5 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// Reason names the cap a rejected connection would have passed. Its value
+// suits a metric label.
+type Reason string
+
+// The reasons a connection is rejected.
+const (
+	// ReasonMaxConns: Config.MaxConns connections were open.
+	ReasonMaxConns Reason = "max_conns"
+	// ReasonMaxConnsPerClient: Config.MaxConnsPerClient connections from
+	// the same client were open.
+	ReasonMaxConnsPerClient Reason = "max_conns_per_client"
+)
+
+// Config configures a Listener. The zero value caps connections at
+// DefaultMaxConns in total and not per client.
+type Config struct {
+	// MaxConns caps the connections open at once, over every client; 0
+	// derives it from the open-file limit (DefaultMaxConns). A connection
+	// counts from Accept until its Close.
+	MaxConns int
+	// MaxConnsPerClient caps the connections open at once from one client
+	// (one key of ClientKey); 0 leaves clients capped by MaxConns only.
+	// Behind a load balancer or a NAT many clients share one address.
+	MaxConnsPerClient int
+	// ClientKey maps a connection's remote address to the client it counts
+	// for; nil means ClientAddr. A connection whose key is the zero
+	// netip.Addr counts toward MaxConns only.
+	ClientKey func(remote net.Addr) netip.Addr
+	// OnReject, if non-nil, is called on the accepting goroutine after a
+	// connection over a cap was closed, with the cap and the client.
+	OnReject func(reason Reason, client netip.Addr)
+	// OnAcceptError, if non-nil, is called on the accepting goroutine with
+	// each temporary accept error (such as EMFILE, "too many open files"),
+	// before Accept waits and tries again.
+	OnAcceptError func(err error)
+}
+
+// Validate reports every problem with c, each wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxConns is %d: set it to a positive number, or to 0 to derive it from the open-file limit", ErrInvalidConfig, c.MaxConns))
+	}
+	if c.MaxConnsPerClient < 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxConnsPerClient is %d: set it to a positive number, or to 0 to cap clients by MaxConns only", ErrInvalidConfig, c.MaxConnsPerClient))
+	}
+	return errors.Join(errs...)
+}
+
+// Stats is a snapshot of a Listener's counters.
+type Stats struct {
+	// Open is the number of connections accepted and not yet closed.
+	Open int
+	// Clients is the number of clients with an open connection; it is
+	// counted only with a per-client cap, and is 0 without one.
+	Clients int
+	// Accepted counts the connections Accept returned.
+	Accepted uint64
+	// Rejected counts the connections closed at once, by the cap they
+	// would have passed; it holds every Reason, 0 or not.
+	Rejected map[Reason]uint64
+	// AcceptErrors counts the temporary errors Accept backed off from.
+	AcceptErrors uint64
+}
+
+// Listener is a net.Listener that caps its open connections in total and
+// per client. A connection over a cap is accepted and closed at once, so
+// the kernel's backlog keeps moving; temporary accept errors are waited out
+// rather than returned. Accept, Close, Stats and the connections' Close are
+// safe for concurrent use.
+type Listener struct {
+	inner         net.Listener
+	maxConns      int
+	perClient     int
+	clientKey     func(net.Addr) netip.Addr
+	onReject      func(Reason, netip.Addr)
+	onAcceptError func(error)
+
+	closeOnce sync.Once
+	done      chan struct{}
+
+	mu      sync.Mutex
+	open    int
+	clients map[netip.Addr]int // open connections per client, with a per-client cap
+
+	accepted          atomic.Uint64
+	rejectedTotal     atomic.Uint64
+	rejectedPerClient atomic.Uint64
+	acceptErrors      atomic.Uint64
+}
+
+var _ net.Listener = (*Listener)(nil)
+
+// NewListener wraps inner with the caps of cfg. It fails if cfg is invalid,
+// or if cfg.MaxConns is 0 and the open-file limit cannot give a default.
+func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
+	if inner == nil {
+		return nil, errors.New("netguard: nil listener")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxConns == 0 {
+		n, err := DefaultMaxConns()
+		if err != nil {
+			return nil, fmt.Errorf("netguard: MaxConns is 0 and cannot be derived (set it): %w", err)
+		}
+		cfg.MaxConns = n
+	}
+	if cfg.ClientKey == nil {
+		cfg.ClientKey = ClientAddr
+	}
+	l := &Listener{
+		inner:         inner,
+		maxConns:      cfg.MaxConns,
+		perClient:     cfg.MaxConnsPerClient,
+		clientKey:     cfg.ClientKey,
+		onReject:      cfg.OnReject,
+		onAcceptError: cfg.OnAcceptError,
+		done:          make(chan struct{}),
+	}
+	if l.perClient > 0 {
+		l.clients = make(map[netip.Addr]int)
+	}
+	return l, nil
+}
+
+// Accept returns the next connection within the caps. It closes those over
+// a cap, and waits out temporary errors (5ms, doubling to 1s), reporting
+// each through the callbacks; it returns only other errors, and an error
+// wrapping net.ErrClosed once Close was called during a wait.
+func (l *Listener) Accept() (net.Conn, error) {
+	var delay time.Duration
+	for {
+		c, err := l.inner.Accept()
+		if err != nil {
+			if !temporary(err) {
+				return nil, err
+			}
+			l.acceptErrors.Add(1)
+			if l.onAcceptError != nil {
+				l.onAcceptError(err)
+			}
+			delay = nextBackoff(delay)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-l.done:
+				t.Stop()
+				return nil, &net.OpError{Op: "accept", Net: l.inner.Addr().Network(), Addr: l.inner.Addr(), Err: net.ErrClosed}
+			}
+			continue
+		}
+		delay = 0
+		var key netip.Addr // the client, needed only with a per-client cap or to report
+		if l.clients != nil {
+			key = l.clientKey(c.RemoteAddr())
+		}
+		if reason, ok := l.admit(key); !ok {
+			if l.clients == nil {
+				key = l.clientKey(c.RemoteAddr())
+			}
+			if reason == ReasonMaxConns {
+				l.rejectedTotal.Add(1)
+			} else {
+				l.rejectedPerClient.Add(1)
+			}
+			c.Close()
+			if l.onReject != nil {
+				l.onReject(reason, key)
+			}
+			continue
+		}
+		l.accepted.Add(1)
+		return &conn{Conn: c, l: l, key: key}, nil
+	}
+}
+
+// admit takes a slot for a connection of client key, or says which cap
+// leaves none.
+func (l *Listener) admit(key netip.Addr) (Reason, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open >= l.maxConns {
+		return ReasonMaxConns, false
+	}
+	if l.clients != nil && key.IsValid() {
+		n := l.clients[key]
+		if n >= l.perClient {
+			return ReasonMaxConnsPerClient, false
+		}
+		l.clients[key] = n + 1
+	}
+	l.open++
+	return "", true
+}
+
+// release gives back the slot admit took for key.
+func (l *Listener) release(key netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open--
+	if l.clients != nil && key.IsValid() {
+		if n := l.clients[key] - 1; n > 0 {
+			l.clients[key] = n
+		} else {
+			delete(l.clients, key)
+		}
+	}
+}
+
+// Close closes the wrapped listener and ends a wait in Accept. Connections
+// already accepted stay open.
+func (l *Listener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.inner.Close()
+}
+
+// Addr returns the wrapped listener's address.
+func (l *Listener) Addr() net.Addr { return l.inner.Addr() }
+
+// MaxConns returns the total cap in force: Config.MaxConns, or the one
+// derived from the open-file limit.
+func (l *Listener) MaxConns() int { return l.maxConns }
+
+// Stats returns the listener's counters.
+func (l *Listener) Stats() Stats {
+	l.mu.Lock()
+	open, clients := l.open, len(l.clients)
+	l.mu.Unlock()
+	return Stats{
+		Open:     open,
+		Clients:  clients,
+		Accepted: l.accepted.Load(),
+		Rejected: map[Reason]uint64{
+			ReasonMaxConns:          l.rejectedTotal.Load(),
+			ReasonMaxConnsPerClient: l.rejectedPerClient.Load(),
+		},
+		AcceptErrors: l.acceptErrors.Load(),
+	}
+}
+
+// conn is an accepted connection holding a slot until its first Close.
+type conn struct {
+	net.Conn
+	l      *Listener
+	key    netip.Addr
+	closed atomic.Bool
+}
+
+// Close closes the connection and, the first time, gives its slot back
+// (after the descriptor is released).
+func (c *conn) Close() error {
+	err := c.Conn.Close()
+	if c.closed.CompareAndSwap(false, true) {
+		c.l.release(c.key)
+	}
+	return err
+}
+
+// ClientAddr is the default Config.ClientKey: the remote IP of a TCP, UDP
+// or IP address, or of any address whose String is "ip" or "ip:port", with
+// an IPv4-mapped IPv6 address turned into its IPv4 one and the IPv6 zone
+// dropped. Other addresses (Unix sockets, pipes) give the zero Addr.
+func ClientAddr(remote net.Addr) netip.Addr {
+	var ip netip.Addr
+	switch a := remote.(type) {
+	case nil:
+		return netip.Addr{}
+	case *net.TCPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	case *net.UDPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	case *net.IPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	default:
+		s := remote.String()
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			ip = ap.Addr()
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			ip = a
+		}
+	}
+	return ip.Unmap().WithZone("")
+}
+
+// nextBackoff returns the wait after one of d (0 before the first).
+func nextBackoff(d time.Duration) time.Duration {
+	if d == 0 {
+		return minBackoff
+	}
+	return min(2*d, maxBackoff)
+}
+
+// temporary reports whether an accept error is worth waiting out: the
+// errnos of temporaryErrnos (running out of descriptors or buffers, and the
+// network errors accept(2) passes on from a connection that already
+// failed), or any error that says it is temporary, as net/http asks.
+func temporary(err error) bool {
+	for _, e := range temporaryErrnos {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}

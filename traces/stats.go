@@ -140,7 +140,7 @@ func ComputeStats(r Reader, cacheTokens []int64) (Stats, error) {
 			}
 			caches = append(caches, newBlockLRU(0, true))
 		} else if rec.BlockSize != st.BlockSize {
-			return Stats{}, fmt.Errorf("compute stats: record %d (id %d): block size %d differs from the trace's %d", st.Requests, rec.ID, rec.BlockSize, st.BlockSize)
+			return Stats{}, fmt.Errorf("compute stats: record %d (id %d): %w: block size %d differs from the trace's %d", st.Requests, rec.ID, ErrBadRecord, rec.BlockSize, st.BlockSize)
 		}
 		idTokens += int64(rec.InputTokens)
 		for i, c := range caches {

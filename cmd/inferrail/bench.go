@@ -136,6 +136,13 @@ func runBench(ctx context.Context, f benchFlags, cfg fleet.Config, stdout, stder
 	if err != nil {
 		return err
 	}
+	// A replay stops at a record it cannot read; the run is then short.
+	if e, ok := src.(interface{ Err() error }); ok && e.Err() != nil {
+		if bad := f.badTrace(e.Err()); bad != nil {
+			return bad
+		}
+		return fmt.Errorf("%s: %w", cfg.SourceName, e.Err())
+	}
 	s := &out.Summary
 	s.Workload = cfg.Workload.Workload
 	if cfg.SourceName != "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -38,6 +39,14 @@ const (
 	compareMaxWarm  = 2 * time.Minute
 )
 
+// Bounds of compare and capacity: each seed and each rate is a simulation
+// of every variant, and each parallel simulation holds its requests in memory.
+const (
+	maxSeeds    = 1000
+	maxRates    = 100
+	maxParallel = 1024
+)
+
 func (f *compareFlags) registerCompare(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.policies, "policies", "all", "comma-separated policies, or all: "+strings.Join(router.Names(), ", "))
@@ -63,8 +72,14 @@ func (f *compareFlags) spec(cmd *cobra.Command) (compare.Spec, error) {
 	if !fl.Changed("warmup") && f.trace == "" {
 		cfg.Warmup = defaultWarmup(cfg.Workload.Requests, cfg.Workload.Duration, cfg.Workload.Rate)
 	}
-	if f.seeds < 1 {
-		return compare.Spec{}, usagef("--seeds: must be at least 1, got %d", f.seeds)
+	if f.seeds < 1 || f.seeds > maxSeeds {
+		return compare.Spec{}, usagef("--seeds: must be between 1 and %d, got %d (each seed is one simulation of every policy at every rate)", maxSeeds, f.seeds)
+	}
+	if f.firstSeed > math.MaxUint64-uint64(f.seeds-1) {
+		return compare.Spec{}, usagef("--first-seed: %d + --seeds %d overflows a 64-bit seed; lower --first-seed", f.firstSeed, f.seeds)
+	}
+	if f.parallel < 0 || f.parallel > maxParallel {
+		return compare.Spec{}, usagef("--parallel: must be between 0 (all cores) and %d, got %d (each running simulation holds its requests in memory)", maxParallel, f.parallel)
 	}
 	s := compare.Spec{Base: cfg, Policies: compare.PolicyList(f.policies), Parallel: f.parallel, KeepRecords: true}
 	if fl.Changed("admissions") {
@@ -87,10 +102,17 @@ func (f *compareFlags) spec(cmd *cobra.Command) (compare.Spec, error) {
 		s.Seeds = append(s.Seeds, f.firstSeed+uint64(i))
 	}
 	if f.rates != "" {
-		for _, r := range strings.Split(f.rates, ",") {
+		rates := strings.Split(f.rates, ",")
+		if len(rates) > maxRates {
+			return compare.Spec{}, usagef("--rates: at most %d rates, got %d (each is one simulation of every policy and seed)", maxRates, len(rates))
+		}
+		for _, r := range rates {
 			v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
-			if err != nil || !(v > 0) {
-				return compare.Spec{}, usagef("--rates: want positive requests per second separated by commas, got %q", r)
+			if err != nil || !(v > 0 && v <= maxRate) {
+				return compare.Spec{}, usagef("--rates: want positive requests per second, at most %d, separated by commas, got %q", maxRate, r)
+			}
+			if err := checkLength(cfg.Workload.Requests, cfg.Workload.Duration, v); err != nil {
+				return compare.Spec{}, usagef("--rates %s: %w", strings.TrimSpace(r), err)
 			}
 			s.Rates = append(s.Rates, v)
 		}
@@ -154,6 +176,9 @@ preemptions, peak KV reservations, queue waits, goodput).`,
 			pts, err := compare.Run(cmd.Context(), s)
 			bar.finish()
 			if err != nil {
+				if bad := f.badTrace(err); bad != nil {
+					return bad
+				}
 				return err
 			}
 			title := f.title
@@ -220,6 +245,11 @@ completed, so a rule that rejects never meets the SLO.`,
 			if cmd.Flags().Changed("rate") {
 				rate = f.rate
 			}
+			if s.Base.Source == nil {
+				if err := checkLength(s.Base.Workload.Requests, s.Base.Workload.Duration, rate); err != nil {
+					return err
+				}
+			}
 			cs := compare.CapacitySpec{Base: s.Base, Policies: s.Policies, Admissions: s.Admissions, Ledgers: s.Ledgers,
 				Seeds: s.Seeds, Rate: rate, MaxReplicas: f.maxReplicas, Parallel: f.parallel}
 			if !cmd.Flags().Changed("warmup") {
@@ -238,6 +268,9 @@ completed, so a rule that rejects never meets the SLO.`,
 			res, err := compare.Capacity(cmd.Context(), cs)
 			bar.finish()
 			if err != nil {
+				if bad := f.badTrace(err); bad != nil {
+					return bad
+				}
 				return err
 			}
 			rep := &compare.CapacityReport{Spec: cs, Results: res}
@@ -302,7 +335,8 @@ func orNone(s string) string {
 var buildVersion string
 
 // version names the build: the stamped version, else the VCS revision when
-// the binary carries one, else "dev".
+// the binary carries one, else the module version (go install ...@v1.2.3),
+// else "dev".
 func version() string {
 	if buildVersion != "" {
 		return buildVersion
@@ -321,6 +355,9 @@ func version() string {
 		}
 	}
 	if rev == "" {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			return v
+		}
 		return "dev"
 	}
 	if len(rev) > 12 {

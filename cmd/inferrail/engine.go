@@ -115,6 +115,9 @@ func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
 	if f.port < 0 || f.port > 65535 {
 		return server.Config{}, usagef("--port %d: must be within 0..65535", f.port)
 	}
+	if f.drain < 0 {
+		return server.Config{}, usagef("--drain-timeout: must be zero (close at once) or positive, got %v", f.drain)
+	}
 	cfg := server.Config{
 		Engine:                    ec,
 		ServedModelNames:          f.models,

@@ -67,10 +67,82 @@ runs as a production proxy (live) in front of real engines, or of mock ones
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.Version = version()
 	root.AddCommand(newSimCmd(stdout, stderr), newCompareCmd(stdout, stderr), newCapacityCmd(stdout, stderr), newTraceCmd(stdout, stderr),
 		newEngineCmd(stdout, stderr), newBenchCmd(stdout, stderr), newCalibrateCmd(stdout, stderr),
-		newTokenizeCmd(stdout, stderr), newLiveCmd(stdout, stderr))
+		newTokenizeCmd(stdout, stderr), newLiveCmd(stdout, stderr), newVersionCmd(stdout))
+	// cobra adds help and completion when it runs; add them now so that
+	// they are guarded like the rest.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	guardGroups(root)
+	guardHelp(root)
 	return root
+}
+
+func newVersionCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of inferrail (as --version does)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(stdout, "%s version %s\n", cmd.Root().Name(), cmd.Root().Version)
+			return err
+		},
+	}
+}
+
+// guardGroups makes every command group (a command with subcommands and no
+// action of its own) refuse an unknown subcommand as bad input; without one
+// it prints its help, as cobra does.
+func guardGroups(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		guardGroups(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		return unknownCommand(cmd, args[0])
+	}
+}
+
+// guardHelp makes `help` refuse a topic that names no command.
+func guardHelp(root *cobra.Command) {
+	for _, h := range root.Commands() {
+		if h.Name() != "help" || h.Run == nil {
+			continue
+		}
+		show := h.Run
+		h.Run = nil
+		h.RunE = func(cmd *cobra.Command, args []string) error {
+			if target, rest, err := cmd.Root().Find(args); err == nil && target.HasSubCommands() && len(rest) > 0 {
+				return unknownCommand(target, rest[0])
+			}
+			show(cmd, args)
+			return nil
+		}
+	}
+}
+
+// unknownCommand is the usage error for a subcommand c does not have: it
+// names the ones it has.
+func unknownCommand(c *cobra.Command, name string) error {
+	var valid []string
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() || sub.Name() == "help" {
+			valid = append(valid, sub.Name())
+		}
+	}
+	hint := ""
+	if s := c.SuggestionsFor(name); len(s) > 0 {
+		hint = fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+	}
+	return usagef("unknown command %q for %q%s: want one of %s", name, c.CommandPath(), hint, strings.Join(valid, ", "))
 }
 
 // noArgs rejects positional arguments as bad input.

@@ -21,6 +21,24 @@ import (
 	"github.com/inferrail/inferrail/workload"
 )
 
+// Bounds of the flags that size a run, far above any real study: they stop a
+// typo (1e12 for 1e2, 1ns for 1s) from running for days or exhausting memory.
+const (
+	// maxRequests bounds one run's requests: every request's record stays
+	// in memory until the run ends.
+	maxRequests = 10_000_000
+	// maxRate bounds offered load, in requests per second: more than the
+	// largest fleet (fleet.MaxReplicas engines) serves.
+	maxRate = 1_000_000
+	// minScrapeInterval bounds how often the router scrapes each engine:
+	// below it the simulation does little but scrape.
+	minScrapeInterval = time.Millisecond
+	// minSpeedup and maxSpeedup bound a trace replay's speedup: below, a
+	// day of trace lasts years of virtual time; above, a day of arrivals
+	// falls within a tenth of a second.
+	minSpeedup, maxSpeedup = 1e-3, 1e6
+)
+
 type simFlags struct {
 	workload       string
 	workloadFile   string
@@ -209,6 +227,15 @@ func (f *simFlags) traceSource(cmd *cobra.Command, model string) (func(uint64) (
 			return nil, "", usagef("--%s: does not apply to --trace (the trace gives the requests and their times; see --speedup, --rate-scale, --start, --end, --limit)", name)
 		}
 	}
+	if !(f.speedup >= minSpeedup && f.speedup <= maxSpeedup) {
+		return nil, "", usagef("--speedup: must be between %g and %g, got %v (it divides the trace's arrival times: below %g a day of trace lasts years of virtual time)", minSpeedup, maxSpeedup, f.speedup, minSpeedup)
+	}
+	if !(f.rateScale > 0 && f.rateScale <= 1) {
+		return nil, "", usagef("--rate-scale: must be in (0, 1], got %v (it keeps that share of the trace's requests; use --speedup to raise the rate)", f.rateScale)
+	}
+	if f.limit < 0 || f.limit > maxRequests {
+		return nil, "", usagef("--limit: must be between 0 (the whole trace) and %d, got %d (every request's record stays in memory until the run ends)", maxRequests, f.limit)
+	}
 	format := f.traceFormat
 	if format == "" {
 		d, err := traces.Detect(f.trace)
@@ -227,6 +254,9 @@ func (f *simFlags) traceSource(cmd *cobra.Command, model string) (func(uint64) (
 	}
 	if _, err := r.Next(); err != nil {
 		c.Close()
+		if bad := f.badTrace(err); bad != nil {
+			return nil, "", bad
+		}
 		return nil, "", usagef("--trace: %w", err)
 	}
 	c.Close()
@@ -247,6 +277,28 @@ func (f *simFlags) traceSource(cmd *cobra.Command, model string) (func(uint64) (
 		return src, nil
 	}
 	return open, "trace:" + filepath.Base(strings.TrimRight(path, "/")), nil
+}
+
+// badTrace makes a malformed record of --trace bad input, nil for other errors.
+func (f *simFlags) badTrace(err error) error {
+	return badTrace(err, "--trace", f.trace, "--trace-format", f.skipBad)
+}
+
+// traceOnly are the flags that shape a trace replay.
+var traceOnly = []string{"trace-format", "speedup", "rate-scale", "start", "end", "limit", "skip-bad"}
+
+// checkLength refuses a synthetic run longer than maxRequests: requests
+// (0: no limit) or, without a limit, duration at rate.
+func checkLength(requests int, duration time.Duration, rate float64) error {
+	if requests > maxRequests {
+		return usagef("requests: must be at most %d, got %d (every request's record stays in memory until the run ends)", maxRequests, requests)
+	}
+	if requests == 0 && duration > 0 {
+		if n := rate * duration.Seconds(); n > maxRequests {
+			return usagef("--duration: %v at %g requests per second is about %.3g requests, more than the %d one run holds (every request's record stays in memory): shorten --duration, lower --rate or cap --requests", duration, rate, n, maxRequests)
+		}
+	}
+	return nil
 }
 
 // config turns flags into a validated fleet configuration; every error is a usage error.
@@ -285,18 +337,25 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 		return cfg, usagef("--replicas: must be between 1 and %d, got %d", fleet.MaxReplicas, f.replicas)
 	}
 	fl := cmd.Flags()
+	if f.trace == "" {
+		for _, name := range traceOnly {
+			if fl.Changed(name) {
+				return cfg, usagef("--%s: applies only with --trace (it shapes a trace replay)", name)
+			}
+		}
+	}
 	switch {
 	case fl.Changed("rate"):
-		if !(f.rate > 0) {
-			return cfg, usagef("--rate: must be a positive number of requests per second, got %v", f.rate)
+		if !(f.rate > 0 && f.rate <= maxRate) {
+			return cfg, usagef("--rate: must be a positive number of requests per second, at most %d, got %v", maxRate, f.rate)
 		}
 		wl.Rate = f.rate
 	case !rateSet:
 		wl.Rate = fleet.DefaultRate(wl.Workload, f.replicas)
 	}
 	if fl.Changed("requests") {
-		if f.requests < 0 {
-			return cfg, usagef("--requests: must be zero (no limit) or positive, got %d", f.requests)
+		if f.requests < 0 || f.requests > maxRequests {
+			return cfg, usagef("--requests: must be between 0 (no limit, with --duration) and %d, got %d (every request's record stays in memory until the run ends)", maxRequests, f.requests)
 		}
 		wl.Requests = f.requests
 	}
@@ -317,13 +376,24 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 	if f.warmup < 0 {
 		return cfg, usagef("--warmup: must be zero or positive, got %v", f.warmup)
 	}
+	if f.trace == "" {
+		if wl.Rate > maxRate {
+			return cfg, usagef("rate: must be at most %d requests per second, got %v", maxRate, wl.Rate)
+		}
+		if err := checkLength(wl.Requests, wl.Duration, wl.Rate); err != nil {
+			return cfg, err
+		}
+		if wl.Duration > 0 && f.warmup >= wl.Duration {
+			return cfg, usagef("--warmup: must be shorter than the run's duration (%v), got %v (requests arriving in the warmup are not measured)", wl.Duration, f.warmup)
+		}
+	}
 	if f.policy != "" {
 		if _, err := router.New(f.policy, router.Options{}); err != nil {
 			return cfg, usagef("--policy: %w", err)
 		}
 	}
-	if f.scrapeInterval <= 0 {
-		return cfg, usagef("--scrape-interval: must be positive, got %v", f.scrapeInterval)
+	if f.scrapeInterval < minScrapeInterval {
+		return cfg, usagef("--scrape-interval: must be at least %v, got %v (every replica is scraped once an interval; below %v the simulation does little else)", minScrapeInterval, f.scrapeInterval, minScrapeInterval)
 	}
 	if f.slo != "" {
 		slo, err := parseSLO(f.slo)
@@ -416,6 +486,9 @@ func runSim(cfg fleet.Config, f simFlags, stdout, stderr io.Writer) error {
 	cfg.Progress = bar.update
 	out, err := fleet.Simulate(cfg)
 	if err != nil {
+		if bad := f.badTrace(err); bad != nil {
+			return bad
+		}
 		return fmt.Errorf("simulate: %w", err)
 	}
 	if f.out != "" {

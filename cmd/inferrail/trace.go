@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -54,6 +55,34 @@ func (f *traceFileFlags) open(path string) (traces.Reader, io.Closer, error) {
 	return r, c, nil
 }
 
+// badTrace makes a malformed trace record bad input (exit 2), wherever the
+// read met it: before a run or during one. The message is flag (when given),
+// then the file and line or record of the traces.LineError, then what to do.
+// file names the trace for the errors that carry no position. It returns nil
+// for any other error.
+func badTrace(err error, flag, file, formatFlag string, skipBad bool) error {
+	var le *traces.LineError
+	isLine := errors.As(err, &le)
+	if !isLine && !errors.Is(err, traces.ErrBadRecord) {
+		return nil
+	}
+	hint := "fix or remove that record, or pass --skip-bad to skip and count malformed records"
+	switch {
+	case !errors.Is(err, traces.ErrBadRecord):
+		hint = "fix the file, or name its format with " + formatFlag
+	case skipBad:
+		hint = "fix or remove that record"
+	}
+	prefix := ""
+	if flag != "" {
+		prefix = flag + ": "
+	}
+	if isLine {
+		return usageError{fmt.Errorf("%s%w (%s)", prefix, le, hint)}
+	}
+	return usageError{fmt.Errorf("%s%s: %w (%s)", prefix, file, err, hint)}
+}
+
 // skipped reports how many records a reader skipped, when it counts them.
 func skipped(r traces.Reader) int {
 	if c, ok := r.(interface{ Skipped() int }); ok {
@@ -103,6 +132,9 @@ only: Mooncake, Qwen-Bailian, the project's parquet).`,
 			defer c.Close()
 			st, err := traces.ComputeStats(r, caches)
 			if err != nil {
+				if bad := badTrace(err, "", args[0], "--format", f.skipBad); bad != nil {
+					return bad
+				}
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			if asJSON {
@@ -166,6 +198,9 @@ which replays exactly like the original.`,
 			n, err := traces.WriteParquetFile(args[1], r)
 			if err != nil {
 				os.Remove(args[1])
+				if bad := badTrace(err, "", args[0], "--format", f.skipBad); bad != nil {
+					return bad
+				}
 				return fmt.Errorf("convert %s: %w", args[0], err)
 			}
 			fmt.Fprintf(stdout, "wrote %d records to %s (%d skipped)\n", n, args[1], skipped(r))

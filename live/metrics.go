@@ -22,6 +22,9 @@ type metrics struct {
 	tokenize   *prometheus.CounterVec
 	logDropped prometheus.Counter
 	kvEvents   *prometheus.CounterVec
+	// connRejected and acceptErrors are the listeners' (Serve).
+	connRejected *prometheus.CounterVec
+	acceptErrors *prometheus.CounterVec
 }
 
 var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
@@ -50,6 +53,8 @@ func newMetrics(s *Server) *metrics {
 	m.rejections = cv("inferrail_rejected_total", "Requests the gateway core rejected, by model and reason (queue_full, queue_timeout, no_capacity, slo_shed, no_replica, too_long).", "model", "reason")
 	m.queueWaitH = hv("inferrail_queue_wait_seconds", "Time each request waited in the queue for a replica to admit it (0 when one admitted it at once).", append([]float64{0.0001}, append(latencyBuckets, 160)...), "model")
 	m.kvEvents = cv("inferrail_kv_event_batches_total", "KV event batches by model, replica and result (applied, gap, reset).", "model", "replica", "result")
+	m.connRejected = cv("inferrail_connections_rejected_total", "Connections closed at accept because a cap was reached, by listener and reason (max_conns, max_conns_per_client).", "listener", "reason")
+	m.acceptErrors = cv("inferrail_accept_errors_total", "Temporary accept errors (such as too many open files) the listener backed off from.", "listener")
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_decision_log_dropped_total", Help: "Sampled decisions dropped because the log writer was behind."})
 	reg.MustRegister(m.logDropped, &stateCollector{s: s})
 	return m

@@ -296,17 +296,14 @@ func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, ar *acc
 		w.Header().Set("Connection", "close")
 		s.writeError(w, status, typ, code, msg)
 	}
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
 	if r.ContentLength > limit {
 		// Refused before reading: no 100 Continue is sent for it.
 		s.met.outcome("", "too_large")
 		fail(http.StatusRequestEntityTooLarge, "invalid_request_error", "body_too_large", fmt.Sprintf("request body of %d bytes exceeds max_body_bytes (%d)", r.ContentLength, limit))
 		return nil, 0, false
 	}
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
-	// A read deadline left in place would end the request when it passes
-	// (the server's background read of the connection fails).
-	defer rc.SetReadDeadline(time.Time{})
 	bb := &budgetReader{r: http.MaxBytesReader(w, r.Body, limit), b: s.bodies}
 	var err error
 	if n := r.ContentLength; n > 0 {
@@ -322,6 +319,11 @@ func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, ar *acc
 		body, err = io.ReadAll(bb)
 	}
 	if err == nil {
+		// A read deadline left in place would end the request when it
+		// passes (the server's background read of the connection fails).
+		// A failed body keeps it: the server's discard of what is left
+		// then ends at once, and the connection is closed.
+		rc.SetReadDeadline(time.Time{})
 		return body, bb.held, true
 	}
 	var mbe *http.MaxBytesError

@@ -50,6 +50,9 @@ type Server struct {
 	bodies *bodyBudget
 	// draining fails readiness once shutdown has begun.
 	draining atomic.Bool
+	// addrMu guards the addresses Serve listens on.
+	addrMu                sync.Mutex
+	clientAddr, adminAddr net.Addr
 	// adminToken, when set, is required of every admin request but the
 	// health endpoints.
 	adminToken string

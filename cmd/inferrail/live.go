@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -50,7 +47,11 @@ tokenizer and profile, prints what it would run and exits.`,
 			if err != nil {
 				return usageError{err}
 			}
-			s, err := live.New(cfg, live.Deps{Notes: stderr})
+			logger, err := live.NewLogger(cfg.Log, stderr)
+			if err != nil {
+				return usageError{err}
+			}
+			s, err := live.New(cfg, live.Deps{Notes: stderr, Logger: logger})
 			if err != nil {
 				return usageError{err}
 			}
@@ -59,9 +60,34 @@ tokenizer and profile, prints what it would run and exits.`,
 				fmt.Fprintf(stdout, "%s: ok\n%s", path, cfg.Summary())
 				return nil
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			return runLive(ctx, cfg, s, stderr)
+			// A proxy's heap is small and its tail latency suffers from
+			// collections: collect four times less often than Go's default
+			// unless GOGC says.
+			if os.Getenv("GOGC") == "" {
+				debug.SetGCPercent(400)
+			}
+			// The first SIGINT or SIGTERM drains; a second one cuts the
+			// drain delay short.
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			hurry := make(chan struct{})
+			go func() {
+				select {
+				case <-sigs:
+				case <-ctx.Done():
+					return
+				}
+				cancel()
+				select {
+				case <-sigs:
+					close(hurry)
+				case <-time.After(cfg.DrainDelay + cfg.DrainTimeout + time.Second):
+				}
+			}()
+			return s.Serve(ctx, hurry)
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "YAML configuration (required)")
@@ -69,54 +95,3 @@ tokenizer and profile, prints what it would run and exits.`,
 	return cmd
 }
 
-// runLive serves s on the configured addresses until ctx ends, then drains.
-func runLive(ctx context.Context, cfg *config.Config, s *live.Server, stderr io.Writer) error {
-	// A proxy's heap is small and its tail latency suffers from collections:
-	// collect four times less often than Go's default unless GOGC says.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w (change listen in the configuration)", cfg.Listen, err)
-	}
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true) // h2c
-	hs := &http.Server{Handler: s.Handler(), Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	errs := make(chan error, 3)
-	go func() { errs <- hs.Serve(ln) }()
-	var admin *http.Server
-	if cfg.AdminListen != "" {
-		aln, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			hs.Close()
-			return fmt.Errorf("listen on %s: %w (change admin_listen in the configuration)", cfg.AdminListen, err)
-		}
-		admin = &http.Server{Handler: s.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { errs <- admin.Serve(aln) }()
-	}
-	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	bgDone := make(chan error, 1)
-	go func() { bgDone <- s.Run(bgCtx) }()
-	fmt.Fprintf(stderr, "inferrail live: serving on http://%s (admin http://%s)\n", ln.Addr(), cfg.AdminListen)
-	select {
-	case err := <-errs:
-		stopBG()
-		<-bgDone
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	fmt.Fprintf(stderr, "inferrail live: draining (up to %s)\n", cfg.DrainTimeout)
-	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
-	defer cancel()
-	if err := hs.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		fmt.Fprintf(stderr, "inferrail live: shutdown: %v\n", err)
-	}
-	hs.Close()
-	if admin != nil {
-		admin.Close()
-	}
-	stopBG()
-	return <-bgDone
-}

@@ -159,7 +159,7 @@ func (c *Config) Validate() error {
 	k := &checker{}
 	k.listen("listen", c.Listen, false)
 	k.listen("admin_listen", c.AdminListen, true)
-	if c.AdminListen != "" && c.AdminListen == c.Listen {
+	if c.AdminListen != "" && c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		k.fail("admin_listen", "must differ from listen (%s), or be \"\" to turn the admin endpoints off", c.Listen)
 	}
 	k.nonNegative("drain_timeout", c.DrainTimeout)

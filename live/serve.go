@@ -1,0 +1,197 @@
+package live
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inferrail/inferrail/internal/netguard"
+	"github.com/inferrail/inferrail/live/config"
+)
+
+// adminMaxConns caps the admin listener's connections: operators and
+// probes, never clients.
+const adminMaxConns = 64
+
+// Serve listens on the configured addresses (listen, admin_listen), serves
+// Handler and AdminHandler there, and runs the background work (Run) until
+// ctx ends; then it drains: readiness fails at once, the listeners stop
+// accepting after drain_delay (so load balancers stop sending first; a
+// second cancellation of stop, when not nil, cuts the delay short), and
+// running streams get drain_timeout to finish. It returns nil after a
+// clean drain. Connections are capped (max_connections in total, less for
+// one client address: max_connections_per_client), accept errors such as
+// EMFILE back off instead of spinning, and TLS certificates are read again
+// when their files change.
+func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
+	client, err := s.listen("listen", s.cfg.Listen, s.cfg.TLS, netguard.Config{MaxConns: s.cfg.MaxConnections, MaxConnsPerClient: s.cfg.MaxConnectionsPerClient})
+	if err != nil {
+		return err
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	if s.cfg.TLS.Enabled() {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true) // h2c
+	}
+	hs := &http.Server{
+		Handler: s.Handler(), Protocols: &protocols, TLSConfig: client.tls,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
+		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: s.cfg.MaxConcurrentStreams},
+		ErrorLog: slogAdapter(s.log, "http server"),
+	}
+	errs := make(chan error, 2)
+	s.setAddr(&s.clientAddr, client.Addr())
+	go func() { errs <- serveOn(hs, client) }()
+	var admin *http.Server
+	if s.cfg.AdminListen != "" {
+		al, err := s.listen("admin_listen", s.cfg.AdminListen, s.cfg.AdminTLS, netguard.Config{MaxConns: adminMaxConns})
+		if err != nil {
+			hs.Close()
+			return err
+		}
+		var ap http.Protocols
+		ap.SetHTTP1(true)
+		if s.cfg.AdminTLS.Enabled() {
+			ap.SetHTTP2(true)
+		}
+		admin = &http.Server{Handler: s.AdminHandler(), Protocols: &ap, TLSConfig: al.tls, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
+			ErrorLog: slogAdapter(s.log, "admin server")}
+		s.setAddr(&s.adminAddr, al.Addr())
+		go func() { errs <- serveOn(admin, al) }()
+		s.log.Info("serving", "listen", client.Addr().String(), "admin", al.Addr().String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns())
+	} else {
+		s.log.Info("serving", "listen", client.Addr().String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns())
+	}
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	bgDone := make(chan error, 1)
+	go func() { bgDone <- s.Run(bgCtx) }()
+	closeAll := func() {
+		hs.Close()
+		if admin != nil {
+			admin.Close()
+		}
+		stopBG()
+		<-bgDone
+	}
+	select {
+	case err := <-errs:
+		closeAll()
+		return fmt.Errorf("live: serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.Drain()
+	s.log.Info("draining", "delay", s.cfg.DrainDelay.String(), "timeout", s.cfg.DrainTimeout.String())
+	if s.cfg.DrainDelay > 0 {
+		t := time.NewTimer(s.cfg.DrainDelay)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+		}
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	if err := hs.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("shutdown", "error", err.Error())
+	}
+	closeAll()
+	s.log.Info("stopped")
+	return nil
+}
+
+// Addrs returns the addresses Serve listens on (nil until it does; admin
+// nil without admin_listen).
+func (s *Server) Addrs() (client, admin net.Addr) {
+	s.addrMu.Lock()
+	defer s.addrMu.Unlock()
+	return s.clientAddr, s.adminAddr
+}
+
+func (s *Server) setAddr(dst *net.Addr, a net.Addr) {
+	s.addrMu.Lock()
+	*dst = a
+	s.addrMu.Unlock()
+}
+
+// slogAdapter makes an http.Server's error log (one line per broken
+// connection or failed handshake, never a state change) debug lines.
+func slogAdapter(l *slog.Logger, what string) *log.Logger {
+	return slog.NewLogLogger(l.With("source", what).Handler(), slog.LevelDebug)
+}
+
+// guarded is a capped listener, with the TLS configuration served on it.
+type guarded struct {
+	*netguard.Listener
+	tls *tls.Config
+}
+
+func serveOn(hs *http.Server, l guarded) error {
+	var err error
+	if l.tls != nil {
+		err = hs.ServeTLS(l, "", "")
+	} else {
+		err = hs.Serve(l)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// listen opens one capped listener (and its certificate reloader).
+func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (guarded, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return guarded{}, fmt.Errorf("live: listen on %s: %w (change %s in the configuration)", addr, err, field)
+	}
+	label := map[string]string{"listen": "client", "admin_listen": "admin"}[field]
+	var acceptLog sync.Mutex
+	lastAccept := ""
+	nc.OnReject = func(r netguard.Reason, _ netip.Addr) { s.met.connRejected.WithLabelValues(label, string(r)).Inc() }
+	nc.OnAcceptError = func(err error) {
+		s.met.acceptErrors.WithLabelValues(label).Inc()
+		acceptLog.Lock()
+		defer acceptLog.Unlock()
+		if msg := err.Error(); msg != lastAccept {
+			lastAccept = msg
+			s.log.Warn("accept failing; backing off", "listener", label, "error", msg)
+		}
+	}
+	gl, err := netguard.NewListener(ln, nc)
+	if err != nil {
+		ln.Close()
+		return guarded{}, fmt.Errorf("live: %s: %w", field, err)
+	}
+	s.met.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "inferrail_open_connections", Help: "Client connections open now, by listener.", ConstLabels: prometheus.Labels{"listener": label},
+	}, func() float64 { return float64(gl.Stats().Open) }))
+	g := guarded{Listener: gl}
+	if t.Enabled() {
+		cr, err := netguard.NewCertReloader(netguard.CertConfig{
+			CertFile: t.CertFile, KeyFile: t.KeyFile,
+			OnError: func(err error) { s.log.Error("tls certificate reload failed; keeping the current one", "listener", label, "error", err.Error()) },
+			OnReload: func(leaf *x509.Certificate) {
+				s.log.Info("tls certificate reloaded", "listener", label, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter)
+			},
+		})
+		if err != nil {
+			gl.Close()
+			return guarded{}, fmt.Errorf("live: %s: tls: %w", field, err)
+		}
+		g.tls = cr.Config()
+	}
+	return g, nil
+}

@@ -1,0 +1,200 @@
+package live
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/live/config"
+)
+
+// startServing runs s.Serve on c's addresses (port 0) until the test ends,
+// and returns the client and admin base URLs.
+func startServing(t *testing.T, c *config.Config) (*Server, string, string, func()) {
+	t.Helper()
+	c.Listen, c.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	s, err := New(c, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, nil) }()
+	var ca, aa net.Addr
+	waitUntil(t, "listening", 2*time.Second, func() bool { ca, aa = s.Addrs(); return ca != nil && aa != nil })
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		s.Close()
+	}
+	scheme := "http://"
+	if c.TLS.Enabled() {
+		scheme = "https://"
+	}
+	return s, scheme + ca.String(), "http://" + aa.String(), stop
+}
+
+// 3: connections past max_connections_per_client are closed at accept
+// while the admin listener's /readyz keeps answering; stalled bodies are
+// cut at read_timeout, so the connections come back.
+func TestServeConnectionCaps(t *testing.T) {
+	c := testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig()}))
+	c.MaxConnectionsPerClient = 4
+	c.ReadTimeout = 300 * time.Millisecond
+	c.DrainDelay = 0
+	_, base, admin, stop := startServing(t, c)
+	defer stop()
+	var conns []net.Conn
+	for range 4 {
+		cn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(cn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"prompt\": \"")
+		conns = append(conns, cn)
+	}
+	time.Sleep(50 * time.Millisecond)
+	extra, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if n, err := extra.Read(make([]byte, 1)); err != io.EOF || n != 0 {
+		t.Fatalf("the connection over the per-client cap was not closed: %d, %v", n, err)
+	}
+	resp, err := http.Get(admin + "/readyz")
+	if err != nil {
+		t.Fatalf("admin /readyz silent while the client listener is full: %v", err)
+	}
+	resp.Body.Close()
+	// The stalled bodies time out (408) and free their connections.
+	for _, cn := range conns {
+		cn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		b, _ := io.ReadAll(cn)
+		if !strings.Contains(string(b), " 408 ") {
+			t.Fatalf("a stalled body got %q", b)
+		}
+		cn.Close()
+	}
+	waitUntil(t, "a new connection served", 2*time.Second, func() bool {
+		resp, err := http.Get(base + "/livez")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+}
+
+// Draining: readiness fails first, running streams finish.
+func TestServeDrains(t *testing.T) {
+	c := testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig()}))
+	c.DrainDelay = 300 * time.Millisecond
+	s, base, _, stop := startServing(t, c)
+	waitUntil(t, "ready", 2*time.Second, func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	waitUntil(t, "not ready while draining", time.Second, func() bool { return s.draining.Load() })
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatalf("stopped accepting before drain_delay: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("readyz %d while draining", resp.StatusCode)
+	}
+	<-stopped
+}
+
+// TLS on the client listener, with a certificate picked up again when its
+// files change; the admin port wants its bearer token.
+func TestServeTLSAndAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	pool := x509.NewCertPool()
+	writeCert := func(cn string) {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, _ := x509.ParseCertificate(der)
+		pool.AddCert(cert)
+		kb, _ := x509.MarshalECPrivateKey(key)
+		os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+		os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	}
+	writeCert("first")
+	token := filepath.Join(dir, "token")
+	os.WriteFile(token, []byte("0123456789abcdef0123\n"), 0o600)
+	c := testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig()}))
+	c.TLS = config.TLS{CertFile: filepath.Join(dir, "cert.pem"), KeyFile: filepath.Join(dir, "key.pem")}
+	c.AdminTokenFile = token
+	c.DrainDelay = 0
+	_, base, admin, stop := startServing(t, c)
+	defer stop()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
+	served := func() string {
+		resp, err := client.Get(base + "/livez")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.TLS.PeerCertificates[0].Subject.CommonName
+	}
+	if cn := served(); cn != "first" {
+		t.Fatalf("served %q", cn)
+	}
+	time.Sleep(1100 * time.Millisecond) // the reloader looks at most once a second
+	writeCert("second")
+	waitUntil(t, "the new certificate served", 3*time.Second, func() bool { return served() == "second" })
+
+	for tok, want := range map[string]int{"": 401, "Bearer wrong-token-wrong-token": 401, "Bearer 0123456789abcdef0123": 200} {
+		req, _ := http.NewRequest(http.MethodGet, admin+"/metrics", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("admin /metrics with %q: %d, want %d", tok, resp.StatusCode, want)
+		}
+	}
+	resp, err := http.Get(admin + "/readyz")
+	if err != nil || resp.StatusCode == 401 {
+		t.Fatalf("readyz needs no token: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if resp, _ := http.Get(admin + "/debug/pprof/"); resp.StatusCode != 404 {
+		t.Fatalf("pprof served without pprof: true (%d)", resp.StatusCode)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +12,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -553,4 +554,55 @@ func TestLogs(t *testing.T) {
 	}
 }
 
-var _ = errors.New
+// 5, through the official OpenAI Node SDK: a stream cut mid-way raises in
+// the client's loop instead of ending as if whole.
+func TestNodeSDKRaisesOnBrokenStream(t *testing.T) {
+	dir := os.Getenv("INFERRAIL_NODE_MODULES")
+	if dir == "" {
+		dir = filepath.Join("..", ".cache", "node", "node_modules")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "openai")); err != nil {
+		t.Skipf("OpenAI Node SDK not installed in %s: run `make node-deps` (make test does)", dir)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node not found")
+	}
+	abs, _ := filepath.Abs(dir)
+	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		sse(w, 3, false)
+		panic(http.ErrAbortHandler)
+	})
+	c := fakeConfig(t, eng.URL)
+	c.Retry.Attempts = 1
+	g := startGateway(t, c)
+	script := `const OpenAI = require('openai');
+const c = new OpenAI({baseURL: process.env.BASE_URL + '/v1', apiKey: 'none', maxRetries: 0});
+(async () => {
+  let n = 0;
+  try {
+    const s = await c.completions.create({model: 'inferrail-sim', prompt: 'hi', max_tokens: 50, stream: true});
+    for await (const ch of s) n++;
+    console.log(JSON.stringify({raised: false, n}));
+  } catch (e) {
+    console.log(JSON.stringify({raised: true, n, message: String(e && e.message || e)}));
+  }
+})();`
+	cmd := exec.Command("node", "-e", script)
+	cmd.Env = append(os.Environ(), "BASE_URL="+g.base, "NODE_PATH="+abs)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v: %s", err, out)
+	}
+	var res struct {
+		Raised  bool
+		N       int
+		Message string
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !res.Raised {
+		t.Fatalf("the SDK read a broken stream as whole: %s", out)
+	}
+	t.Logf("the SDK raised after %d chunks: %s", res.N, res.Message)
+}

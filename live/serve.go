@@ -182,7 +182,9 @@ func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (g
 	if t.Enabled() {
 		cr, err := netguard.NewCertReloader(netguard.CertConfig{
 			CertFile: t.CertFile, KeyFile: t.KeyFile,
-			OnError: func(err error) { s.log.Error("tls certificate reload failed; keeping the current one", "listener", label, "error", err.Error()) },
+			OnError: func(err error) {
+				s.log.Error("tls certificate reload failed; keeping the current one", "listener", label, "error", err.Error())
+			},
 			OnReload: func(leaf *x509.Certificate) {
 				s.log.Info("tls certificate reloaded", "listener", label, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter)
 			},

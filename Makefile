@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps stress tokenize-fixtures chat-fixtures
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps stress tokenize-fixtures chat-fixtures hostile
 
 all: build
 
@@ -91,3 +91,10 @@ chat-fixtures:
 # root). Writes runs/bench-live/results.md.
 bench-live:
 	scripts/bench-live.sh
+
+# inferrail live against hostile clients (huge bodies, h2c streams that never
+# read, 20,000 stalled connections, dead, killed and stopped engines, the
+# cache-oracle header, huge request ids), each scenario on its own engines
+# and proxy (about 1.5 minutes). Writes runs/hostile/results.md.
+hostile:
+	scripts/hostile.sh

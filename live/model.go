@@ -44,6 +44,7 @@ type replica struct {
 	loggedEjected   bool
 	probeFailing    bool
 	scrapeFailing   bool
+	scrapeFails     int // consecutive failed scrapes
 }
 
 // replicaSpec describes a replica to register.
@@ -533,17 +534,27 @@ func (m *model) probe(r *replica, ok bool, err error) {
 	m.rearm(now)
 }
 
-// scraped logs r's scrapes failing and recovering, once per change.
+// scrapeFailsLogged is how many scrapes in a row must fail before the log
+// says so: one slow scrape under load is not a change worth a line.
+const scrapeFailsLogged = 3
+
+// scraped logs r's scrapes failing (3 in a row) and recovering, once per
+// change.
 func (m *model) scraped(r *replica, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	switch {
-	case err != nil && !r.scrapeFailing:
+	if err == nil {
+		r.scrapeFails = 0
+		if r.scrapeFailing {
+			r.scrapeFailing = false
+			m.log.Info("replica metrics scrape recovered", "model", m.name, "replica", r.name)
+		}
+		return
+	}
+	r.scrapeFails++
+	if r.scrapeFails >= scrapeFailsLogged && !r.scrapeFailing {
 		r.scrapeFailing = true
-		m.log.Warn("replica metrics scrape failing", "model", m.name, "replica", r.name, "error", errCause(err))
-	case err == nil && r.scrapeFailing:
-		r.scrapeFailing = false
-		m.log.Info("replica metrics scrape recovered", "model", m.name, "replica", r.name)
+		m.log.Warn("replica metrics scrape failing", "model", m.name, "replica", r.name, "error", errCause(err), "in_a_row", r.scrapeFails)
 	}
 }
 

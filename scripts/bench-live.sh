@@ -26,6 +26,7 @@ fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 make -s build
 mkdir -p "$OUT"
+rm -f "$OUT"/*.cpu
 TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -46,6 +47,8 @@ done
 cat >"$TMP/live.yaml" <<YAML
 listen: 127.0.0.1:19080
 admin_listen: 127.0.0.1:19090
+log: {access_sample: 0}   # as nginx's access_log off below
+pprof: true
 models:
   - name: inferrail-sim
     policy: cost_model
@@ -95,8 +98,31 @@ sleep 2
 # the path, not the engines.
 WL=(--workload w6 --set w6.input_median_tokens=256 --set w6.input_sigma=0.3
 	--set output.median=16 --set output.sigma=0 --set output.min=16 --set output.max_tokens=16)
-run() { # name url rate requests
-	$BIN bench --base-url "$2" "${WL[@]}" --rate "$3" --requests "$4" --timeout 30s --json 2>/dev/null >"$OUT/$1-$3.json"
+# CPU time (user + system, in clock ticks) of a set of processes, from /proc.
+ticks() {
+	local t=0 p
+	for p in "$@"; do
+		[ -r "/proc/$p/stat" ] || continue
+		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+	done
+	echo "$t"
+}
+# nginx's master and its workers (whose command lines do not name the conf).
+nginx_pids() {
+	local m
+	m=$(cat "$TMP/nginx.pid")
+	echo "$m $(pgrep -P "$m" | tr '\n' ' ')"
+}
+HZ=$(getconf CLK_TCK)
+run() { # name url rate requests [pids to charge the CPU of]
+	local name=$1 url=$2 rate=$3 n=$4
+	shift 4
+	local before
+	before=$(ticks "$@")
+	$BIN bench --base-url "$url" "${WL[@]}" --rate "$rate" --requests "$n" --timeout 30s --json 2>/dev/null >"$OUT/$name-$rate.json"
+	if [ $# -gt 0 ]; then
+		echo $(( ($(ticks "$@") - before) * 1000000 / HZ / n )) >"$OUT/$name-$rate.cpu"
+	fi
 }
 summarise() { # name rate
 	python3 - "$OUT/$1-$2.json" <<'PY'
@@ -111,21 +137,24 @@ DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 	echo
 	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and 16-token answers, 3 near-zero-cost engines); overhead = through the proxy minus direct."
 	echo
-	echo "| rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 |"
-	echo "|---|---|---|---|---|---|---|---|---|---|"
+	echo "| rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$OUT/results.md"
 for rate in $RATES; do
 	n=$((rate * SECONDS_PER_RUN))
 	run warm "$DIRECT" "$rate" $((rate * 2))
 	run direct "$DIRECT" "$rate" "$n"
-	run live http://127.0.0.1:19080 "$rate" "$n"
-	run nginx http://127.0.0.1:19081 "$rate" "$n"
+	run live http://127.0.0.1:19080 "$rate" "$n" "$LIVE"
+	# shellcheck disable=SC2046
+	run nginx http://127.0.0.1:19081 "$rate" "$n" $(nginx_pids)
 	read -r d50 d99 _ _ _ _ <<<"$(summarise direct "$rate")"
 	for path in direct live nginx; do
 		read -r t50 t99 e50 e99 ok failed <<<"$(summarise $path "$rate")"
 		a50=$(python3 -c "print(f'{$t50 - $d50:.3f}')")
 		a99=$(python3 -c "print(f'{$t99 - $d99:.3f}')")
-		echo "| $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 |" >>"$OUT/results.md"
+		cpu=-
+		[ -f "$OUT/$path-$rate.cpu" ] && cpu=$(cat "$OUT/$path-$rate.cpu")
+		echo "| $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu |" >>"$OUT/results.md"
 	done
 done
 

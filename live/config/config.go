@@ -81,8 +81,9 @@ type Config struct {
 	// file limit (half of it, less a reserve: the other half is for the
 	// upstream connections). Default 0.
 	MaxConnections int `yaml:"max_connections"`
-	// MaxConnectionsPerClient caps the connections of one client address.
-	// Default 1024.
+	// MaxConnectionsPerClient caps the connections of one client address;
+	// 0 is no cap of its own. Set it when clients connect directly: behind
+	// a load balancer or a NAT, many clients share one address. Default 0.
 	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
 	// MaxConcurrentStreams caps the concurrent requests of one HTTP/2
 	// connection. Default 100.
@@ -384,24 +385,23 @@ type DNSGroup struct {
 // Default returns the defaults of every field, with no models.
 func Default() Config {
 	return Config{
-		Listen:                  "127.0.0.1:8080",
-		AdminListen:             "127.0.0.1:9090",
-		DrainTimeout:            30 * time.Second,
-		RequestTimeout:          10 * time.Minute,
-		MaxBodyBytes:            32 * MiB,
-		ReadHeaderTimeout:       10 * time.Second,
-		ReadTimeout:             30 * time.Second,
-		WriteTimeout:            10 * time.Second,
-		FirstByteTimeout:        60 * time.Second,
-		StreamIdleTimeout:       60 * time.Second,
-		IdleTimeout:             2 * time.Minute,
-		DrainDelay:              5 * time.Second,
-		MaxConnectionsPerClient: 1024,
-		MaxConcurrentStreams:    100,
-		MaxInflightBodyBytes:    GiB,
-		ResponseBufferBytes:     MiB,
-		Log:                     Log{Format: "text", Level: "info", AccessSample: 1},
-		Retry:                   Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		Listen:               "127.0.0.1:8080",
+		AdminListen:          "127.0.0.1:9090",
+		DrainTimeout:         30 * time.Second,
+		RequestTimeout:       10 * time.Minute,
+		MaxBodyBytes:         32 * MiB,
+		ReadHeaderTimeout:    10 * time.Second,
+		ReadTimeout:          30 * time.Second,
+		WriteTimeout:         10 * time.Second,
+		FirstByteTimeout:     60 * time.Second,
+		StreamIdleTimeout:    60 * time.Second,
+		IdleTimeout:          2 * time.Minute,
+		DrainDelay:           5 * time.Second,
+		MaxConcurrentStreams: 100,
+		MaxInflightBodyBytes: GiB,
+		ResponseBufferBytes:  MiB,
+		Log:                  Log{Format: "text", Level: "info", AccessSample: 1},
+		Retry:                Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 		Health: Health{
 			Interval:        time.Second,
 			Timeout:         500 * time.Millisecond,

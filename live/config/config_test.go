@@ -77,7 +77,7 @@ func TestDefaultValues(t *testing.T) {
 		{"idle_timeout", d.IdleTimeout, 2 * time.Minute},
 		{"drain_delay", d.DrainDelay, 5 * time.Second},
 		{"max_connections", d.MaxConnections, 0},
-		{"max_connections_per_client", d.MaxConnectionsPerClient, 1024},
+		{"max_connections_per_client", d.MaxConnectionsPerClient, 0},
 		{"max_concurrent_streams", d.MaxConcurrentStreams, 100},
 		{"max_inflight_body_bytes", d.MaxInflightBodyBytes, GiB},
 		{"response_buffer_bytes", d.ResponseBufferBytes, MiB},

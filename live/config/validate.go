@@ -174,7 +174,7 @@ func (c *Config) Validate() error {
 	k.positive("idle_timeout", c.IdleTimeout)
 	k.nonNegative("drain_delay", c.DrainDelay)
 	k.intIn("max_connections", c.MaxConnections, 0, maxConnections)
-	k.intIn("max_connections_per_client", c.MaxConnectionsPerClient, 1, maxConnections)
+	k.intIn("max_connections_per_client", c.MaxConnectionsPerClient, 0, maxConnections)
 	if c.MaxConnections > 0 && c.MaxConnectionsPerClient > c.MaxConnections {
 		k.fail("max_connections_per_client", "must not exceed max_connections (%d), got %d", c.MaxConnections, c.MaxConnectionsPerClient)
 	}

@@ -64,6 +64,7 @@ func TestValidateRules(t *testing.T) {
 		{"stream_idle_timeout zero", func(c *Config) { c.StreamIdleTimeout = 0 }, "stream_idle_timeout", "positive"},
 		{"drain_delay negative", func(c *Config) { c.DrainDelay = -time.Second }, "drain_delay", "0 or a positive"},
 		{"per client over total", func(c *Config) { c.MaxConnections, c.MaxConnectionsPerClient = 10, 20 }, "max_connections_per_client", "must not exceed max_connections (10)"},
+		{"per client negative", func(c *Config) { c.MaxConnectionsPerClient = -1 }, "max_connections_per_client", "from 0"},
 		{"streams zero", func(c *Config) { c.MaxConcurrentStreams = 0 }, "max_concurrent_streams", "from 1"},
 		{"inflight under body", func(c *Config) { c.MaxInflightBodyBytes = MiB }, "max_inflight_body_bytes", "at least max_body_bytes"},
 		{"tls key missing", func(c *Config) { c.TLS.CertFile = noTok + "/../" }, "tls.key_file", "required with tls.cert_file"},

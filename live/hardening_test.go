@@ -606,3 +606,19 @@ const c = new OpenAI({baseURL: process.env.BASE_URL + '/v1', apiKey: 'none', max
 	}
 	t.Logf("the SDK raised after %d chunks: %s", res.N, res.Message)
 }
+
+// Streams one after another reuse the relay's buffers: every one is served
+// promptly (a buffer returned empty to the pool once made a later read
+// spin).
+func TestManyStreamsInARow(t *testing.T) {
+	g := startGateway(t, testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig()})))
+	for i := range 300 {
+		start := time.Now()
+		if _, body, err := g.complete(context.Background(), words(i*7, 20), 8); err != nil || !strings.Contains(body, "[DONE]") {
+			t.Fatalf("request %d: %v %q", i, err, body)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("request %d took %v", i, d)
+		}
+	}
+}

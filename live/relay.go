@@ -347,7 +347,19 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 		keep := canRead && m.index == router.IndexApproximate && prompt != nil
 		ans = newAnswer(sse, keep)
 	}
+	if t.eof {
+		// The whole answer came in the first read: nothing to wait for.
+		if ans != nil {
+			ans.feed((*t.buf)[:t.n])
+		}
+		s.settle(m, a, t, ans, true, "", passThrough, te, hashes, prompt, salt, ar)
+		w.Write((*t.buf)[:t.n])
+		s.met.duration(m.name, time.Since(began))
+		return
+	}
 	p := newPipe(int(s.cfg.ResponseBufferBytes))
+	pb, sb := bufPool.Get().(*[]byte), bufPool.Get().(*[]byte)
+	p.buf = (*pb)[:0]
 	var idle atomic.Bool
 	readerDone := make(chan struct{})
 	go func() {
@@ -356,8 +368,22 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 		s.settle(m, a, t, ans, whole, failure, passThrough, te, hashes, prompt, salt, ar)
 		p.close(failure)
 	}()
-
-	spare := make([]byte, 0, 32<<10)
+	// The two buffers the pipe swaps go back to the pool when the writer
+	// is done with them (the reader is done first).
+	spare := (*sb)[:0]
+	defer func() {
+		// The pool's buffers are read into whole; one the pipe grew past
+		// 64 KiB is left to the collector.
+		for _, b := range []struct {
+			p   *[]byte
+			buf []byte
+		}{{pb, p.buf}, {sb, spare}} {
+			if cap(b.buf) <= 64<<10 {
+				*b.p = b.buf[:cap(b.buf)]
+				bufPool.Put(b.p)
+			}
+		}
+	}()
 	cut := false
 	var failure string
 	for {

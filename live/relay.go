@@ -292,15 +292,16 @@ const (
 )
 
 // relay streams the engine's response to the client and ends the attempt
-// in the core by how the engine's side went. One goroutine reads the engine
-// (stream_idle_timeout bounds each read) into a pipe of
-// response_buffer_bytes and ends the attempt the moment the engine is done;
-// the handler writes the pipe to the client, each write bounded by
-// write_timeout. A client that stops reading is cut off and its upstream
-// cancelled; a stream that breaks after its first byte ends, for the
-// client, with an error event (SSE) and an aborted response, never a clean
-// end. passThrough: t is the answer of a last try that failed, already
-// ended in the core.
+// in the core by how the engine's side went. The handler reads the engine
+// (stream_idle_timeout bounds each read) and writes each chunk to the
+// client (write_timeout bounds each write); a write that blocks for
+// slowWrite hands the engine's side to a goroutine that reads the rest
+// into a pipe of response_buffer_bytes and ends the attempt the moment the
+// engine is done, so a slow client never holds an engine slot. A client
+// that stops reading is cut off and its upstream cancelled; a stream that
+// breaks after its first byte ends, for the client, with an error event
+// (SSE) and an aborted response, never a clean end. passThrough: t is the
+// answer of a last try that failed, already ended in the core.
 func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Context, m *model, a *attempt, t *try, passThrough, showPredicted bool, hashes []kvblock.Hash, prompt []uint32, salt kvblock.Hash, began time.Time, ar *accessRecord) {
 	resp := t.resp
 	if t.buf == nil {
@@ -357,62 +358,79 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 		s.met.duration(m.name, time.Since(began))
 		return
 	}
-	p := newPipe(int(s.cfg.ResponseBufferBytes))
-	pb, sb := bufPool.Get().(*[]byte), bufPool.Get().(*[]byte)
-	p.buf = (*pb)[:0]
-	var idle atomic.Bool
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		whole, failure := s.pump(r, ctx, t, p, ans, &idle)
+	end := func(whole bool, failure string) {
 		s.settle(m, a, t, ans, whole, failure, passThrough, te, hashes, prompt, salt, ar)
-		p.close(failure)
-	}()
-	// The two buffers the pipe swaps go back to the pool when the writer
-	// is done with them (the reader is done first).
-	spare := (*sb)[:0]
-	defer func() {
-		// The pool's buffers are read into whole; one the pipe grew past
-		// 64 KiB is left to the collector.
-		for _, b := range []struct {
-			p   *[]byte
-			buf []byte
-		}{{pb, p.buf}, {sb, spare}} {
-			if cap(b.buf) <= 64<<10 {
-				*b.p = b.buf[:cap(b.buf)]
-				bufPool.Put(b.p)
+	}
+	// The handler relays on its own while the client reads: it reads the
+	// engine and writes each chunk to the client. When a write blocks for
+	// slowWrite, the watchdog takes the engine's side over from that moment:
+	// it reads the rest into a pipe (and ends the attempt as soon as the
+	// engine is done), and the handler writes from the pipe.
+	idle := &atomic.Bool{}
+	idleTimer := time.AfterFunc(time.Hour, func() { idle.Store(true); t.cancel() })
+	idleTimer.Stop()
+	defer idleTimer.Stop()
+	h2 := &handoff{p: newPipe(int(s.cfg.ResponseBufferBytes)), done: make(chan struct{})}
+	watch := time.AfterFunc(time.Hour, func() {
+		defer close(h2.done)
+		whole, failure := s.pump(r, ctx, t, h2.p, ans, idle, idleTimer)
+		end(whole, failure)
+		h2.p.close(failure)
+	})
+	watch.Stop()
+	buf := *t.buf
+	pending := buf[:t.n]
+	if ans != nil {
+		ans.feed(pending)
+	}
+	upDone, piped := false, false
+	var failure string
+	var werr error
+	for {
+		if len(pending) > 0 {
+			if !upDone {
+				watch.Reset(slowWrite)
+			}
+			werr = s.write(w, rc, pending)
+			if !upDone && !watch.Stop() {
+				piped = true // the watchdog reads the engine now
+				break
+			}
+			if werr != nil {
+				break
 			}
 		}
-	}()
-	cut := false
-	var failure string
-	for {
-		b, end, f := p.take(spare)
-		if end {
-			failure = f
+		if upDone {
 			break
 		}
-		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-		_, err := w.Write(b)
-		if err == nil {
-			err = rc.Flush()
+		idleTimer.Reset(s.cfg.StreamIdleTimeout)
+		n, err := t.resp.Body.Read(buf)
+		idleTimer.Stop()
+		pending = buf[:n]
+		if n > 0 && ans != nil {
+			ans.feed(pending)
 		}
-		// No deadline runs between writes: an HTTP/2 stream is reset when
-		// one passes, written to or not.
-		rc.SetWriteDeadline(time.Time{})
-		spare = b
 		if err != nil {
-			// The client is gone or does not read: cut it off, and the
-			// engine's work with it unless that is done already.
-			cut = true
-			p.abandon()
-			t.cancel()
-			break
+			// The engine is done (or broke): its slot is free before the
+			// last write.
+			upDone = true
+			var whole bool
+			whole, failure = s.endOf(r, ctx, t, ans, idle, err)
+			end(whole, failure)
 		}
 	}
-	<-readerDone
+	if piped {
+		failure, werr = s.drainPipe(w, rc, t, h2, werr)
+	} else if werr != nil {
+		// The client is gone or does not read: cut it off, and the
+		// engine's work with it.
+		t.cancel()
+		if !upDone {
+			end(ans != nil && ans.done, "")
+		}
+	}
 	s.met.duration(m.name, time.Since(began))
-	if cut || failure == "" {
+	if werr != nil || failure == "" {
 		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		return
 	}
@@ -427,56 +445,105 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	panic(http.ErrAbortHandler)
 }
 
-// pump reads the engine's response (its first chunk is t's) into p until
-// it ends, feeding ans. whole says the engine's answer arrived complete
-// (its end, or its data: [DONE], was read); otherwise failure says why the
-// stream broke, "" when the client left first.
-func (s *Server) pump(r *http.Request, ctx context.Context, t *try, p *pipe, ans *answer, idle *atomic.Bool) (whole bool, failure string) {
-	done := func() bool { return ans != nil && ans.done }
-	buf := *t.buf
-	if t.n > 0 {
-		if ans != nil {
-			ans.feed(buf[:t.n])
-		}
-		if !p.push(buf[:t.n]) {
-			return done(), ""
-		}
+// slowWrite is how long a write to the client may block before the
+// engine's side of the stream is handed to a goroutine of its own.
+const slowWrite = 20 * time.Millisecond
+
+// handoff is a relay's engine side once a slow client made the handler
+// give it up: the pipe it fills and the end of the goroutine filling it.
+type handoff struct {
+	p    *pipe
+	done chan struct{}
+}
+
+// write writes b to the client and flushes it, within write_timeout.
+func (s *Server) write(w http.ResponseWriter, rc *http.ResponseController, b []byte) error {
+	rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	_, err := w.Write(b)
+	if err == nil {
+		err = rc.Flush()
 	}
-	if t.eof {
-		return true, ""
+	// No deadline runs between writes: an HTTP/2 stream is reset when one
+	// passes, written to or not.
+	rc.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// drainPipe writes what the watchdog reads into h's pipe to the client
+// until the engine's side ends (werr: the write that was blocked failed);
+// it returns why the stream broke and the client's write error.
+func (s *Server) drainPipe(w http.ResponseWriter, rc *http.ResponseController, t *try, h *handoff, werr error) (string, error) {
+	pb := bufPool.Get().(*[]byte)
+	spare := (*pb)[:0]
+	var failure string
+	for werr == nil {
+		b, end, f := h.p.take(spare)
+		if end {
+			failure = f
+			break
+		}
+		werr = s.write(w, rc, b)
+		spare = b
 	}
-	timer := time.AfterFunc(s.cfg.StreamIdleTimeout, func() { idle.Store(true); t.cancel() })
-	defer timer.Stop()
+	if werr != nil {
+		h.p.abandon()
+		t.cancel()
+	}
+	<-h.done
+	// The pool's buffers are read into whole; one the pipe grew past 64
+	// KiB is left to the collector.
+	if cap(spare) <= 64<<10 {
+		*pb = spare[:cap(spare)]
+		bufPool.Put(pb)
+	}
+	return failure, werr
+}
+
+// pump reads the rest of the engine's response into p, feeding ans, from
+// the moment the handler handed it over. whole says the engine's answer
+// arrived complete (its end, or its data: [DONE], was read); otherwise
+// failure says why the stream broke, "" when the client left first.
+func (s *Server) pump(r *http.Request, ctx context.Context, t *try, p *pipe, ans *answer, idle *atomic.Bool, idleTimer *time.Timer) (whole bool, failure string) {
+	pb := bufPool.Get().(*[]byte)
+	defer bufPool.Put(pb)
+	buf := *pb
 	for {
-		timer.Reset(s.cfg.StreamIdleTimeout)
+		idleTimer.Reset(s.cfg.StreamIdleTimeout)
 		n, err := t.resp.Body.Read(buf)
-		timer.Stop()
+		idleTimer.Stop()
 		if n > 0 {
 			if ans != nil {
 				ans.feed(buf[:n])
 			}
 			if !p.push(buf[:n]) {
-				return done(), ""
+				return ans != nil && ans.done, ""
 			}
 		}
-		switch {
-		case err == io.EOF:
-			return true, ""
-		case err == nil:
-			continue
-		case done():
-			return true, "" // the answer was whole: what broke after it does not matter
-		case r.Context().Err() != nil:
-			return false, "" // the client left
-		case idle.Load():
-			return false, failIdle
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			return false, failDeadline
-		case t.ctx.Err() != nil:
-			return false, "" // cancelled by the writer: the client does not read
+		if err != nil {
+			return s.endOf(r, ctx, t, ans, idle, err)
 		}
-		return false, failBroken
 	}
+}
+
+// endOf says how a stream ended when a read of the engine returned err:
+// whole when its end or its data: [DONE] was read, else why it broke (""
+// when the client left).
+func (s *Server) endOf(r *http.Request, ctx context.Context, t *try, ans *answer, idle *atomic.Bool, err error) (whole bool, failure string) {
+	switch {
+	case err == io.EOF:
+		return true, ""
+	case ans != nil && ans.done:
+		return true, "" // the answer was whole: what broke after it does not matter
+	case r.Context().Err() != nil:
+		return false, "" // the client left
+	case idle.Load():
+		return false, failIdle
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return false, failDeadline
+	case t.ctx.Err() != nil:
+		return false, "" // cancelled by the writer: the client does not read
+	}
+	return false, failBroken
 }
 
 // settle ends a's dispatch in the core by how the engine's side of the

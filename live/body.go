@@ -87,7 +87,9 @@ func (f *fields) set(key string, raw []byte, start, end int) error {
 			return nil
 		}
 		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
+		if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && plain(raw[1:len(raw)-1]) {
+			s = string(raw[1 : len(raw)-1]) // no escapes: its bytes are its value
+		} else if err := json.Unmarshal(raw, &s); err != nil {
 			return fmt.Errorf("field %q: must be a string", key)
 		}
 		*dst = &s

@@ -41,6 +41,7 @@ type Server struct {
 	logFile  io.Closer // the decision log's file, when New opened it
 	resolver Resolver
 	boot     int64
+	idPrefix string // the boot time in base 36 and "-": request ids
 	reqSeq   atomic.Uint64
 	start    time.Time
 	log      *slog.Logger
@@ -193,6 +194,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		sink, s.logFile = f, f
 	}
 	s.upstream = &http.Client{Transport: tr}
+	s.idPrefix = strconv.FormatInt(s.boot, 36) + "-"
 	s.tok = newTokPool(s.cfg.Tokenize)
 	s.met = newMetrics(s)
 	s.declog = newDecisionLog(sink, s.cfg.DecisionLog.Sample, s.cfg.DecisionLog.Buffer, s.met.logDropped.Inc)
@@ -222,7 +224,9 @@ func (s *Server) lookup(name string) (*model, bool) {
 }
 
 func (s *Server) newRequestID() string {
-	return strconv.FormatInt(s.boot, 36) + "-" + strconv.FormatUint(s.reqSeq.Add(1), 36)
+	var b [40]byte
+	out := append(b[:0], s.idPrefix...)
+	return string(strconv.AppendUint(out, s.reqSeq.Add(1), 36))
 }
 
 // Handler is the client-facing API: the two generation endpoints proxied,

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"container/heap"
 	"context"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/engine/simtok"
+	"github.com/inferrail/inferrail/internal/openai"
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/workload"
 )
@@ -69,11 +69,31 @@ type Output struct {
 	Summary results.Summary
 	Records []results.Record
 	// SendLag is the delay from each request's schedule to the moment its
-	// body was written, over every request.
+	// body was written, over every request, in milliseconds.
 	SendLag results.Latency
-	// Errors counts failed requests by reason.
+	// Errors counts failed requests by reason (never nil).
 	Errors map[string]int
 	WallS  float64
+}
+
+// Report is what `inferrail bench --json` prints: the summary's fields, flat
+// as `inferrail sim --json` prints them (so the two compare, and scripts
+// that read a summary read this), then what only a run against a real
+// server has: send lag and the failures by reason.
+type Report struct {
+	results.Summary
+	SendLag results.Latency `json:"send_lag_ms"`
+	Errors  map[string]int  `json:"errors"`
+	WallS   float64         `json:"wall_s"`
+}
+
+// Report returns o's summary with its send lag and errors, for JSON.
+func (o *Output) Report() Report {
+	errs := o.Errors
+	if errs == nil {
+		errs = map[string]int{} // {} rather than null
+	}
+	return Report{Summary: o.Summary, SendLag: o.SendLag, Errors: errs, WallS: o.WallS}
 }
 
 func (c *Config) validate() error {
@@ -309,15 +329,11 @@ func gatewayReject(status int, body []byte) string {
 	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
 		return ""
 	}
-	var e struct {
-		Error struct {
-			Code any `json:"code"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(body, &e) != nil {
+	e, err := openai.ParseResponse(body)
+	if err != nil || e.Kind != openai.KindError {
 		return ""
 	}
-	code, _ := e.Error.Code.(string)
+	code, _ := e.Error.Code.Text()
 	switch code {
 	case results.RejectQueueFull, results.RejectQueueTimeout, results.RejectSLOShed, "no_capacity":
 		return code
@@ -360,24 +376,91 @@ func (r *runner) render(w *workload.Request) []byte {
 	return b
 }
 
-type streamChunk struct {
-	Choices []struct {
-		Text  *string `json:"text"`
-		Delta *struct {
-			Content *string `json:"content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		CompletionTokens    int `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
+// readStream reads a response stream, timing every event that carried
+// generated text (visible or reasoning) from the request's schedule, and
+// fills rec's first token, token counts and res's inter-token gaps. It
+// returns the visible text, when the last token came, and why the stream
+// failed ("" if it did not): an error event, an unreadable event, the
+// connection's end before data: [DONE].
+func (r *runner) readStream(body io.Reader, scheduled time.Time, rec *results.Record, res *result) (text []byte, last time.Time, reason string) {
+	var sr openai.Reader
+	buf := make([]byte, 16<<10)
+	done := false
+	var doneAt time.Time
+	take := func(evs []openai.Event, now time.Time) {
+		for i := range evs {
+			e := &evs[i]
+			switch e.Kind {
+			case openai.KindDone:
+				done, doneAt = true, now
+				continue
+			case openai.KindError:
+				if reason == "" {
+					reason = "stream error"
+					if e.Error.Type != "" {
+						reason += ": " + e.Error.Type
+					}
+				}
+				continue
+			}
+			if e.HasUsage {
+				rec.PromptTokens = e.Usage.PromptTokens
+				rec.OutputTokens = e.Usage.CompletionTokens
+				rec.CachedTokens = max(e.Usage.CachedTokens, 0)
+			}
+			if !e.Generated() {
+				continue // a role-only, finish-only or usage-only chunk
+			}
+			if !rec.HasFirstToken {
+				rec.HasFirstToken = true
+				rec.FirstToken = rec.Arrival + now.Sub(scheduled)
+			} else {
+				res.itl = append(res.itl, now.Sub(last))
+			}
+			last = now
+			text = append(text, e.Text...)
+		}
+	}
+	for !done && reason == "" {
+		n, err := body.Read(buf)
+		now := time.Now()
+		if n > 0 {
+			evs, perr := sr.Feed(buf[:n], now.Sub(scheduled))
+			take(evs, now)
+			if perr != nil && reason == "" {
+				reason = streamFault(perr)
+			}
+		}
+		if err == io.EOF {
+			evs, perr := sr.End(now.Sub(scheduled))
+			take(evs, now)
+			if perr != nil && reason == "" {
+				reason = streamFault(perr)
+			}
+			break
+		}
+		if err != nil {
+			if reason == "" {
+				reason = classify(err)
+			}
+			break
+		}
+	}
+	if reason == "" && !done {
+		reason = "stream ended early"
+	}
+	if last.IsZero() {
+		last = doneAt // no token at all: the request ended with the stream
+	}
+	return text, last, reason
+}
+
+// streamFault names what was wrong with an event.
+func streamFault(err error) string {
+	if errors.Is(err, openai.ErrTooLong) {
+		return "stream event too long"
+	}
+	return "bad stream event"
 }
 
 // send runs one request; every time is measured from its schedule.
@@ -430,66 +513,9 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 		res.rec = rec
 		return res
 	}
-	var text []byte
-	var last time.Time
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 4<<10), 64<<20)
-	doneSeen := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			continue
-		}
-		data, ok := bytes.CutPrefix(line, []byte("data: "))
-		if !ok {
-			continue
-		}
-		now := time.Now()
-		if bytes.Equal(data, []byte("[DONE]")) {
-			doneSeen = true
-			break
-		}
-		var c streamChunk
-		if err := json.Unmarshal(data, &c); err != nil {
-			res.err = "bad stream event"
-			break
-		}
-		if c.Error != nil {
-			res.err = "stream error"
-			break
-		}
-		if c.Usage != nil {
-			rec.PromptTokens = c.Usage.PromptTokens
-			rec.OutputTokens = c.Usage.CompletionTokens
-			if c.Usage.PromptTokensDetails != nil {
-				rec.CachedTokens = c.Usage.PromptTokensDetails.CachedTokens
-			}
-		}
-		for _, ch := range c.Choices {
-			var piece *string
-			if ch.Text != nil {
-				piece = ch.Text
-			} else if ch.Delta != nil {
-				piece = ch.Delta.Content
-			}
-			if piece == nil || *piece == "" {
-				continue
-			}
-			if !rec.HasFirstToken {
-				rec.HasFirstToken = true
-				rec.FirstToken = w.Arrival + now.Sub(scheduled)
-			} else {
-				res.itl = append(res.itl, now.Sub(last))
-			}
-			last = now
-			text = append(text, *piece...)
-		}
-	}
-	if err := sc.Err(); err != nil && res.err == "" {
-		res.err = classify(err)
-	}
-	if res.err == "" && !doneSeen {
-		res.err = "stream ended early"
+	text, last, reason := r.readStream(resp.Body, scheduled, &rec, &res)
+	if res.err == "" {
+		res.err = reason
 	}
 	if res.err == "" {
 		rec.Outcome = results.OutcomeOK

@@ -11,5 +11,6 @@
 // Its records and summary are the simulator's (package results), so runs
 // against live servers and simulations compare side by side.
 //
-// Start with Run.
+// Start with Run. Responses are read with internal/openai's stream reader;
+// Output.Report is what --json prints.
 package bench

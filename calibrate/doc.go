@@ -23,6 +23,9 @@
 //
 // Start with FitRows and PrefillRow/DecodeRow (lsq.go) for the model of a
 // measurement, then Probe (probe.go); FitLog (fitlog.go) for logs; NewRoofline
-// (preset.go) for presets. profile.go holds WriteProfile, SaveProfile and
-// ResolveProfile (a YAML path or a preset name, for sim --profile).
+// (preset.go) for presets. profile.go holds WriteProfile, SaveProfile (and
+// their Fitted forms, which also record every fitted term, the TTFT
+// overhead included) and ResolveProfile (a YAML path or a preset name, for
+// sim --profile). Streams are read with internal/openai, /metrics with
+// fleet/remote's parser.
 package calibrate

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/openai"
 )
 
 // fakeServer is a minimal OpenAI-compatible server over the engine model on
@@ -30,10 +31,21 @@ type fakeServer struct {
 	nextID   atomic.Uint64
 	noCached bool          // leave usage.prompt_tokens_details out
 	overhead time.Duration // delay before a request reaches the engine
-	maxLen   int
-	salt     kvblock.Hash
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// finishOnly ends every stream as llm-d-inference-sim does: a chunk of
+	// its own with the finish reason and empty text.
+	finishOnly bool
+	// perChunk puts this many tokens in a chunk (vLLM's --stream-interval);
+	// 0 means 1.
+	perChunk int
+	// failAfter writes vLLM's error event after this many tokens (0: never).
+	failAfter int
+	// noUsage leaves the usage chunk out (a server that ignores
+	// stream_options.include_usage).
+	noUsage bool
+	maxLen  int
+	salt    kvblock.Hash
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 type fakeReq struct {
@@ -157,16 +169,37 @@ func (f *fakeServer) handler() http.Handler {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fl := w.(http.Flusher)
 		n := 0
+		pending := 0
 		for range fr.out {
 			n++
-			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"tok \"}]}\n\n")
+			if f.failAfter > 0 && n > f.failAfter {
+				w.Write(openai.AppendErrorEvent(nil, "Internal server error", "InternalServerError", 500))
+				fl.Flush()
+				for range fr.out {
+				}
+				return
+			}
+			if pending++; pending < max(f.perChunk, 1) {
+				continue
+			}
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"%s\"}]}\n\n", strings.Repeat("tok ", pending))
+			pending = 0
 			fl.Flush()
+		}
+		if pending > 0 {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"%s\"}]}\n\n", strings.Repeat("tok ", pending))
+		}
+		if f.finishOnly {
+			fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"created\":1,\"model\":\"fake\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"finish_reason\":\"stop\",\"text\":\"\"}]}\n\n")
 		}
 		details := fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}`, fr.cached)
 		if f.noCached {
 			details = ""
 		}
-		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d%s}}\n\ndata: [DONE]\n\n", len(toks), n, details)
+		if !f.noUsage {
+			fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d%s}}\n\n", len(toks), n, details)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
 		fl.Flush()
 	})
 	return mux

@@ -1,7 +1,6 @@
 package calibrate
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,12 +10,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/fleet/remote"
+	"github.com/inferrail/inferrail/internal/openai"
 )
 
 // ProbeConfig configures Probe.
@@ -110,9 +110,13 @@ type prober struct {
 	client  *http.Client
 	rng     *rand.Rand
 	res     *ProbeResult
-	metrics bool // /metrics answers
+	metrics bool // /metrics answers with a page fleet/remote can read
 	noReset bool // /reset_prefix_cache is not served
 	noted   map[string]bool
+	// dropped counts the decode probes left out of the fit, of decodes run,
+	// and why the first was.
+	dropped, decodes int
+	dropWhy          string
 }
 
 // Probe runs a calibration experiment against an OpenAI-compatible server
@@ -242,6 +246,9 @@ func Probe(ctx context.Context, cfg ProbeConfig) (*ProbeResult, error) {
 	res.WallS = math.Round(time.Since(began).Seconds()*100) / 100
 	fit, err := FitRows(res.Rows)
 	if err != nil {
+		if p.dropped > 0 {
+			return res, fmt.Errorf("fit %d measurements (%d of %d decode probes were left out: %s): %w", len(res.Rows), p.dropped, p.decodes, p.dropWhy, err)
+		}
 		return res, fmt.Errorf("fit %d measurements: %w", len(res.Rows), err)
 	}
 	res.Fit = fit
@@ -314,72 +321,30 @@ func (p *prober) models(ctx context.Context) (int, error) {
 	return 0, fmt.Errorf("model %q is not served at %s; it serves %s", p.cfg.Model, p.cfg.BaseURL, strings.Join(ids, ", "))
 }
 
-// scrape reads /metrics and returns the samples of the named metrics (summed
-// over label sets) and the raw text; ok is false when /metrics is absent.
-func (p *prober) scrape(ctx context.Context) (map[string]float64, string, bool) {
+// scrape reads /metrics with fleet/remote's parser (vLLM's or SGLang's
+// page, in any of the formats they serve).
+func (p *prober) scrape(ctx context.Context) (remote.Load, error) {
 	resp, err := p.request(ctx, http.MethodGet, "/metrics", nil)
 	if err != nil {
-		return nil, "", false
+		return remote.Load{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, "", false
+		return remote.Load{}, fmt.Errorf("GET /metrics answered %s", resp.Status)
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return nil, "", false
-	}
-	vals := map[string]float64{}
-	for line := range strings.Lines(string(b)) {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name := line
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name = line[:i]
-		}
-		f := strings.Fields(line[strings.LastIndexByte(line, '}')+1:])
-		if len(f) == 0 {
-			continue
-		}
-		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
-			vals[name] += v
-		}
-	}
-	return vals, string(b), true
+	return remote.ParseMetrics(io.LimitReader(resp.Body, 8<<20), resp.Header.Get("Content-Type"))
 }
 
-// cacheInfo reads block_size and num_gpu_blocks from vllm:cache_config_info.
+// cacheInfo reads block_size and num_gpu_blocks from vllm:cache_config_info
+// (0 when the page does not say), and whether /metrics can be read at all.
 func (p *prober) cacheInfo(ctx context.Context) (blockSize, numBlocks int) {
-	_, text, ok := p.scrape(ctx)
-	p.metrics = ok
-	if !ok {
-		p.note("no /metrics: cannot check the engine is idle between probes")
+	l, err := p.scrape(ctx)
+	p.metrics = err == nil
+	if err != nil {
+		p.note(fmt.Sprintf("no usable /metrics (%v): cannot check the engine is idle between probes", err))
 		return 0, 0
 	}
-	for line := range strings.Lines(text) {
-		if !strings.HasPrefix(line, "vllm:cache_config_info{") {
-			continue
-		}
-		blockSize = labelInt(line, "block_size")
-		numBlocks = labelInt(line, "num_gpu_blocks")
-	}
-	return blockSize, numBlocks
-}
-
-func labelInt(line, label string) int {
-	i := strings.Index(line, label+`="`)
-	if i < 0 {
-		return 0
-	}
-	rest := line[i+len(label)+2:]
-	j := strings.IndexByte(rest, '"')
-	if j < 0 {
-		return 0
-	}
-	v, _ := strconv.Atoi(rest[:j])
-	return v
+	return l.BlockSize, l.NumGPUBlocks
 }
 
 // waitIdle waits until /metrics shows no running or waiting request.
@@ -389,11 +354,11 @@ func (p *prober) waitIdle(ctx context.Context) {
 	}
 	deadline := time.Now().Add(p.cfg.IdleWait)
 	for {
-		vals, _, ok := p.scrape(ctx)
-		if !ok {
+		l, err := p.scrape(ctx)
+		if err != nil {
 			return
 		}
-		if vals["vllm:num_requests_running"]+vals["vllm:num_requests_waiting"] == 0 {
+		if l.Running+l.Waiting == 0 {
 			return
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -470,7 +435,7 @@ func (p *prober) tokenizer(ctx context.Context) error {
 			return fmt.Errorf("first completion: %w", err)
 		}
 		if c.promptTokens <= 0 {
-			return errors.New("the server reports no usage.prompt_tokens (it must honour stream_options.include_usage)")
+			return fmt.Errorf("the server reports no usage.prompt_tokens (it must honour stream_options.include_usage); its stream had %s", c.describe())
 		}
 		pts[i] = [2]float64{float64(n), float64(c.promptTokens)}
 	}
@@ -484,11 +449,63 @@ func (p *prober) tokenizer(ctx context.Context) error {
 
 // completion is one streamed request's outcome, times in ms since its probe began.
 type completion struct {
-	start        float64
+	start float64
+	// tokens holds the arrival of every chunk that carried generated text.
 	tokens       []float64
 	promptTokens int
 	cachedTokens int // -1 when the server does not say
 	outTokens    int
+	// What the stream held, to say what was missing or wrong in it.
+	events, finishOnly, empty int
+	usage, done               bool
+}
+
+// describe says what the stream held.
+func (c *completion) describe() string {
+	var parts []string
+	parts = append(parts, fmt.Sprintf("%d with text", len(c.tokens)))
+	if c.finishOnly > 0 {
+		parts = append(parts, fmt.Sprintf("%d with only a finish reason", c.finishOnly))
+	}
+	if c.empty > 0 {
+		parts = append(parts, fmt.Sprintf("%d with neither text nor usage", c.empty))
+	}
+	if c.usage {
+		parts = append(parts, fmt.Sprintf("usage %d prompt / %d completion tokens", c.promptTokens, c.outTokens))
+	} else {
+		parts = append(parts, "no usage")
+	}
+	if c.done {
+		parts = append(parts, "then [DONE]")
+	} else {
+		parts = append(parts, "no [DONE]")
+	}
+	return fmt.Sprintf("%d events (%s)", c.events, strings.Join(parts, ", "))
+}
+
+// take adds one event of the stream.
+func (c *completion) take(e *openai.Event) error {
+	c.events++
+	switch e.Kind {
+	case openai.KindDone:
+		c.done = true
+		return nil
+	case openai.KindError:
+		return fmt.Errorf("the server wrote an error into the stream after %d chunks with text: %w", len(c.tokens), e.Error)
+	}
+	if e.HasUsage {
+		c.usage = true
+		c.promptTokens, c.outTokens, c.cachedTokens = e.Usage.PromptTokens, e.Usage.CompletionTokens, e.Usage.CachedTokens
+	}
+	switch {
+	case e.Generated():
+		c.tokens = append(c.tokens, ms(e.At))
+	case e.FinishReason != "":
+		c.finishOnly++ // llm-d-inference-sim ends with one: no token
+	case !e.HasUsage:
+		c.empty++
+	}
+	return nil
 }
 
 // stream sends one streamed completion and times every chunk that carries text.
@@ -511,47 +528,38 @@ func (p *prober) streamAt(ctx context.Context, prompt string, maxTokens int, t0 
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return nil, fmt.Errorf("/v1/completions answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		data, ok := bytes.CutPrefix(line, []byte("data:"))
-		if !ok {
-			continue
+	var r openai.Reader
+	buf := make([]byte, 32<<10)
+	for !c.done {
+		n, rerr := resp.Body.Read(buf)
+		at := time.Since(t0)
+		var evs []openai.Event
+		var err error
+		if n > 0 {
+			evs, err = r.Feed(buf[:n], at)
 		}
-		at := ms(time.Since(t0))
-		data = bytes.TrimSpace(data)
-		if string(data) == "[DONE]" {
-			break
+		if rerr == io.EOF && err == nil {
+			var last []openai.Event
+			last, err = r.End(at)
+			evs = append(evs, last...)
 		}
-		var chunk struct {
-			Choices []json.RawMessage `json:"choices"`
-			Usage   *struct {
-				PromptTokens        int `json:"prompt_tokens"`
-				CompletionTokens    int `json:"completion_tokens"`
-				PromptTokensDetails *struct {
-					CachedTokens int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
-		}
-		if err := json.Unmarshal(data, &chunk); err != nil {
-			return nil, fmt.Errorf("bad stream chunk %q: %w", data, err)
-		}
-		if len(chunk.Choices) > 0 {
-			c.tokens = append(c.tokens, at)
-		}
-		if u := chunk.Usage; u != nil {
-			c.promptTokens, c.outTokens = u.PromptTokens, u.CompletionTokens
-			if u.PromptTokensDetails != nil {
-				c.cachedTokens = u.PromptTokensDetails.CachedTokens
+		for i := range evs {
+			if terr := c.take(&evs[i]); terr != nil {
+				return nil, terr
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+		if err != nil {
+			return nil, fmt.Errorf("read the stream: %w", err)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return nil, fmt.Errorf("read the stream after %s: %w", c.describe(), rerr)
+		}
 	}
 	if len(c.tokens) == 0 {
-		return nil, errors.New("the stream carried no token")
+		return nil, fmt.Errorf("the stream carried no generated text: %s", c.describe())
 	}
 	return c, nil
 }
@@ -622,6 +630,7 @@ func (p *prober) run(ctx context.Context, s ProbeSpec) (Measurement, error) {
 	if err := errors.Join(errs...); err != nil {
 		return m, err
 	}
+	p.decodes++
 	for _, c := range out {
 		m.PromptTokens = append(m.PromptTokens, c.promptTokens)
 		m.CachedTokens = append(m.CachedTokens, max(c.cachedTokens, 0))
@@ -629,7 +638,17 @@ func (p *prober) run(ctx context.Context, s ProbeSpec) (Measurement, error) {
 		m.TokenMs = append(m.TokenMs, c.tokens)
 		m.StartMs = append(m.StartMs, c.start)
 		if c.outTokens > 0 && c.outTokens != len(c.tokens) {
-			p.note(fmt.Sprintf("a decode probe was left out: a stream carried %d chunks for %d tokens (the client read slower than the server wrote, or its stream interval is above 1), and decode probes need one chunk per token", len(c.tokens), c.outTokens))
+			why := fmt.Sprintf("a stream carried %d chunks with text for %d tokens (usage.completion_tokens), and decode probes time one chunk a token; ", len(c.tokens), c.outTokens)
+			if len(c.tokens) < c.outTokens {
+				why += "the server put several tokens in a chunk (a stream interval above 1, or tokens merged while the client had not read them)"
+			} else {
+				why += "the server sent chunks with text that are not tokens"
+			}
+			p.note("a decode probe was left out: " + why)
+			if p.dropped == 0 {
+				p.dropWhy = why
+			}
+			p.dropped++
 			m.TokenMs = nil
 			break
 		}

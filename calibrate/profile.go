@@ -17,6 +17,17 @@ import (
 // WriteProfile writes cfg as a profile YAML that engine.LoadConfig reads
 // back, with a header comment naming the latency model.
 func WriteProfile(w io.Writer, cfg engine.Config) error {
+	return WriteFittedProfile(w, cfg, nil)
+}
+
+// WriteFittedProfile writes cfg as WriteProfile does and, when fit is not
+// nil, every term the fit estimated in the header: the five profile
+// coefficients with their standard errors, and the TTFT overhead, which a
+// profile has no field for (it is the client's cost, HTTP, tokenization and
+// streaming, that a TTFT measured from the client adds to the engine's
+// prefill), so that a profile says all that was measured while
+// engine.LoadConfig still reads back exactly cfg.
+func WriteFittedProfile(w io.Writer, cfg engine.Config, fit *LinearFit) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("write profile: %w", err)
 	}
@@ -24,11 +35,25 @@ func WriteProfile(w io.Writer, cfg engine.Config) error {
 	if err != nil {
 		return fmt.Errorf("write profile: %w", err)
 	}
-	header := "# inferrail engine profile (written by inferrail calibrate).\n" +
+	var h strings.Builder
+	h.WriteString("# inferrail engine profile (written by inferrail calibrate).\n" +
 		"# Step time T = step_fixed + prefill_token*prefill_tokens\n" +
 		"#             + prefill_pair*sum(new*(ctx+new/2)) + decode_seq*decode_seqs\n" +
-		"#             + decode_ctx_token*decode_ctx_tokens\n"
-	if _, err := io.WriteString(w, header); err != nil {
+		"#             + decode_ctx_token*decode_ctx_tokens\n")
+	if fit != nil {
+		fmt.Fprintf(&h, "# Fitted by least squares to %d measurements (%d left out as delayed), relative RMS %.2f%%:\n",
+			fit.Rows-len(fit.Outliers), len(fit.Outliers), 100*fit.RelRMS)
+		for _, c := range fit.Coefficients {
+			fmt.Fprintf(&h, "#   %-20s %11.6g ± %.2g", c.Name, c.Value, c.StdErr)
+			if c.Clamped {
+				h.WriteString(" (fitted below zero: held at 0)")
+			}
+			h.WriteString("\n")
+		}
+		fmt.Fprintf(&h, "# %s is the client's: HTTP, tokenization and streaming add it to every TTFT\n"+
+			"# measured from a client; no profile field holds it.\n", CoefNames[NumCoefs-1])
+	}
+	if _, err := io.WriteString(w, h.String()); err != nil {
 		return fmt.Errorf("write profile: %w", err)
 	}
 	if _, err := w.Write(b); err != nil {
@@ -39,11 +64,17 @@ func WriteProfile(w io.Writer, cfg engine.Config) error {
 
 // SaveProfile writes cfg to path (see WriteProfile).
 func SaveProfile(path string, cfg engine.Config) error {
+	return SaveFittedProfile(path, cfg, nil)
+}
+
+// SaveFittedProfile writes cfg and the fit's terms to path (see
+// WriteFittedProfile).
+func SaveFittedProfile(path string, cfg engine.Config, fit *LinearFit) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("write profile: %w", err)
 	}
-	if err := WriteProfile(f, cfg); err != nil {
+	if err := WriteFittedProfile(f, cfg, fit); err != nil {
 		f.Close()
 		return err
 	}

@@ -164,7 +164,7 @@ func runBench(ctx context.Context, f benchFlags, cfg fleet.Config, stdout, stder
 		}
 	}
 	if f.json {
-		return results.WriteJSON(stdout, *s)
+		return results.WriteJSON(stdout, out.Report())
 	}
 	if err := results.FormatTable(stdout, []results.Summary{*s}); err != nil {
 		return err

@@ -217,7 +217,7 @@ func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer
 			fmt.Fprintf(stderr, " (%d more left out as delayed: rows %v of %s)", k, res.Fit.Outliers, calibrate.MeasurementsPath(f.out))
 		}
 		fmt.Fprintln(stderr)
-		if err := calibrate.SaveProfile(f.out, res.Config); err != nil {
+		if err := calibrate.SaveFittedProfile(f.out, res.Config, res.Fit); err != nil {
 			return err
 		}
 		if f.report != "" {

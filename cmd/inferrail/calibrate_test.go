@@ -151,6 +151,11 @@ func TestCalibrateProbesMockEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every fitted term is in the profile, the TTFT overhead (no profile
+	// field) as a comment.
+	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "#   ttft_overhead_ms") || !strings.Contains(string(b), "#   step_fixed_ms") {
+		t.Errorf("profile lacks the fitted terms:\n%s", b)
+	}
 	if got.MaxModelLen != cfg.MaxModelLen || got.NumGPUBlocks != cfg.NumGPUBlocks {
 		t.Errorf("limits max_model_len %d, num_gpu_blocks %d: want %d, %d from /v1/models and /metrics", got.MaxModelLen, got.NumGPUBlocks, cfg.MaxModelLen, cfg.NumGPUBlocks)
 	}

@@ -257,7 +257,7 @@ func TestBrokenStreamIsAnError(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a broken stream ended cleanly: %q", b)
 	}
-	if !bytes.Contains(b, []byte(`data: {"error":`)) || bytes.Contains(b, []byte("[DONE]")) {
+	if !bytes.Contains(b, []byte(`data: {"error": {"message": `)) || bytes.Contains(b, []byte("[DONE]")) {
 		t.Fatalf("no error event in %q", b)
 	}
 }

@@ -3,7 +3,6 @@ package live
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/openai"
 	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/router/gateway"
 )
@@ -610,9 +610,9 @@ func (s *Server) settle(m *model, a *attempt, t *try, ans *answer, whole bool, f
 	}
 }
 
-// streamErrorEvent is the SSE event that ends a broken stream, in the shape
-// vLLM writes a mid-stream error (an OpenAI error object as the event's
-// data).
+// streamErrorEvent is the SSE event that ends a broken stream, as vLLM
+// writes a failure mid-stream (internal/openai.AppendError), without the
+// data: [DONE] vLLM sends after it: the response is aborted next.
 func streamErrorEvent(failure string) []byte {
 	msg := "the engine's stream broke before it was complete"
 	code := http.StatusBadGateway
@@ -624,13 +624,7 @@ func streamErrorEvent(failure string) []byte {
 		msg = "the request did not complete within request_timeout"
 		code = http.StatusGatewayTimeout
 	}
-	var e errorBody
-	e.Error.Message, e.Error.Type, e.Error.Code = msg, failure, code
-	b, _ := json.Marshal(e)
-	out := make([]byte, 0, len(b)+16)
-	out = append(out, "data: "...)
-	out = append(out, b...)
-	return append(out, "\n\n"...)
+	return openai.AppendError(nil, msg, failure, code)
 }
 
 // bodyBudget bounds the request bodies held at once.

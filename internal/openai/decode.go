@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -711,15 +712,9 @@ func isHex4(b []byte) bool {
 // needsDecode reports whether a checked string's contents differ from
 // their decoded form: escapes, or bytes that are not valid UTF-8.
 func (d *decoder) needsDecode(raw []byte) bool {
-	for i, c := range raw {
-		if c == '\\' {
-			return true
-		}
-		if c >= utf8.RuneSelf {
-			return !utf8.Valid(raw[i:])
-		}
-	}
-	return false
+	// An escape anywhere, or invalid UTF-8 anywhere (a valid non-ASCII
+	// prefix does not settle it: an escape may follow).
+	return bytes.IndexByte(raw, '\\') >= 0 || !utf8.Valid(raw)
 }
 
 // unescape appends the decoded contents of a checked string to dst, as

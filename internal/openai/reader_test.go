@@ -351,3 +351,16 @@ func TestAnswer(t *testing.T) {
 		t.Fatalf("no text kept: %+v", a)
 	}
 }
+
+// An escape after a non-ASCII character is still decoded (it was once
+// taken as plain once valid UTF-8 was seen).
+func TestEscapeAfterNonASCII(t *testing.T) {
+	var r Reader
+	evs, err := r.Feed([]byte("data: {\"choices\":[{\"index\":0,\"text\":\"\u00c0\\u0026 \u00e9\\n\"}]}\n\n"), 0)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("%v %v", evs, err)
+	}
+	if got := string(evs[0].Text); got != "À& é\n" {
+		t.Fatalf("text %q", got)
+	}
+}

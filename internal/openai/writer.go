@@ -19,14 +19,20 @@ import (
 // the same, then abort the connection so that clients that ignore error
 // events still see the response fail.
 func AppendErrorEvent(dst []byte, message, typ string, code int) []byte {
+	return AppendDone(AppendError(dst, message, typ, code))
+}
+
+// AppendError appends the error event of AppendErrorEvent alone, without
+// the data: [DONE] after it: for a proxy that aborts the response next, so
+// that no client reads the stream as one that ended.
+func AppendError(dst []byte, message, typ string, code int) []byte {
 	dst = append(dst, `data: {"error": {"message": `...)
 	dst = appendPyString(dst, message)
 	dst = append(dst, `, "type": `...)
 	dst = appendPyString(dst, typ)
 	dst = append(dst, `, "param": null, "code": `...)
 	dst = strconv.AppendInt(dst, int64(code), 10)
-	dst = append(dst, "}}\n\n"...)
-	return AppendDone(dst)
+	return append(dst, "}}\n\n"...)
 }
 
 // AppendDone appends the event that ends a stream, "data: [DONE]".

@@ -94,4 +94,3 @@ tokenizer and profile, prints what it would run and exits.`,
 	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration, load its tokenizers and profiles, print a summary and exit")
 	return cmd
 }
-

@@ -194,11 +194,15 @@ func (s *Server) forward(ctx context.Context, rep *replica, r *http.Request, bod
 	u := *rep.base
 	u.Path += r.URL.Path
 	u.RawQuery = r.URL.RawQuery
+	hdr := s.upstreamHeader(r.Header, r, reqID)
+	if s.h1 != nil && u.Scheme == "http" {
+		return s.h1.do(ctx, &u, hdr, body)
+	}
 	tr := &reuseTrace{}
 	tr.ct.GotConn = tr.got
 	out := &http.Request{
 		Method: http.MethodPost, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: s.upstreamHeader(r.Header, r, reqID), Body: io.NopCloser(bytes.NewReader(body)),
+		Header: hdr, Body: io.NopCloser(bytes.NewReader(body)),
 		ContentLength: int64(len(body)), Host: u.Host,
 	}
 	out = out.WithContext(httptrace.WithClientTrace(ctx, &tr.ct))

@@ -35,6 +35,9 @@ type Server struct {
 	byName   map[string]*model // names and aliases
 	aliases  map[string]bool
 	upstream *http.Client
+	// h1 carries proxied requests to http:// engines (nil when Deps gave
+	// a transport: every request then goes through it).
+	h1 *h1Client
 	tok      *tokPool
 	met      *metrics
 	declog   *decisionLog
@@ -174,6 +177,9 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	}
 	tr := deps.Transport
 	if tr == nil {
+		// Proxied requests to http:// engines; the transport below keeps
+		// scrapes, probes and https:// engines.
+		s.h1 = newH1Client(1024, 4*time.Second)
 		tr = &http.Transport{
 			Proxy:               nil,
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -457,5 +463,8 @@ func (s *Server) Close() {
 			s.logFile.Close()
 		}
 		s.upstream.CloseIdleConnections()
+		if s.h1 != nil {
+			s.h1.closeIdle(true)
+		}
 	})
 }

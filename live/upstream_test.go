@@ -1,0 +1,96 @@
+package live
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The lean upstream client reuses a connection only after a response read
+// whole from an engine that keeps it alive; a cancelled exchange, a body
+// closed early, Connection: close and a close-delimited body each cost
+// their connection; headers arrive as sent and the body whole.
+func TestH1Client(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/close":
+			w.Header().Set("Connection", "close")
+		case "/raw": // close-delimited: no length, no chunking
+			hj, _, _ := w.(http.Hijacker).Hijack()
+			io.WriteString(hj, "HTTP/1.1 200 OK\r\n\r\nraw body")
+			hj.Close()
+			return
+		case "/slow":
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		w.Header().Set("X-Echo", r.Header.Get("X-In")+"|"+r.URL.RawQuery)
+		w.Write(b)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	h := newH1Client(8, time.Minute)
+	defer h.closeIdle(true)
+	base, _ := url.Parse(srv.URL)
+	get := func(ctx context.Context, path string) (*http.Response, bool, error) {
+		u := *base
+		u.Path, u.RawQuery, _ = strings.Cut(path, "?")
+		return h.do(ctx, &u, http.Header{"X-In": {"v"}}, []byte("hello"))
+	}
+	read := func(path string) (string, bool) {
+		resp, reused, err := get(context.Background(), path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return resp.Header.Get("X-Echo") + " " + string(b), reused
+	}
+	if got, reused := read("/a?q=1"); got != "v|q=1 hello" || reused {
+		t.Fatalf("first: %q reused %v", got, reused)
+	}
+	if _, reused := read("/b"); !reused || conns.Load() != 1 {
+		t.Fatalf("second not on the pooled connection (reused %v, %d connections)", reused, conns.Load())
+	}
+	read("/close")
+	if _, reused := read("/c"); reused || conns.Load() != 2 {
+		t.Fatalf("Connection: close was reused (%d connections)", conns.Load())
+	}
+	if got, _ := read("/raw"); got != " raw body" {
+		t.Fatalf("close-delimited body %q", got)
+	}
+	if _, reused := read("/d"); reused || conns.Load() != 3 {
+		t.Fatalf("a close-delimited connection was reused (%d connections)", conns.Load())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	resp, _, err := get(ctx, "/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := io.ReadAll(resp.Body); err == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("a cancelled body read ended %v after %v", err, time.Since(start))
+	}
+	if _, reused := read("/e"); reused {
+		t.Fatal("a cancelled exchange's connection was reused")
+	}
+}

@@ -37,7 +37,7 @@ type Server struct {
 	upstream *http.Client
 	// h1 carries proxied requests to http:// engines (nil when Deps gave
 	// a transport: every request then goes through it).
-	h1 *h1Client
+	h1       *h1Client
 	tok      *tokPool
 	met      *metrics
 	declog   *decisionLog

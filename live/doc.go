@@ -26,15 +26,29 @@
 // long); every answer says in x-inferrail-queued-ms how long it waited.
 //
 // The response streams back frame by frame. Failures before the first
-// response byte are retried on untried replicas (core.Retry); replicas that
-// keep failing are ejected for a growing time, never more than a set share of
-// a model's replicas; each replica's concurrency and pending requests are
-// capped exactly. Each dispatch ends in the core exactly once (an attempt
-// owns it), however the handler returns.
+// response byte (a streamed try silent past first_byte_timeout included) are
+// retried on untried replicas (core.Retry); replicas that keep failing are
+// ejected for a growing time, never more than a set share of a model's
+// replicas; each replica's concurrency and pending requests are capped
+// exactly. Each dispatch ends in the core exactly once (an attempt owns it),
+// however the handler returns.
+//
+// Every wait is bounded and every failure visible: body reads, each write to
+// the client, each engine's first byte and its silences mid-stream, the
+// request as a whole; a client that reads slowly never holds an engine slot
+// (a blocked write hands the engine's side to a goroutine that buffers it);
+// a stream that breaks ends with vLLM's error event and an aborted response.
+// Listeners cap their connections (internal/netguard), serve TLS with
+// certificates re-read on change, and drain on shutdown with readiness
+// failing first.
 //
 // Start with Server and New (server.go: the configuration is one
-// live/config.Config, Deps what YAML cannot hold), then proxy.go (one
-// request's life), model.go (the core, its lock, the waiters and the
-// deadline goroutine), background.go (scrapes, probes, discovery) and
-// kvsync.go (KV events to the core).
+// live/config.Config, Deps what YAML cannot hold) and Serve (serve.go:
+// listeners, TLS, drain), then proxy.go (one request's life up to its
+// dispatch), relay.go (tries, the header policy, streaming the answer back),
+// upstream.go (the HTTP/1.1 client to the engines), answer.go (what each
+// answer teaches, read with internal/openai), model.go (the core, its lock,
+// the waiters and the deadline goroutine), background.go (scrapes, probes,
+// discovery), kvsync.go (KV events to the core) and logging.go (the access
+// log).
 package live

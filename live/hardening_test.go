@@ -622,3 +622,34 @@ func TestManyStreamsInARow(t *testing.T) {
 		}
 	}
 }
+
+// An engine silent mid-stream past stream_idle_timeout ends the stream as a
+// failure: an error event naming the timeout, an aborted response, and a
+// failure of that replica.
+func TestStreamIdleTimeout(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		sse(w, 2, false)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	c := fakeConfig(t, eng.URL)
+	c.StreamIdleTimeout = 200 * time.Millisecond
+	g := startGateway(t, c)
+	start := time.Now()
+	resp, err := g.post(context.Background(), "/v1/completions", map[string]any{"prompt": "hi", "stream": true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil || !bytes.Contains(b, []byte(`"type": "stream_idle_timeout"`)) || time.Since(start) > 3*time.Second {
+		t.Fatalf("after %v: %v %q", time.Since(start), err, b)
+	}
+	if n := g.outcomes("stream_idle_timeout"); n != 1 {
+		t.Fatalf("outcome counted %v times", n)
+	}
+}

@@ -47,6 +47,7 @@ done
 cat >"$TMP/live.yaml" <<YAML
 listen: 127.0.0.1:19080
 admin_listen: 127.0.0.1:19090
+drain_delay: 0s            # no load balancer to wait for
 log: {access_sample: 0}   # as nginx's access_log off below
 pprof: true
 models:

@@ -54,6 +54,7 @@ for mode in $ADMISSIONS; do
 	cat >"$TMP/live-$mode.yaml" <<YAML
 listen: 127.0.0.1:$((port + 80))
 admin_listen: 127.0.0.1:$((port + 90))
+drain_delay: 0s
 request_timeout: 5m
 models:
   - name: inferrail-sim

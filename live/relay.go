@@ -122,8 +122,13 @@ func (s *Server) attempt(ctx context.Context, rep *replica, r *http.Request, bod
 			t.err = nil
 		}
 	}
-	if timer != nil {
-		timer.Stop()
+	if timer != nil && !timer.Stop() && t.resp != nil {
+		// The timeout fired as the first byte arrived: the try's context
+		// is cancelled, so the answer cannot be read on. It failed.
+		t.resp.Body.Close()
+		t.resp, t.err = nil, context.Canceled
+		bufPool.Put(t.buf)
+		t.buf, t.n, t.eof = nil, 0, false
 	}
 	t.timedOut = timedOut.Load() && t.resp == nil
 	return t

@@ -175,7 +175,8 @@ func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (g
 		ln.Close()
 		return guarded{}, fmt.Errorf("live: %s: %w", field, err)
 	}
-	s.met.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	// A second Serve of the same Server keeps the first gauge.
+	_ = s.met.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "inferrail_open_connections", Help: "Client connections open now, by listener.", ConstLabels: prometheus.Labels{"listener": label},
 	}, func() float64 { return float64(gl.Stats().Open) }))
 	g := guarded{Listener: gl}

@@ -24,12 +24,9 @@ import (
 // Bounds of the flags that size a run, far above any real study: they stop a
 // typo (1e12 for 1e2, 1ns for 1s) from running for days or exhausting memory.
 const (
-	// maxRequests bounds one run's requests: every request's record stays
-	// in memory until the run ends.
-	maxRequests = 10_000_000
-	// maxRate bounds offered load, in requests per second: more than the
-	// largest fleet (fleet.MaxReplicas engines) serves.
-	maxRate = 1_000_000
+	// maxRequests and maxRate are the workload's bounds of a run.
+	maxRequests = workload.MaxRequests
+	maxRate     = workload.MaxRate
 	// minScrapeInterval bounds how often the router scrapes each engine:
 	// below it the simulation does little but scrape.
 	minScrapeInterval = time.Millisecond
@@ -287,16 +284,14 @@ func (f *simFlags) badTrace(err error) error {
 // traceOnly are the flags that shape a trace replay.
 var traceOnly = []string{"trace-format", "speedup", "rate-scale", "start", "end", "limit", "skip-bad"}
 
-// checkLength refuses a synthetic run longer than maxRequests: requests
-// (0: no limit) or, without a limit, duration at rate.
+// checkLength refuses a synthetic run longer than the workload's bound
+// (workload.CheckLength), as bad input.
 func checkLength(requests int, duration time.Duration, rate float64) error {
-	if requests > maxRequests {
-		return usagef("requests: must be at most %d, got %d (every request's record stays in memory until the run ends)", maxRequests, requests)
-	}
-	if requests == 0 && duration > 0 {
-		if n := rate * duration.Seconds(); n > maxRequests {
-			return usagef("--duration: %v at %g requests per second is about %.3g requests, more than the %d one run holds (every request's record stays in memory): shorten --duration, lower --rate or cap --requests", duration, rate, n, maxRequests)
+	if err := workload.CheckLength(requests, duration, rate); err != nil {
+		if requests > maxRequests {
+			return usagef("--%w", err)
 		}
+		return usagef("--%w (flags: --duration, --rate, --requests)", err)
 	}
 	return nil
 }

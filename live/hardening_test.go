@@ -653,3 +653,27 @@ func TestStreamIdleTimeout(t *testing.T) {
 		t.Fatalf("outcome counted %v times", n)
 	}
 }
+
+// An engine that keeps a stream open after its data: [DONE] delays the
+// client's [DONE] by doneGrace at most, and the request is a success.
+func TestEngineOpenAfterDone(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		sse(w, 2, true)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	g := startGateway(t, fakeConfig(t, eng.URL))
+	start := time.Now()
+	resp, body, err := g.complete(context.Background(), "hello", 2)
+	if err != nil || resp.StatusCode != 200 || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("%v %v %q", resp, err, body)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("[DONE] reached the client after %v", d)
+	}
+	waitUntil(t, "a success", time.Second, func() bool { return g.outcomes("ok") == 1 })
+}

@@ -407,10 +407,29 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	var werr error
 	for {
 		if len(pending) > 0 {
+			if upDone && failure == "" {
+				// The engine's last bytes: written, not flushed, so the
+				// server sends them with the response's end in one write
+				// when the handler returns.
+				rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+				_, werr = w.Write(pending)
+				break
+			}
+			// Read before the watchdog runs: once armed, it may own ans.
+			held := ans != nil && ans.done
 			if !upDone {
 				watch.Reset(slowWrite)
 			}
-			werr = s.write(w, rc, pending)
+			if held {
+				// data: [DONE] is here: only the response's end follows.
+				// Held unflushed, it goes out with that end in one write
+				// (the next read waits doneGrace at most for it).
+				rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+				_, werr = w.Write(pending)
+				rc.SetWriteDeadline(time.Time{})
+			} else {
+				werr = s.write(w, rc, pending)
+			}
 			if !upDone && !watch.Stop() {
 				piped = true // the watchdog reads the engine now
 				break
@@ -422,7 +441,11 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 		if upDone {
 			break
 		}
-		idleTimer.Reset(s.cfg.StreamIdleTimeout)
+		if ans != nil && ans.done {
+			idleTimer.Reset(min(doneGrace, s.cfg.StreamIdleTimeout))
+		} else {
+			idleTimer.Reset(s.cfg.StreamIdleTimeout)
+		}
 		n, err := t.resp.Body.Read(buf)
 		idleTimer.Stop()
 		pending = buf[:n]
@@ -463,6 +486,11 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	}
 	panic(http.ErrAbortHandler)
 }
+
+// doneGrace is how long the relay waits for a response's end after its
+// data: [DONE] (an engine closes at once); past it the stream counts as
+// whole and ends.
+const doneGrace = 50 * time.Millisecond
 
 // slowWrite is how long a write to the client may block before the
 // engine's side of the stream is handed to a goroutine of its own.

@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -557,17 +556,7 @@ func TestLogs(t *testing.T) {
 // 5, through the official OpenAI Node SDK: a stream cut mid-way raises in
 // the client's loop instead of ending as if whole.
 func TestNodeSDKRaisesOnBrokenStream(t *testing.T) {
-	dir := os.Getenv("INFERRAIL_NODE_MODULES")
-	if dir == "" {
-		dir = filepath.Join("..", ".cache", "node", "node_modules")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "openai")); err != nil {
-		t.Skipf("OpenAI Node SDK not installed in %s: run `make node-deps` (make test does)", dir)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node not found")
-	}
-	abs, _ := filepath.Abs(dir)
+	abs := nodeModules(t)
 	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
 		sse(w, 3, false)
 		panic(http.ErrAbortHandler)

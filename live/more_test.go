@@ -22,8 +22,10 @@ import (
 	"github.com/inferrail/inferrail/live/config"
 )
 
-// The official OpenAI Node SDK through the gateway, streaming and not.
-func TestOpenAINodeSDKThroughGateway(t *testing.T) {
+// nodeModules is where the OpenAI Node SDK is installed (make node-deps);
+// the test is skipped without it or without node.
+func nodeModules(t *testing.T) string {
+	t.Helper()
 	dir := os.Getenv("INFERRAIL_NODE_MODULES")
 	if dir == "" {
 		dir = filepath.Join("..", ".cache", "node", "node_modules")
@@ -35,6 +37,12 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 		t.Skip("node not found")
 	}
 	abs, _ := filepath.Abs(dir)
+	return abs
+}
+
+// The official OpenAI Node SDK through the gateway, streaming and not.
+func TestOpenAINodeSDKThroughGateway(t *testing.T) {
+	abs := nodeModules(t)
 	g := startGateway(t, testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true}), newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})))
 	cmd := exec.Command("node", filepath.Join("..", "engine", "server", "testdata", "openai_sdk.cjs"))
 	cmd.Env = append(os.Environ(), "BASE_URL="+g.base, "NODE_PATH="+abs)

@@ -125,6 +125,7 @@ func (s *Server) onScrape(target string, rep remote.Report) {
 	}
 	m.scraped(r, rep.Err)
 	if rep.Err != nil {
+		s.met.scrapeErrors.WithLabelValues(m.name, r.name).Inc()
 		// An unreadable page is not an idle engine: keep the last good
 		// load, which ages out after max_age.
 		return
@@ -178,7 +179,9 @@ func (s *Server) onDiscovery(group string, eps []remote.Endpoint) {
 			added = append(added, r)
 		}
 	}
-	m.dropMissing(g.Name, want)
+	for _, name := range m.dropMissing(g.Name, want) {
+		s.met.forget(m.name, name)
+	}
 	s.refreshTargets()
 	for _, r := range added {
 		s.maybeSubscribe(m, r)

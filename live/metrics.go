@@ -1,9 +1,11 @@
 package live
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics are the gateway's own Prometheus metrics, served on the admin
@@ -25,6 +27,22 @@ type metrics struct {
 	// connRejected and acceptErrors are the listeners' (Serve).
 	connRejected *prometheus.CounterVec
 	acceptErrors *prometheus.CounterVec
+	// Tokens of the requests served: their prompts, what the engines
+	// reported cached and what the index predicted cached (a hit rate and
+	// the prediction's accuracy, per model).
+	promptTokens, cachedTokens, predictedTokens *prometheus.CounterVec
+	scrapeErrors                                *prometheus.CounterVec
+	// perReplica are the vectors labelled by replica, whose series go
+	// when a replica leaves (forget).
+	perReplica []deleter
+	// own are the collectors of the gateway's own metrics (not Go's or
+	// the process's), for the snapshot test of the metric set.
+	own []prometheus.Collector
+}
+
+// deleter is a metric vector whose series can be deleted by labels.
+type deleter interface {
+	DeletePartialMatch(prometheus.Labels) int
 }
 
 var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
@@ -35,16 +53,22 @@ func newMetrics(s *Server) *metrics {
 	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 		reg.MustRegister(c)
+		m.own = append(m.own, c)
 		return c
 	}
 	hv := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 		reg.MustRegister(h)
+		m.own = append(m.own, h)
 		return h
 	}
 	m.requests = cv("inferrail_requests_total", "Requests by model and outcome (ok, upstream_<code>, no_replica, client_gone, stream_broken, bad_request, ...).", "model", "outcome")
-	m.ttftH = hv("inferrail_time_to_first_byte_seconds", "From the request's arrival to the first response byte sent to the client.", latencyBuckets, "model")
-	m.durationH = hv("inferrail_request_duration_seconds", "From the request's arrival to its last byte.", append(latencyBuckets, 160, 320, 640), "model")
+	m.ttftH = hv("inferrail_time_to_first_byte_seconds", "From the request's arrival to the first response byte sent to the client, by model, policy and replica.", latencyBuckets, "model", "policy", "replica")
+	m.durationH = hv("inferrail_request_duration_seconds", "From the request's arrival to its last byte, by model, policy and replica.", append(latencyBuckets, 160, 320, 640), "model", "policy", "replica")
+	m.promptTokens = cv("inferrail_prompt_tokens_total", "Prompt tokens of the requests served whole, as tokenized at the edge (requests routed without a prediction are left out).", "model")
+	m.cachedTokens = cv("inferrail_cached_tokens_total", "Prompt tokens the engines reported cached (usage.prompt_tokens_details.cached_tokens) for the requests counted in inferrail_prompt_tokens_total.", "model")
+	m.predictedTokens = cv("inferrail_predicted_cached_tokens_total", "Prompt tokens the KV index predicted cached on the chosen replica, for the requests counted in inferrail_prompt_tokens_total.", "model")
+	m.scrapeErrors = cv("inferrail_scrape_errors_total", "Scrapes of a replica's /metrics that failed or could not be read.", "model", "replica")
 	m.decisions = cv("inferrail_decisions_total", "Routing decisions by model, policy and replica.", "model", "policy", "replica")
 	m.decisionH = hv("inferrail_decision_seconds", "Time to route one attempt (index lookup and policy).", prometheus.ExponentialBuckets(1e-6, 2, 18), "model")
 	m.retries = cv("inferrail_retries_total", "Attempts retried on another replica before the first response byte.", "model")
@@ -56,16 +80,35 @@ func newMetrics(s *Server) *metrics {
 	m.connRejected = cv("inferrail_connections_rejected_total", "Connections closed at accept because a cap was reached, by listener and reason (max_conns, max_conns_per_client).", "listener", "reason")
 	m.acceptErrors = cv("inferrail_accept_errors_total", "Temporary accept errors (such as too many open files) the listener backed off from.", "listener")
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_decision_log_dropped_total", Help: "Sampled decisions dropped because the log writer was behind."})
-	reg.MustRegister(m.logDropped, &stateCollector{s: s})
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inferrail_build_info", Help: "1, labelled with the build's version and Go version."}, []string{"version", "goversion"})
+	info.WithLabelValues(s.version, runtime.Version()).Set(1)
+	m.own = append(m.own, m.logDropped, &stateCollector{s: s}, info)
+	reg.MustRegister(m.own[len(m.own)-3:]...)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.perReplica = []deleter{m.ttftH, m.durationH, m.decisions, m.kvEvents, m.scrapeErrors}
 	return m
 }
 
-func (m *metrics) outcome(model, o string) { m.requests.WithLabelValues(model, o).Inc() }
-func (m *metrics) ttft(model string, d time.Duration) {
-	m.ttftH.WithLabelValues(model).Observe(d.Seconds())
+// forget deletes the series of a replica that left its model.
+func (m *metrics) forget(model, replica string) {
+	for _, v := range m.perReplica {
+		v.DeletePartialMatch(prometheus.Labels{"model": model, "replica": replica})
+	}
 }
-func (m *metrics) duration(model string, d time.Duration) {
-	m.durationH.WithLabelValues(model).Observe(d.Seconds())
+
+// served counts the tokens of a request served whole.
+func (m *metrics) served(model string, prompt, cached, predicted int) {
+	m.promptTokens.WithLabelValues(model).Add(float64(prompt))
+	m.cachedTokens.WithLabelValues(model).Add(float64(cached))
+	m.predictedTokens.WithLabelValues(model).Add(float64(predicted))
+}
+
+func (m *metrics) outcome(model, o string) { m.requests.WithLabelValues(model, o).Inc() }
+func (m *metrics) ttft(md *model, r *replica, d time.Duration) {
+	m.ttftH.WithLabelValues(md.name, md.policy, r.name).Observe(d.Seconds())
+}
+func (m *metrics) duration(md *model, r *replica, d time.Duration) {
+	m.durationH.WithLabelValues(md.name, md.policy, r.name).Observe(d.Seconds())
 }
 func (m *metrics) decisionTime(model string, d time.Duration) {
 	m.decisionH.WithLabelValues(model).Observe(d.Seconds())

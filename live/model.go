@@ -246,15 +246,17 @@ func (m *model) add(sp replicaSpec) (*replica, error) {
 
 // dropMissing takes out of rotation for good the replicas of DNS group
 // group that want does not list; their requests in flight end normally.
-func (m *model) dropMissing(group string, want map[string]bool) {
+func (m *model) dropMissing(group string, want map[string]bool) (removed []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
 	for _, r := range m.reps {
 		if r.group == group && !want[r.name] && !m.core.State(now, r.idx).Gone {
 			m.deliver(m.core.RemoveReplica(m.now(), r.idx))
+			removed = append(removed, r.name)
 		}
 	}
+	return removed
 }
 
 // lookup finds a replica by name.

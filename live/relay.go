@@ -25,6 +25,7 @@ import (
 // response byte: the engine's response (nil when none came), and the first
 // chunk of its body read into buf[:n].
 type try struct {
+	rep    *replica // where it went
 	resp   *http.Response
 	buf    *[]byte
 	n      int
@@ -96,7 +97,7 @@ func (t *try) close() {
 // non-streamed answer's first byte is its end, bounded by request_timeout
 // only.
 func (s *Server) attempt(ctx context.Context, rep *replica, r *http.Request, body []byte, reqID string, stream bool) *try {
-	t := &try{}
+	t := &try{rep: rep}
 	t.ctx, t.cancel = context.WithCancel(ctx)
 	var timedOut atomic.Bool
 	var timer *time.Timer
@@ -347,7 +348,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	ok := resp.StatusCode == http.StatusOK
 	ar.status = resp.StatusCode
 	if t.n > 0 {
-		s.met.ttft(m.name, time.Since(began))
+		s.met.ttft(m, t.rep, time.Since(began))
 		if ok && !passThrough {
 			m.firstByte(a) // an error answer stays pending: the engine computed nothing
 		}
@@ -374,7 +375,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 		}
 		s.settle(m, a, t, ans, true, "", passThrough, te, hashes, prompt, salt, ar)
 		w.Write((*t.buf)[:t.n])
-		s.met.duration(m.name, time.Since(began))
+		s.met.duration(m, t.rep, time.Since(began))
 		return
 	}
 	end := func(whole bool, failure string) {
@@ -471,7 +472,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 			end(ans != nil && ans.done, "")
 		}
 	}
-	s.met.duration(m.name, time.Since(began))
+	s.met.duration(m, t.rep, time.Since(began))
 	if werr != nil || failure == "" {
 		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		return
@@ -636,6 +637,9 @@ func (s *Server) settle(m *model, a *attempt, t *try, ans *answer, whole bool, f
 				u = gateway.Usage{Known: true, CompletionTokens: n, CachedTokens: max(ans.cached, 0)}
 				ar.outputTokens, ar.cachedTokens = n, max(ans.cached, 0)
 			}
+		}
+		if prompt != nil {
+			s.met.served(m.name, len(prompt), ar.cachedTokens, a.dec.PredictedCachedTokens)
 		}
 		m.finish(a, hashes, u)
 		s.met.outcome(m.name, "ok")

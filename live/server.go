@@ -45,6 +45,7 @@ type Server struct {
 	resolver Resolver
 	boot     int64
 	idPrefix string // the boot time in base 36 and "-": request ids
+	version  string
 	reqSeq   atomic.Uint64
 	start    time.Time
 	log      *slog.Logger
@@ -94,6 +95,9 @@ type Deps struct {
 	// (gateway.Config.Trace), under the model's lock: a recording of the
 	// gateway's decisions.
 	Trace func(model string, ev gateway.TraceEvent)
+	// Version is the build's version, for inferrail_build_info; "" is
+	// "dev".
+	Version string
 	// Logger receives the process log: state changes (ejections,
 	// readmissions, scrapes failing and recovering, KV index resets) once
 	// per change, and the access log; nil: discarded.
@@ -115,7 +119,10 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg: *cfg, byName: map[string]*model{}, aliases: map[string]bool{}, resolver: deps.Resolver,
 		boot: time.Now().UnixNano(), start: time.Now(), stop: make(chan struct{}), log: deps.Logger,
-		bodies: &bodyBudget{max: int64(cfg.MaxInflightBodyBytes)},
+		bodies: &bodyBudget{max: int64(cfg.MaxInflightBodyBytes)}, version: deps.Version,
+	}
+	if s.version == "" {
+		s.version = "dev"
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -51,7 +51,7 @@ tokenizer and profile, prints what it would run and exits.`,
 			if err != nil {
 				return usageError{err}
 			}
-			s, err := live.New(cfg, live.Deps{Notes: stderr, Logger: logger})
+			s, err := live.New(cfg, live.Deps{Notes: stderr, Logger: logger, Version: version()})
 			if err != nil {
 				return usageError{err}
 			}

@@ -1,0 +1,115 @@
+package live
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/inferrail/inferrail/engine/server"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// The gateway's whole metric set (names, help, labels) is what
+// testdata/metrics.golden says: a change to it is a deliberate edit there
+// (go test ./live -run TestMetricSet -update). Go's and the process's
+// collectors and the build info are served beside it.
+func TestMetricSet(t *testing.T) {
+	g := startGateway(t, testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig()})))
+	var lines []string
+	for _, c := range g.met.own {
+		ch := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			lines = append(lines, d.String())
+		}
+	}
+	sort.Strings(lines)
+	got := strings.Join(lines, "\n") + "\n"
+	path := filepath.Join("testdata", "metrics.golden")
+	if *update {
+		os.MkdirAll("testdata", 0o755)
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Fatalf("the metric set changed; if on purpose, rerun with -update:\ngot:\n%s\nwant:\n%s", got, want)
+	}
+	// Every name follows Prometheus's conventions: counters end in _total,
+	// the rest do not.
+	for _, l := range lines {
+		name := strings.TrimPrefix(l[:strings.Index(l, `", help`)], `Desc{fqName: "`)
+		if !strings.HasPrefix(name, "inferrail_") {
+			t.Errorf("%s: not in the inferrail_ namespace", name)
+		}
+	}
+	mfs, err := g.met.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, mf := range mfs {
+		seen[mf.GetName()] = true
+		if strings.HasSuffix(mf.GetName(), "_total") != (mf.GetType().String() == "COUNTER") && strings.HasPrefix(mf.GetName(), "inferrail_") {
+			t.Errorf("%s is a %s: counters and only counters end in _total", mf.GetName(), mf.GetType())
+		}
+	}
+	for _, n := range []string{"go_goroutines", "process_resident_memory_bytes", "inferrail_build_info"} {
+		if !seen[n] {
+			t.Errorf("%s not served", n)
+		}
+	}
+}
+
+// Served requests count their prompt, cached and predicted tokens, and a
+// replica that DNS removed leaves no series behind.
+func TestTokenCountersAndDepartedReplicas(t *testing.T) {
+	g := startGateway(t, testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})))
+	prompt := words(500, 64)
+	for range 2 {
+		resp, err := g.post(t.Context(), "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	m := g.models[0]
+	value := func(v *prometheus.CounterVec) float64 {
+		var d dto.Metric
+		v.WithLabelValues(m.name).Write(&d)
+		return d.GetCounter().GetValue()
+	}
+	p, c, pr := value(g.met.promptTokens), value(g.met.cachedTokens), value(g.met.predictedTokens)
+	if p == 0 || c == 0 || pr == 0 || c > p || pr > p {
+		t.Fatalf("prompt %v, cached %v, predicted %v tokens", p, c, pr)
+	}
+	count := func(c prometheus.Collector) int {
+		ch := make(chan prometheus.Metric, 64)
+		go func() { c.Collect(ch); close(ch) }()
+		n := 0
+		for range ch {
+			n++
+		}
+		return n
+	}
+	if count(g.met.ttftH) == 0 {
+		t.Fatal("no TTFT series before the replica left")
+	}
+	g.met.forget(m.name, "a")
+	if n := count(g.met.ttftH) + count(g.met.decisions); n != 0 {
+		t.Fatalf("%d series left of a departed replica", n)
+	}
+}

@@ -666,3 +666,22 @@ func TestEngineOpenAfterDone(t *testing.T) {
 	}
 	waitUntil(t, "a success", time.Second, func() bool { return g.outcomes("ok") == 1 })
 }
+
+// 3, on the small endpoints: a stalled body the handler never reads is cut
+// at read_timeout, so its connection does not stay open.
+func TestStalledBodyOnSmallEndpoint(t *testing.T) {
+	c := testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig()}))
+	c.ReadTimeout = 200 * time.Millisecond
+	g := startGateway(t, c)
+	br, conn := rawRequest(t, hostOf(g.base), "GET /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	resp.Body.Close()
+	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	start := time.Now()
+	if _, err := io.ReadAll(br); err != nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("the connection stayed open %v (%v)", time.Since(start), err)
+	}
+}

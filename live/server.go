@@ -269,12 +269,17 @@ func (s *Server) Handler() http.Handler {
 }
 
 // bounded gives a small answer's handler one write deadline
-// (write_timeout) for all of it. The generation handler sets its own
-// around each write instead: a deadline left running while it waits would
-// reset an HTTP/2 stream when it passed.
+// (write_timeout) for all of it, and a read deadline (read_timeout) for a
+// body it never reads, which the server discards after it (a stalled one
+// would hold the connection). The generation handler sets its own around
+// each write instead: a deadline left running while it waits would reset
+// an HTTP/2 stream when it passed.
 func (s *Server) bounded(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		rc := http.NewResponseController(w)
+		now := time.Now()
+		rc.SetWriteDeadline(now.Add(s.cfg.WriteTimeout))
+		rc.SetReadDeadline(now.Add(s.cfg.ReadTimeout))
 		h.ServeHTTP(w, r)
 	})
 }

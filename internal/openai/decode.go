@@ -176,15 +176,7 @@ func (d *decoder) choices(c *choice) int {
 }
 
 func (d *decoder) choice(c *choice) {
-	d.i++
-	if !d.enter() {
-		return
-	}
-	for n := 0; d.more('}', &n); {
-		key := d.objectKey()
-		if d.err != nil {
-			return
-		}
+	d.object(func(key []byte) {
 		switch string(key) {
 		case "index":
 			c.index, _ = d.int()
@@ -202,26 +194,13 @@ func (d *decoder) choice(c *choice) {
 		default:
 			d.skipValue()
 		}
-	}
-	d.depth--
+	})
 }
 
 // message reads a delta or message object: its content, reasoning_content
 // and reasoning strings, in that order. Anything but an object has none.
 func (d *decoder) message() (m [3]span) {
-	if !d.peek('{') {
-		d.skipValue()
-		return m
-	}
-	d.i++
-	if !d.enter() {
-		return m
-	}
-	for n := 0; d.more('}', &n); {
-		key := d.objectKey()
-		if d.err != nil {
-			return m
-		}
+	d.object(func(key []byte) {
 		switch string(key) {
 		case "content":
 			m[0] = d.stringSpan()
@@ -232,27 +211,14 @@ func (d *decoder) message() (m [3]span) {
 		default:
 			d.skipValue()
 		}
-	}
-	d.depth--
+	})
 	return m
 }
 
 // usage reads a usage object; anything else (null) is no usage.
 func (d *decoder) usage() (Usage, bool) {
 	u := Usage{CachedTokens: -1}
-	if !d.peek('{') {
-		d.skipValue()
-		return u, false
-	}
-	d.i++
-	if !d.enter() {
-		return u, false
-	}
-	for n := 0; d.more('}', &n); {
-		key := d.objectKey()
-		if d.err != nil {
-			return u, false
-		}
+	ok := d.object(func(key []byte) {
 		switch string(key) {
 		case "prompt_tokens":
 			u.PromptTokens, _ = d.int()
@@ -263,38 +229,24 @@ func (d *decoder) usage() (Usage, bool) {
 		default:
 			d.skipValue()
 		}
-	}
-	d.depth--
-	return u, true
+	})
+	return u, ok
 }
 
 // details reads prompt_tokens_details' cached_tokens, -1 when absent.
 func (d *decoder) details() int {
 	cached := -1
-	if !d.peek('{') {
-		d.skipValue()
-		return cached
-	}
-	d.i++
-	if !d.enter() {
-		return cached
-	}
-	for n := 0; d.more('}', &n); {
-		key := d.objectKey()
-		if d.err != nil {
-			return cached
+	d.object(func(key []byte) {
+		if string(key) != "cached_tokens" {
+			d.skipValue()
+			return
 		}
-		if string(key) == "cached_tokens" {
-			v, ok := d.int()
-			cached = -1
-			if ok {
-				cached = v
-			}
-			continue
+		v, ok := d.int()
+		cached = -1
+		if ok {
+			cached = v
 		}
-		d.skipValue()
-	}
-	d.depth--
+	})
 	return cached
 }
 
@@ -308,20 +260,8 @@ func (d *decoder) errorValue() *ErrorInfo {
 		}
 		return &ErrorInfo{Message: s}
 	}
-	if !d.peek('{') {
-		d.skipValue()
-		return nil
-	}
-	d.i++
-	if !d.enter() {
-		return nil
-	}
 	e := new(ErrorInfo)
-	for n := 0; d.more('}', &n); {
-		key := d.objectKey()
-		if d.err != nil {
-			return nil
-		}
+	if !d.object(func(key []byte) {
 		switch string(key) {
 		case "message":
 			e.Message = d.stringAlloc()
@@ -334,8 +274,9 @@ func (d *decoder) errorValue() *ErrorInfo {
 		default:
 			d.skipValue()
 		}
+	}) {
+		return nil
 	}
-	d.depth--
 	return e
 }
 
@@ -528,6 +469,29 @@ func (d *decoder) enter() bool {
 		d.fail("nested too deeply")
 		return false
 	}
+	return true
+}
+
+// object reads an object, handing each key to field, which reads (or
+// skips) its value; anything but an object is skipped. It reports whether
+// an object was read (false too when a key was malformed).
+func (d *decoder) object(field func(key []byte)) bool {
+	if !d.peek('{') {
+		d.skipValue()
+		return false
+	}
+	d.i++
+	if !d.enter() {
+		return false
+	}
+	for n := 0; d.more('}', &n); {
+		key := d.objectKey()
+		if d.err != nil {
+			return false
+		}
+		field(key)
+	}
+	d.depth--
 	return true
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/openai"
 	"github.com/inferrail/inferrail/router/gateway"
 )
 
@@ -36,24 +37,13 @@ const (
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// errorBody is OpenAI's error shape.
-type errorBody struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    any     `json:"code"`
-	} `json:"error"`
-}
-
 // writeError answers an error in OpenAI's shape, its write bounded by
 // write_timeout.
 func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	var e errorBody
-	e.Error.Message, e.Error.Type = msg, typ
+	e := openai.ErrorBody{Error: openai.ErrorInfo{Message: msg, Type: typ}}
 	if code != "" {
-		e.Error.Code = code
+		e.Error.Code = openai.StringCode(code)
 	}
 	b, _ := json.Marshal(e)
 	w.Header().Set("Content-Type", "application/json")

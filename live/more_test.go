@@ -216,8 +216,17 @@ func TestDNSDiscovery(t *testing.T) {
 	o.DNSRefresh = 20 * time.Millisecond
 	g := startGatewayDeps(t, o, Deps{Resolver: res})
 	waitUntil(t, "both groups resolved", 5*time.Second, func() bool { return len(g.replicaViews()) == 2 })
-	if _, _, err := g.complete(context.Background(), words(1, 10), 2); err != nil {
-		t.Fatal(err)
+	// Until each group's replica has served (so each has metric series).
+	served := map[string]bool{}
+	for i := 0; i < 50 && len(served) < 2; i++ {
+		resp, _, err := g.complete(context.Background(), words(1+i*20, 10), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		served[resp.Header.Get(HeaderReplica)[:2]] = true
+	}
+	if !served["gb"] {
+		t.Fatalf("gb's replica never served (%v)", served)
 	}
 	res.set("b.test", nil, true) // lookups fail: keep the last set
 	time.Sleep(100 * time.Millisecond)
@@ -226,6 +235,17 @@ func TestDNSDiscovery(t *testing.T) {
 	}
 	res.set("b.test", []string{}, false) // the name now has no address
 	waitUntil(t, "gb's replica to leave", 5*time.Second, func() bool { return len(g.replicaViews()) == 1 })
+	// Its metric series went with it.
+	mfs, _ := g.met.reg.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "replica" && strings.HasPrefix(l.GetValue(), "gb-") {
+					t.Fatalf("%s still has a series of the departed %s", mf.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
 	for range 10 {
 		resp, _, err := g.complete(context.Background(), words(50, 10), 2)
 		if err != nil || !strings.HasPrefix(resp.Header.Get(HeaderReplica), "ga-") {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -72,73 +71,22 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f, err := readFields(body)
-	if err != nil {
-		s.met.outcome("", "bad_request")
-		ar.status = http.StatusBadRequest
-		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
+	in, perr := s.parse(r.Header, body, chat)
+	if perr != nil {
+		ar.model, ar.status = perr.model, perr.status
+		s.answerError(w, perr)
 		return
 	}
-	name := ""
-	if f.Model != nil {
-		name = *f.Model
-	}
-	m, alias := s.lookup(name)
-	if m == nil {
-		s.met.outcome("", "unknown_model")
-		if name == "" {
-			ar.status = http.StatusBadRequest
-			s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", "the model field is required: this gateway serves several models (GET /v1/models lists them)")
-			return
-		}
-		ar.status = http.StatusNotFound
-		s.writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist.", name))
-		return
-	}
+	m := in.m
 	ar.model = m.name
-	prio, ok := priorityOf(r.Header)
-	if !ok {
-		s.met.outcome(m.name, "bad_request")
-		ar.status = http.StatusBadRequest
-		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_priority",
-			fmt.Sprintf("header %s: must be an integer from 0 to %d, got %.40q", HeaderPriority, gateway.MaxPriorityLimit, r.Header.Get(HeaderPriority)))
-		return
-	}
-	if alias {
-		body = rewriteModel(body, f, m.name)
-	}
 
-	// Tokenize at the edge to predict what each replica has cached.
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
-	ids, outcome := s.tokenize(ctx, m, chat, body, f)
-	s.met.tokenized(m.name, outcome)
-	salt := m.salt
-	ownSalt := f.CacheSalt != nil && *f.CacheSalt != ""
-	if ownSalt {
-		salt = kvblock.Salt(m.name, "", *f.CacheSalt)
+	s.weigh(ctx, in, r.Header)
+	if in.ids != nil {
+		ar.promptTokens = len(in.ids)
 	}
-	req := gateway.Request{PromptKnown: ids != nil, MaxTokens: f.maxTokens(chat), Priority: prio, Bytes: int64(len(body))}
-	if ids != nil {
-		req.PromptTokens = len(ids)
-		req.BlockHashes = kvblock.AppendHashes(make([]kvblock.Hash, 0, len(ids)/m.blockSize+1), salt, ids, m.blockSize)
-		ar.promptTokens = len(ids)
-	} else {
-		// A rough size, for load accounting only; a prompt too long to
-		// tokenize is weighed as the longest the engine takes (it refuses
-		// a longer one).
-		req.PromptTokens = len(body) / 4
-		if m.maxModelLen > 0 {
-			req.PromptTokens = min(req.PromptTokens, m.maxModelLen)
-		}
-	}
-	req.Tenant = r.Header.Get(HeaderTenant)
-	if f.User != nil {
-		req.Session = sessionOf(*f.User)
-		if req.Tenant == "" {
-			req.Tenant = *f.User
-		}
-	}
+	body = in.body
 
 	// a owns the request's life in the gateway core: whatever way this
 	// handler returns, what it still holds there is given back.
@@ -151,10 +99,12 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		ar.queued = a.queued
 	}()
 	decided := time.Now()
-	d := m.submit(a, req)
+	d := m.submit(a, in.req)
 	took := time.Since(decided) // the core's decision (the lock's wait included)
 	s.met.decisionTime(m.name, took)
-	if !s.await(ctx, w, r, m, a, d, &req, ar) {
+	if e := s.wait(ctx, r.Context(), in, a, d); e != nil {
+		ar.status = e.status
+		s.answerError(w, e)
 		return
 	}
 	backoff := s.cfg.Retry.Backoff
@@ -162,9 +112,9 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	passThrough := false // t is a failed last try's answer, already accounted for
 	for n := 0; ; n++ {
 		s.met.decision(m, a.rep)
-		s.logDecision(reqID, m, &req, a, took)
+		s.logDecision(reqID, m, &in.req, a, took)
 		ar.replica = a.rep.name
-		t = s.attempt(ctx, a.rep, r, body, reqID, f.Stream)
+		t = s.attempt(ctx, a.rep, r, body, reqID, in.f.Stream)
 		if t.err == nil && !retryable(t.resp.StatusCode) {
 			break
 		}
@@ -236,12 +186,14 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		}
 		t.close()
 		s.met.retry(m.name)
-		if !s.await(ctx, w, r, m, a, d, &req, ar) {
+		if e := s.wait(ctx, r.Context(), in, a, d); e != nil {
+			ar.status = e.status
+			s.answerError(w, e)
 			return
 		}
 	}
-	showPredicted := ids != nil && (s.cfg.PredictedCachedHeader || ownSalt)
-	s.relay(w, r, ctx, m, a, t, passThrough, showPredicted, req.BlockHashes, ids, salt, began, ar)
+	showPredicted := in.ids != nil && (s.cfg.PredictedCachedHeader || in.ownSalt)
+	s.relay(w, r, ctx, in, a, t, passThrough, showPredicted, began, ar)
 }
 
 // statusClientGone is the access log's status of a request whose client
@@ -363,81 +315,6 @@ func priorityOf(h http.Header) (int, bool) {
 		return 0, false
 	}
 	return p, true
-}
-
-// await waits while a is queued for the core's decision, then answers a
-// rejection; it reports whether a is dispatched. A client that goes away
-// while a waits takes it out of the queue (the handler's deferred abort).
-func (s *Server) await(ctx context.Context, w http.ResponseWriter, r *http.Request, m *model, a *attempt, d gateway.Decision, req *gateway.Request, ar *accessRecord) bool {
-	if d.Kind == gateway.Queued {
-		waitStart := time.Now()
-		select {
-		case g := <-a.ch:
-			a.queued += time.Since(waitStart)
-			d = g.d
-			a.take(d, g.rep)
-		case <-ctx.Done():
-			a.queued += time.Since(waitStart)
-			if r.Context().Err() != nil {
-				s.met.outcome(m.name, "client_gone")
-				ar.status = statusClientGone
-				return false
-			}
-			s.met.outcome(m.name, "timeout")
-			ar.status = http.StatusGatewayTimeout
-			w.Header().Set(HeaderQueued, formatMs(a.queued))
-			s.writeError(w, http.StatusGatewayTimeout, "timeout", "", "the request deadline passed while it waited in the queue")
-			return false
-		}
-	}
-	if d.Kind == gateway.Rejected {
-		ar.status = s.reject(w, m, a, d, req)
-		return false
-	}
-	return true
-}
-
-// reject answers a request the core rejected, in OpenAI's error shape: 429
-// with Retry-After when the queue is full, timed out or would not reach it
-// in time, 503 with Retry-After when no replica is healthy, 400 when it is
-// too long for the model.
-func (s *Server) reject(w http.ResponseWriter, m *model, a *attempt, d gateway.Decision, req *gateway.Request) int {
-	s.met.rejected(m.name, d.Reason)
-	s.met.outcome(m.name, d.Reason)
-	h := w.Header()
-	h.Set(HeaderQueued, formatMs(a.queued))
-	status := d.Status
-	if status == 0 {
-		status = http.StatusServiceUnavailable
-	}
-	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-		h.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(d.RetryAfter.Seconds())))))
-	}
-	if d.Reason == gateway.ReasonTooLong {
-		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded",
-			fmt.Sprintf("the prompt (%d tokens) plus max_tokens exceeds the model's maximum context length (%d tokens)", req.PromptTokens, m.maxModelLen))
-		return http.StatusBadRequest
-	}
-	if status == http.StatusServiceUnavailable {
-		// No replica is healthy (at once, or by the time the queue timed out).
-		s.writeError(w, status, "service_unavailable", "no_replica_available", fmt.Sprintf("no replica of %s is healthy (%s); retry shortly", m.name, d.Reason))
-		return status
-	}
-	var msg string
-	switch d.Reason {
-	case gateway.ReasonQueueFull:
-		msg = fmt.Sprintf("the queue of %s is full; retry later", m.name)
-	case gateway.ReasonQueueTimeout:
-		msg = fmt.Sprintf("no replica of %s could take the request within the queue timeout; retry later", m.name)
-	case gateway.ReasonNoCapacity:
-		msg = fmt.Sprintf("no replica of %s can take the request now (queueing is off); retry later", m.name)
-	case gateway.ReasonSLOShed:
-		msg = fmt.Sprintf("the queue of %s would not reach the request before its timeout; retry later", m.name)
-	default:
-		msg = fmt.Sprintf("the request to %s was rejected (%s)", m.name, d.Reason)
-	}
-	s.writeError(w, status, "rate_limit_exceeded", d.Reason, msg)
-	return status
 }
 
 // formatMs writes a wait in milliseconds, with one decimal.

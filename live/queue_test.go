@@ -55,8 +55,8 @@ func block(t *testing.T, g *testGateway) (done chan struct{}) {
 	return done
 }
 
-// apiError is OpenAI's error body.
-type apiError struct {
+// wireError is OpenAI's error body.
+type wireError struct {
 	Error struct {
 		Message string  `json:"message"`
 		Type    string  `json:"type"`
@@ -65,11 +65,11 @@ type apiError struct {
 	} `json:"error"`
 }
 
-func readError(t *testing.T, resp *http.Response) apiError {
+func readError(t *testing.T, resp *http.Response) wireError {
 	t.Helper()
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var e apiError
+	var e wireError
 	if err := json.Unmarshal(b, &e); err != nil || e.Error.Message == "" || e.Error.Type == "" {
 		t.Fatalf("status %d: not an OpenAI error: %s (%v)", resp.StatusCode, b, err)
 	}

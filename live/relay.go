@@ -15,10 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/internal/openai"
 	"github.com/inferrail/inferrail/router"
-	"github.com/inferrail/inferrail/router/gateway"
 )
 
 // try is one forwarding of a request to a replica, up to its first
@@ -322,7 +320,8 @@ const (
 // breaks after its first byte ends, for the client, with an error event
 // (SSE) and an aborted response, never a clean end. passThrough: t is the
 // answer of a last try that failed, already ended in the core.
-func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Context, m *model, a *attempt, t *try, passThrough, showPredicted bool, hashes []kvblock.Hash, prompt []uint32, salt kvblock.Hash, began time.Time, ar *accessRecord) {
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Context, in *inbound, a *attempt, t *try, passThrough, showPredicted bool, began time.Time, ar *accessRecord) {
+	m := in.m
 	resp := t.resp
 	if t.buf == nil {
 		t.buf = bufPool.Get().(*[]byte) // a passed-through answer not read yet
@@ -363,9 +362,9 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	// sends one), which the gateway core learns its output reservations
 	// from.
 	var ans *answer
-	te, canRead := m.enc.(TextEncoder)
+	_, canRead := m.enc.(TextEncoder)
 	if ok {
-		keep := canRead && m.index == router.IndexApproximate && prompt != nil
+		keep := canRead && m.index == router.IndexApproximate && in.ids != nil
 		ans = newAnswer(sse, keep)
 	}
 	if t.eof {
@@ -373,13 +372,13 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 		if ans != nil {
 			ans.feed((*t.buf)[:t.n])
 		}
-		s.settle(m, a, t, ans, true, "", passThrough, te, hashes, prompt, salt, ar)
+		s.settle(in, a, t, ans, true, "", passThrough, ar)
 		w.Write((*t.buf)[:t.n])
 		s.met.duration(m, t.rep, time.Since(began))
 		return
 	}
 	end := func(whole bool, failure string) {
-		s.settle(m, a, t, ans, whole, failure, passThrough, te, hashes, prompt, salt, ar)
+		s.settle(in, a, t, ans, whole, failure, passThrough, ar)
 	}
 	// The handler relays on its own while the client reads: it reads the
 	// engine and writes each chunk to the client. When a write blocks for
@@ -597,7 +596,8 @@ func (s *Server) endOf(r *http.Request, ctx context.Context, t *try, ans *answer
 // settle ends a's dispatch in the core by how the engine's side of the
 // stream went, and records the outcome. It runs when the engine is done,
 // before the client may have read everything.
-func (s *Server) settle(m *model, a *attempt, t *try, ans *answer, whole bool, failure string, passThrough bool, te TextEncoder, hashes []kvblock.Hash, prompt []uint32, salt kvblock.Hash, ar *accessRecord) {
+func (s *Server) settle(in *inbound, a *attempt, t *try, ans *answer, whole bool, failure string, passThrough bool, ar *accessRecord) {
+	m := in.m
 	resp := t.resp
 	if passThrough {
 		// The last try's failure, passed through as the engine wrote it;
@@ -625,23 +625,9 @@ func (s *Server) settle(m *model, a *attempt, t *try, ans *answer, whole bool, f
 		s.met.outcome(m.name, failure)
 		s.met.errorReason(m.name, failure)
 	case resp.StatusCode == http.StatusOK && (t.n > 0):
-		var u gateway.Usage
-		if ans != nil {
-			retokenized := -1
-			if text, done := ans.finish(); done {
-				ids := te.EncodeText(string(text))
-				hashes = withAnswer(hashes, salt, prompt, ids, m.blockSize)
-				retokenized = len(ids)
-			}
-			if n, known := ans.outputTokens(retokenized); known {
-				u = gateway.Usage{Known: true, CompletionTokens: n, CachedTokens: max(ans.cached, 0)}
-				ar.outputTokens, ar.cachedTokens = n, max(ans.cached, 0)
-			}
+		if out, cached := s.learn(in, a, ans); out >= 0 {
+			ar.outputTokens, ar.cachedTokens = out, cached
 		}
-		if prompt != nil {
-			s.met.served(m.name, len(prompt), ar.cachedTokens, a.dec.PredictedCachedTokens)
-		}
-		m.finish(a, hashes, u)
 		s.met.outcome(m.name, "ok")
 	default:
 		// A client error the engine answered (or an empty answer): the

@@ -1,0 +1,234 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/router/gateway"
+)
+
+// This file is one generation request's way into the gateway core, up to
+// its dispatch, for every front end that routes: the HTTP proxy
+// (handleGenerate) and the endpoint picker. Each reads the request, weighs
+// it, submits it and waits for the core's decision the same way; only how
+// an answer reaches the client differs.
+
+// inbound is a generation request as the gateway core sees it.
+type inbound struct {
+	chat bool
+	body []byte // forwarded as is (its model rewritten for an alias)
+	f    fields
+	m    *model
+	req  gateway.Request
+	// ids is the prompt as the engine tokenizes it, nil when unknown; salt
+	// seeds its block hashes (the model's, or the request's cache_salt:
+	// ownSalt).
+	ids     []uint32
+	salt    kvblock.Hash
+	ownSalt bool
+}
+
+// apiError is an answer in OpenAI's error shape, with what it is counted
+// as in inferrail_requests_total.
+type apiError struct {
+	status       int
+	typ, code    string
+	msg          string
+	outcome      string
+	model        string // "" when no model was resolved
+	retryAfter   time.Duration
+	queued       time.Duration
+	reportQueued bool // x-inferrail-queued-ms goes with the answer
+}
+
+// answer counts e and writes it to w (headers included).
+func (s *Server) answerError(w http.ResponseWriter, e *apiError) {
+	s.met.outcome(e.model, e.outcome)
+	if e.status == statusClientGone {
+		return
+	}
+	h := w.Header()
+	if e.reportQueued {
+		h.Set(HeaderQueued, formatMs(e.queued))
+	}
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(retryAfterSeconds(e.retryAfter)))
+	}
+	s.writeError(w, e.status, e.typ, e.code, e.msg)
+}
+
+// retryAfterSeconds rounds a wait up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int { return max(1, int(math.Ceil(d.Seconds()))) }
+
+// parse reads a generation request's fields and headers: its model (an
+// alias resolved, and rewritten in the body), its priority.
+func (s *Server) parse(h http.Header, body []byte, chat bool) (*inbound, *apiError) {
+	f, err := readFields(body)
+	if err != nil {
+		return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", msg: err.Error(), outcome: "bad_request"}
+	}
+	name := ""
+	if f.Model != nil {
+		name = *f.Model
+	}
+	m, alias := s.lookup(name)
+	if m == nil {
+		if name == "" {
+			return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", outcome: "unknown_model",
+				msg: "the model field is required: this gateway serves several models (GET /v1/models lists them)"}
+		}
+		return nil, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", outcome: "unknown_model",
+			msg: fmt.Sprintf("The model `%s` does not exist.", name)}
+	}
+	prio, ok := priorityOf(h)
+	if !ok {
+		return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_priority", outcome: "bad_request", model: m.name,
+			msg: fmt.Sprintf("header %s: must be an integer from 0 to %d, got %.40q", HeaderPriority, gateway.MaxPriorityLimit, h.Get(HeaderPriority))}
+	}
+	if alias {
+		body = rewriteModel(body, f, m.name)
+	}
+	return &inbound{chat: chat, body: body, f: f, m: m, req: gateway.Request{Priority: prio}}, nil
+}
+
+// weigh tokenizes in's prompt at the edge (to predict what each replica
+// has cached and to weigh its KV demand) and fills in the core's request:
+// its size, block hashes, tenant and session.
+func (s *Server) weigh(ctx context.Context, in *inbound, h http.Header) {
+	m, f := in.m, in.f
+	ids, outcome := s.tokenize(ctx, m, in.chat, in.body, f)
+	s.met.tokenized(m.name, outcome)
+	in.ids = ids
+	in.salt = m.salt
+	in.ownSalt = f.CacheSalt != nil && *f.CacheSalt != ""
+	if in.ownSalt {
+		in.salt = kvblock.Salt(m.name, "", *f.CacheSalt)
+	}
+	req := &in.req
+	req.PromptKnown = ids != nil
+	req.MaxTokens = f.maxTokens(in.chat)
+	req.Bytes = int64(len(in.body))
+	if ids != nil {
+		req.PromptTokens = len(ids)
+		req.BlockHashes = kvblock.AppendHashes(make([]kvblock.Hash, 0, len(ids)/m.blockSize+1), in.salt, ids, m.blockSize)
+	} else {
+		// A rough size, for load accounting only; a prompt too long to
+		// tokenize is weighed as the longest the engine takes (it refuses
+		// a longer one).
+		req.PromptTokens = len(in.body) / 4
+		if m.maxModelLen > 0 {
+			req.PromptTokens = min(req.PromptTokens, m.maxModelLen)
+		}
+	}
+	req.Tenant = h.Get(HeaderTenant)
+	if f.User != nil {
+		req.Session = sessionOf(*f.User)
+		if req.Tenant == "" {
+			req.Tenant = *f.User
+		}
+	}
+}
+
+// wait waits while a is queued for the core's decision d (ctx bounds the
+// request, client is the client's own context) and reports nil once a is
+// dispatched, or the error to answer. A client that goes away while a
+// waits gets statusClientGone; the caller's abort takes a out of the queue.
+func (s *Server) wait(ctx, client context.Context, in *inbound, a *attempt, d gateway.Decision) *apiError {
+	m := in.m
+	if d.Kind == gateway.Queued {
+		waitStart := time.Now()
+		select {
+		case g := <-a.ch:
+			a.queued += time.Since(waitStart)
+			d = g.d
+			a.take(d, g.rep)
+		case <-ctx.Done():
+			a.queued += time.Since(waitStart)
+			if client.Err() != nil {
+				return &apiError{status: statusClientGone, outcome: "client_gone", model: m.name}
+			}
+			return &apiError{status: http.StatusGatewayTimeout, typ: "timeout", outcome: "timeout", model: m.name,
+				msg: "the request deadline passed while it waited in the queue", queued: a.queued, reportQueued: true}
+		}
+	}
+	if d.Kind == gateway.Rejected {
+		return s.rejection(in, a, d)
+	}
+	return nil
+}
+
+// rejection is the answer to a request the core rejected, in OpenAI's
+// error shape: 429 with Retry-After when the queue is full, timed out or
+// would not reach it in time, 503 with Retry-After when no replica is
+// healthy, 400 when it is too long for the model.
+func (s *Server) rejection(in *inbound, a *attempt, d gateway.Decision) *apiError {
+	m := in.m
+	s.met.rejected(m.name, d.Reason)
+	e := &apiError{outcome: d.Reason, model: m.name, queued: a.queued, reportQueued: true, status: d.Status}
+	if e.status == 0 {
+		e.status = http.StatusServiceUnavailable
+	}
+	if e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
+		e.retryAfter = max(d.RetryAfter, time.Second)
+	}
+	switch {
+	case d.Reason == gateway.ReasonTooLong:
+		e.status, e.retryAfter = http.StatusBadRequest, 0
+		e.typ, e.code = "invalid_request_error", "context_length_exceeded"
+		e.msg = fmt.Sprintf("the prompt (%d tokens) plus max_tokens exceeds the model's maximum context length (%d tokens)", in.req.PromptTokens, m.maxModelLen)
+	case e.status == http.StatusServiceUnavailable:
+		// No replica is healthy (at once, or by the time the queue timed out).
+		e.typ, e.code = "service_unavailable", "no_replica_available"
+		e.msg = fmt.Sprintf("no replica of %s is healthy (%s); retry shortly", m.name, d.Reason)
+	default:
+		e.typ, e.code = "rate_limit_exceeded", d.Reason
+		switch d.Reason {
+		case gateway.ReasonQueueFull:
+			e.msg = fmt.Sprintf("the queue of %s is full; retry later", m.name)
+		case gateway.ReasonQueueTimeout:
+			e.msg = fmt.Sprintf("no replica of %s could take the request within the queue timeout; retry later", m.name)
+		case gateway.ReasonNoCapacity:
+			e.msg = fmt.Sprintf("no replica of %s can take the request now (queueing is off); retry later", m.name)
+		case gateway.ReasonSLOShed:
+			e.msg = fmt.Sprintf("the queue of %s would not reach the request before its timeout; retry later", m.name)
+		default:
+			e.msg = fmt.Sprintf("the request to %s was rejected (%s)", m.name, d.Reason)
+		}
+	}
+	return e
+}
+
+// learn ends a served request in the core: what the engine's answer ans
+// (nil when it was not read) teaches about its usage and, in approximate
+// mode, the blocks the replica holds now. It returns the output and cached
+// tokens it learned (-1 when unknown).
+func (s *Server) learn(in *inbound, a *attempt, ans *answer) (output, cached int) {
+	m := in.m
+	hashes := in.req.BlockHashes
+	output, cached = -1, -1
+	var u gateway.Usage
+	if ans != nil {
+		retokenized := -1
+		if text, done := ans.finish(); done {
+			if te, ok := m.enc.(TextEncoder); ok {
+				ids := te.EncodeText(string(text))
+				hashes = withAnswer(hashes, in.salt, in.ids, ids, m.blockSize)
+				retokenized = len(ids)
+			}
+		}
+		if n, known := ans.outputTokens(retokenized); known {
+			u = gateway.Usage{Known: true, CompletionTokens: n, CachedTokens: max(ans.cached, 0)}
+			output, cached = n, max(ans.cached, 0)
+		}
+	}
+	if in.ids != nil {
+		s.met.served(m.name, len(in.ids), max(cached, 0), a.dec.PredictedCachedTokens)
+	}
+	m.finish(a, hashes, u)
+	return output, cached
+}

@@ -134,8 +134,59 @@ type Config struct {
 	DecisionLog DecisionLog `yaml:"decision_log"`
 	// DNSRefresh is how often DNS groups are resolved again. Default 10s.
 	DNSRefresh time.Duration `yaml:"dns_refresh"`
+	// Tracing configures OpenTelemetry traces; off without an endpoint.
+	Tracing Tracing `yaml:"tracing"`
+	// EPP configures `inferrail epp`, the endpoint picker for Kubernetes
+	// inference gateways (unused by `inferrail live`).
+	EPP EPP `yaml:"epp"`
 	// Models are the served models, at least one.
 	Models []Model `yaml:"models"`
+}
+
+// Tracing configures OpenTelemetry traces, exported over OTLP/HTTP:
+// per request a server span, a route span per routing decision and a
+// client span per try upstream, with GenAI semantic-convention attributes
+// (never a prompt or a completion).
+type Tracing struct {
+	// Endpoint is the OTLP/HTTP traces URL, such as
+	// http://127.0.0.1:4318/v1/traces; "" turns tracing off (no span is
+	// created). Default "".
+	Endpoint string `yaml:"endpoint"`
+	// SampleRatio is the share of new traces sampled; a request carrying a
+	// W3C traceparent follows its sampled flag. Default 0.1.
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// Headers are sent with every export (an authorization header, say).
+	Headers map[string]string `yaml:"headers"`
+	// Timeout bounds one export. Default 10s.
+	Timeout time.Duration `yaml:"timeout"`
+	// ServiceName is the resource's service.name. Default "inferrail".
+	ServiceName string `yaml:"service_name"`
+}
+
+// EPP configures `inferrail epp`: the Gateway API Inference Extension's
+// endpoint-picker protocol (Envoy ext_proc over gRPC).
+type EPP struct {
+	// Listen is the ext_proc gRPC address (plaintext h2c). Default
+	// "127.0.0.1:9002".
+	Listen string `yaml:"listen"`
+	// Pool, when its name is set, takes a model's replicas from the ready
+	// pods of an InferencePool, watched in Kubernetes.
+	Pool InferencePool `yaml:"pool"`
+}
+
+// InferencePool names an InferencePool (inference.networking.k8s.io/v1)
+// whose ready pods are a model's replicas.
+type InferencePool struct {
+	// Name of the InferencePool; "" is none.
+	Name string `yaml:"name"`
+	// Namespace of the pool. Default "default".
+	Namespace string `yaml:"namespace"`
+	// Model is the served model whose replicas the pool's pods are; ""
+	// when exactly one model is configured.
+	Model string `yaml:"model"`
+	// Kubeconfig is a kubeconfig file; "" uses the in-cluster
+	// configuration (the pod's service account).
+	Kubeconfig string `yaml:"kubeconfig"`
 }
 
 // TLS names a certificate and its key, PEM files read again when they
@@ -415,6 +466,8 @@ func Default() Config {
 		Tokenize:    Tokenize{Workers: 0, Queue: 1024, Timeout: 20 * time.Millisecond},
 		DecisionLog: DecisionLog{Path: "", Sample: 0.01, Buffer: 4096},
 		DNSRefresh:  10 * time.Second,
+		Tracing:     Tracing{SampleRatio: 0.1, Timeout: 10 * time.Second, ServiceName: "inferrail"},
+		EPP:         EPP{Listen: "127.0.0.1:9002", Pool: InferencePool{Namespace: "default"}},
 	}
 }
 

@@ -138,6 +138,8 @@ pprof: true
 log: {format: json, level: debug, access_sample: 0.5}
 decision_log: {path: ` + filepath.Join(logDir, "d.jsonl") + `, sample: 1, buffer: 1}
 dns_refresh: 1m
+tracing: {endpoint: "http://127.0.0.1:4318/v1/traces", sample_ratio: 0.5, headers: {authorization: "Bearer x"}, timeout: 3s, service_name: gw}
+epp: {listen: "127.0.0.1:9100", pool: {name: vllm, namespace: llm, model: big, kubeconfig: /tmp/kc}}
 models:
   - name: big
     aliases: [b1, b2]
@@ -193,6 +195,8 @@ models:
 		Tokenize:    Tokenize{8, 1, time.Millisecond, 2 * KiB},
 		DecisionLog: DecisionLog{filepath.Join(logDir, "d.jsonl"), 1, 1},
 		DNSRefresh:  time.Minute,
+		Tracing:     Tracing{"http://127.0.0.1:4318/v1/traces", 0.5, map[string]string{"authorization": "Bearer x"}, 3 * time.Second, "gw"},
+		EPP:         EPP{"127.0.0.1:9100", InferencePool{"vllm", "llm", "big", "/tmp/kc"}},
 		Models: []Model{{
 			Name: "big", Aliases: []string{"b1", "b2"}, Policy: "round_robin", Tokenizer: tok,
 			Index: "events", BlockSize: 1024, Profile: "Llama-3.1-8B@H100", SessionAffinity: true,

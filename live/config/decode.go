@@ -175,6 +175,8 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value) {
 		d.mapping(n, path, v)
 	case reflect.Slice:
 		d.sequence(n, path, v)
+	case reflect.Map:
+		d.stringMap(n, path, v)
 	default:
 		d.scalar(n, path, v)
 	}
@@ -225,6 +227,29 @@ func (d *decoder) mapping(n *yaml.Node, path string, v reflect.Value) {
 		d.lines[sub] = k.Line
 		d.value(val, sub, v.Field(fi))
 	}
+}
+
+// stringMap decodes a YAML mapping of names to scalars into the
+// map[string]string v.
+func (d *decoder) stringMap(n *yaml.Node, path string, v reflect.Value) {
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, "want a mapping of names to strings, got %s", kindName(n))
+		return
+	}
+	m := reflect.MakeMapWithSize(v.Type(), len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || val.Kind != yaml.ScalarNode {
+			d.fail(k, path, "want name: string pairs, got %s: %s", kindName(k), kindName(val))
+			continue
+		}
+		if m.MapIndex(reflect.ValueOf(k.Value)).IsValid() {
+			d.fail(k, path+"."+k.Value, "set twice; keep one")
+			continue
+		}
+		m.SetMapIndex(reflect.ValueOf(k.Value), reflect.ValueOf(val.Value))
+	}
+	v.Set(m)
 }
 
 // sequence decodes a YAML sequence into the slice v; each element starts

@@ -243,9 +243,41 @@ func (c *Config) Validate() error {
 
 	k.decisionLog(&c.DecisionLog)
 	k.positive("dns_refresh", c.DNSRefresh)
+	k.tracing(&c.Tracing)
+	k.listen("epp.listen", c.EPP.Listen, false)
+	if p := c.EPP.Pool; p.Name != "" {
+		if p.Namespace == "" {
+			k.fail("epp.pool.namespace", "must name the pool's namespace, such as default")
+		}
+		if p.Model == "" && len(c.Models) != 1 {
+			k.fail("epp.pool.model", "must name the model whose replicas the pool's pods are, when several models are configured")
+		} else if _, ok := c.Model(p.Model); p.Model != "" && !ok {
+			k.fail("epp.pool.model", "must name a configured model, got %q", p.Model)
+		}
+	}
 
 	k.models(c.Models)
 	return errors.Join(k.errs...)
+}
+
+// tracing checks the tracing section.
+func (k *checker) tracing(t *Tracing) {
+	if t.Endpoint != "" {
+		u, err := url.Parse(t.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			k.fail("tracing.endpoint", "must be an http:// or https:// URL of an OTLP/HTTP traces receiver, such as http://127.0.0.1:4318/v1/traces, got %q", t.Endpoint)
+		}
+	}
+	k.share("tracing.sample_ratio", t.SampleRatio)
+	k.positive("tracing.timeout", t.Timeout)
+	if t.ServiceName == "" {
+		k.fail("tracing.service_name", "must not be empty (the default is inferrail)")
+	}
+	for name := range t.Headers {
+		if name == "" || strings.ContainsAny(name, " \t\r\n:") {
+			k.fail("tracing.headers", "header names must be tokens without spaces or colons, got %q", name)
+		}
+	}
 }
 
 // listen checks a host:port listen address.

@@ -57,6 +57,14 @@ func TestValidateRules(t *testing.T) {
 	}{
 		// addresses
 		{"listen empty", func(c *Config) { c.Listen = "" }, "listen", "host:port"},
+		// tracing and the endpoint picker
+		{"tracing endpoint not a URL", func(c *Config) { c.Tracing.Endpoint = "127.0.0.1:4318" }, "tracing.endpoint", "http:// or https:// URL"},
+		{"tracing ratio over 1", func(c *Config) { c.Tracing.SampleRatio = 1.5 }, "tracing.sample_ratio", ""},
+		{"tracing timeout zero", func(c *Config) { c.Tracing.Timeout = 0 }, "tracing.timeout", "positive"},
+		{"tracing header name", func(c *Config) { c.Tracing.Headers = map[string]string{"a b": "x"} }, "tracing.headers", "without spaces"},
+		{"epp listen", func(c *Config) { c.EPP.Listen = "nowhere" }, "epp.listen", "host:port"},
+		{"epp pool model unknown", func(c *Config) { c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", Model: "nope"} }, "epp.pool.model", "configured model"},
+		{"epp pool namespace", func(c *Config) { c.EPP.Pool = InferencePool{Name: "p"} }, "epp.pool.namespace", "namespace"},
 		// the hardening bounds
 		{"read_timeout zero", func(c *Config) { c.ReadTimeout = 0 }, "read_timeout", "positive"},
 		{"write_timeout zero", func(c *Config) { c.WriteTimeout = 0 }, "write_timeout", "positive"},

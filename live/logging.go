@@ -41,6 +41,7 @@ type accessRecord struct {
 	cachedTokens int
 	outputTokens int
 	queued       time.Duration
+	ttft         time.Duration // to the first byte sent (0: none)
 }
 
 // sampled reports whether the n-th request is in a share of them, spread

@@ -23,7 +23,9 @@ type metrics struct {
 	queueWaitH *prometheus.HistogramVec
 	tokenize   *prometheus.CounterVec
 	logDropped prometheus.Counter
-	kvEvents   *prometheus.CounterVec
+	// traceFailures counts failed trace exports.
+	traceFailures prometheus.Counter
+	kvEvents      *prometheus.CounterVec
 	// connRejected and acceptErrors are the listeners' (Serve).
 	connRejected *prometheus.CounterVec
 	acceptErrors *prometheus.CounterVec
@@ -80,6 +82,9 @@ func newMetrics(s *Server) *metrics {
 	m.connRejected = cv("inferrail_connections_rejected_total", "Connections closed at accept because a cap was reached, by listener and reason (max_conns, max_conns_per_client).", "listener", "reason")
 	m.acceptErrors = cv("inferrail_accept_errors_total", "Temporary accept errors (such as too many open files) the listener backed off from.", "listener")
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_decision_log_dropped_total", Help: "Sampled decisions dropped because the log writer was behind."})
+	m.traceFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_trace_export_failures_total", Help: "Trace exports (batches of spans) that failed; their spans are lost."})
+	m.own = append(m.own, m.traceFailures)
+	reg.MustRegister(m.traceFailures)
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inferrail_build_info", Help: "1, labelled with the build's version and Go version."}, []string{"version", "goversion"})
 	info.WithLabelValues(s.version, runtime.Version()).Set(1)
 	m.own = append(m.own, m.logDropped, &stateCollector{s: s}, info)

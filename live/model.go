@@ -582,6 +582,21 @@ func (m *model) inFlight(r *replica) int {
 	return m.core.State(m.now(), r.idx).Load.InFlight
 }
 
+// candidates counts the replicas a decision can be offered now (healthy,
+// not ejected, not removed), before caps and admission.
+func (m *model) candidates() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	n := 0
+	for _, r := range m.reps {
+		if st := m.core.State(now, r.idx); st.Healthy && !st.Gone {
+			n++
+		}
+	}
+	return n
+}
+
 // healthy reports whether some replica takes requests now.
 func (m *model) healthy() bool {
 	m.mu.Lock()

@@ -65,13 +65,20 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	ar := &accessRecord{began: began, method: r.Method, path: r.URL.Path}
 	defer s.logAccess(r, ar)
+	var in *inbound
+	if s.tr != nil {
+		ctx, sp := s.tr.server(r, chat)
+		r = r.WithContext(ctx)
+		defer func() { endServer(sp, in, ar, reqID) }()
+	}
 
 	body, held, ok := s.readRequestBody(w, r, ar)
 	defer s.bodies.give(held)
 	if !ok {
 		return
 	}
-	in, perr := s.parse(r.Header, body, chat)
+	var perr *apiError
+	in, perr = s.parse(r.Header, body, chat)
 	if perr != nil {
 		ar.model, ar.status = perr.model, perr.status
 		s.answerError(w, perr)
@@ -98,11 +105,14 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		}
 		ar.queued = a.queued
 	}()
+	rsp := s.tr.route(ctx, m)
 	decided := time.Now()
 	d := m.submit(a, in.req)
 	took := time.Since(decided) // the core's decision (the lock's wait included)
 	s.met.decisionTime(m.name, took)
-	if e := s.wait(ctx, r.Context(), in, a, d); e != nil {
+	e := s.wait(ctx, r.Context(), in, a, d)
+	endRoute(rsp, in, a, d, e, took)
+	if e != nil {
 		ar.status = e.status
 		s.answerError(w, e)
 		return
@@ -114,7 +124,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		s.met.decision(m, a.rep)
 		s.logDecision(reqID, m, &in.req, a, took)
 		ar.replica = a.rep.name
-		t = s.attempt(ctx, a.rep, r, body, reqID, in.f.Stream)
+		t = s.attempt(ctx, in, a.rep, r, reqID)
 		if t.err == nil && !retryable(t.resp.StatusCode) {
 			break
 		}
@@ -171,12 +181,14 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			}
 			backoff = min(2*backoff, s.cfg.Retry.MaxBackoff)
 		}
+		rsp = s.tr.route(ctx, m)
 		decided = time.Now()
 		d = m.retry(a, fault)
 		took = time.Since(decided)
 		s.met.decisionTime(m.name, took)
 		if d.Kind == gateway.Rejected && d.Reason == gateway.ReasonNoReplica {
 			// Every replica was tried.
+			endRoute(rsp, in, a, d, &apiError{outcome: "all_tried"}, took)
 			if t.resp != nil {
 				passThrough = true
 				break
@@ -186,7 +198,9 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		}
 		t.close()
 		s.met.retry(m.name)
-		if e := s.wait(ctx, r.Context(), in, a, d); e != nil {
+		e := s.wait(ctx, r.Context(), in, a, d)
+		endRoute(rsp, in, a, d, e, took)
+		if e != nil {
 			ar.status = e.status
 			s.answerError(w, e)
 			return

@@ -15,6 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/inferrail/inferrail/internal/openai"
 	"github.com/inferrail/inferrail/router"
 )
@@ -34,6 +37,7 @@ type try struct {
 	timedOut bool
 	cancel   context.CancelFunc
 	ctx      context.Context
+	span     trace.Span // the try's CLIENT span (nil: tracing is off)
 }
 
 // reason names a failed try for metrics and error bodies.
@@ -72,6 +76,7 @@ func errCause(err error) string {
 
 // close gives back what a try holds that is not relayed.
 func (t *try) close() {
+	endUpstream(t, "")
 	if t.resp != nil {
 		if t.n > 0 || t.eof {
 			t.resp.Body.Close()
@@ -94,15 +99,19 @@ func (t *try) close() {
 // first_byte_timeout, or the try fails (and is retried elsewhere); a
 // non-streamed answer's first byte is its end, bounded by request_timeout
 // only.
-func (s *Server) attempt(ctx context.Context, rep *replica, r *http.Request, body []byte, reqID string, stream bool) *try {
+func (s *Server) attempt(ctx context.Context, in *inbound, rep *replica, r *http.Request, reqID string) *try {
 	t := &try{rep: rep}
+	if s.tr != nil {
+		ctx, t.span = s.tr.upstream(ctx, in, rep)
+	}
 	t.ctx, t.cancel = context.WithCancel(ctx)
+	stream := in.f.Stream
 	var timedOut atomic.Bool
 	var timer *time.Timer
 	if stream {
 		timer = time.AfterFunc(s.cfg.FirstByteTimeout, func() { timedOut.Store(true); t.cancel() })
 	}
-	t.resp, t.reused, t.err = s.forward(t.ctx, rep, r, body, reqID)
+	t.resp, t.reused, t.err = s.forward(t.ctx, rep, r, in.body, reqID)
 	if t.err == nil && !retryable(t.resp.StatusCode) {
 		t.buf = bufPool.Get().(*[]byte)
 		for t.n == 0 && t.err == nil {
@@ -199,6 +208,11 @@ func (s *Server) forward(ctx context.Context, rep *replica, r *http.Request, bod
 	u.Path += r.URL.Path
 	u.RawQuery = r.URL.RawQuery
 	hdr := s.upstreamHeader(r.Header, r, reqID)
+	if s.tr != nil {
+		// The try's span goes on in the engine (a client's own
+		// traceparent is forwarded as is when tracing is off).
+		s.tr.prop.Inject(ctx, propagation.HeaderCarrier(hdr))
+	}
 	if s.h1 != nil && u.Scheme == "http" {
 		return s.h1.do(ctx, &u, hdr, body)
 	}
@@ -347,7 +361,8 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	ok := resp.StatusCode == http.StatusOK
 	ar.status = resp.StatusCode
 	if t.n > 0 {
-		s.met.ttft(m, t.rep, time.Since(began))
+		ar.ttft = time.Since(began)
+		s.met.ttft(m, t.rep, ar.ttft)
 		if ok && !passThrough {
 			m.firstByte(a) // an error answer stays pending: the engine computed nothing
 		}
@@ -599,6 +614,7 @@ func (s *Server) endOf(r *http.Request, ctx context.Context, t *try, ans *answer
 func (s *Server) settle(in *inbound, a *attempt, t *try, ans *answer, whole bool, failure string, passThrough bool, ar *accessRecord) {
 	m := in.m
 	resp := t.resp
+	endUpstream(t, failure)
 	if passThrough {
 		// The last try's failure, passed through as the engine wrote it;
 		// its slot and health were already accounted for.

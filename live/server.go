@@ -1,6 +1,7 @@
 package live
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,7 @@ type Server struct {
 	h1       *h1Client
 	tok      *tokPool
 	met      *metrics
+	tr       *tracer // nil: tracing is off
 	declog   *decisionLog
 	logFile  io.Closer // the decision log's file, when New opened it
 	resolver Resolver
@@ -211,6 +213,11 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	s.tok = newTokPool(s.cfg.Tokenize)
 	s.met = newMetrics(s)
 	s.declog = newDecisionLog(sink, s.cfg.DecisionLog.Sample, s.cfg.DecisionLog.Buffer, s.met.logDropped.Inc)
+	tracing, err := newTracer(s.cfg.Tracing, s.version, s.log, s.met.traceFailures)
+	if err != nil {
+		return nil, fmt.Errorf("live: %w", err)
+	}
+	s.tr = tracing
 	for _, m := range s.models {
 		s.wg.Go(func() { m.runDeadlines(s.stop) })
 	}
@@ -471,6 +478,10 @@ func (s *Server) Close() {
 		if s.declog != nil {
 			s.declog.close()
 		}
+		// What is left of the traces goes out, within a bound.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.tr.shutdown(ctx)
+		cancel()
 		if s.logFile != nil {
 			s.logFile.Close()
 		}

@@ -1,0 +1,280 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/inferrail/inferrail/live/config"
+	"github.com/inferrail/inferrail/router/gateway"
+)
+
+// Traces: per generation request a SERVER span named as the GenAI
+// semantic conventions (v1.40.0, the last release that ships typed GenAI
+// instruments: gen_ai.provider.name, not the older gen_ai.system) say,
+// "{gen_ai.operation.name} {gen_ai.request.model}"; per routing decision an
+// INTERNAL span "route {model}" (the policy, what it was offered, what it
+// chose and why it waited); per try upstream a CLIENT span with the
+// engine's address, whose context goes to the engine in traceparent. A
+// client's W3C traceparent is continued (its sampled flag followed); new
+// traces are sampled at tracing.sample_ratio. Prompts and completions are
+// never recorded. Without tracing.endpoint, s.tr is nil and nothing is
+// created.
+
+// Attributes the v1.40.0 conventions do not define yet, under the names
+// the later GenAI conventions give them.
+const (
+	attrRequestStream    = attribute.Key("gen_ai.request.stream")
+	attrTimeToFirstChunk = attribute.Key("gen_ai.response.time_to_first_chunk")
+)
+
+// providerName is gen_ai.provider.name: the conventions' registry has no
+// value for a self-hosted engine, so the API family inferrail speaks to
+// the engines names it, as peers do.
+const providerName = "vllm"
+
+// tracer is the process's tracing, or nil when it is off.
+type tracer struct {
+	t    trace.Tracer
+	tp   *sdktrace.TracerProvider
+	prop propagation.TextMapPropagator
+}
+
+// newTracer builds the tracer provider for c; nil when c has no endpoint.
+// failures counts exports that failed; the first failure of an outage is
+// logged once, at warn level, and its recovery at info level.
+func newTracer(c config.Tracing, version string, log *slog.Logger, failures prometheus.Counter) (*tracer, error) {
+	if c.Endpoint == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(c.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("tracing.endpoint: %w", err)
+	}
+	opts := []otlptracehttp.Option{
+		otlptracehttp.WithEndpointURL(c.Endpoint),
+		otlptracehttp.WithTimeout(c.Timeout),
+		// Retries stay within one export's timeout: spans wait in the
+		// batch queue (bounded, dropped when full), never a request.
+		otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: true, InitialInterval: 500 * time.Millisecond, MaxInterval: 2 * time.Second, MaxElapsedTime: c.Timeout}),
+	}
+	if len(c.Headers) > 0 {
+		opts = append(opts, otlptracehttp.WithHeaders(c.Headers))
+	}
+	exp, err := otlptracehttp.New(context.Background(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	res := resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(c.ServiceName), semconv.ServiceVersion(version))
+	ce := &countingExporter{SpanExporter: exp, log: log, host: u.Host, failures: failures}
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio))),
+		sdktrace.WithBatcher(ce, sdktrace.WithBatchTimeout(time.Second), sdktrace.WithExportTimeout(c.Timeout)),
+	)
+	return &tracer{
+		t:    tp.Tracer("github.com/inferrail/inferrail/live", trace.WithInstrumentationVersion(version), trace.WithSchemaURL(semconv.SchemaURL)),
+		tp:   tp,
+		prop: propagation.TraceContext{},
+	}, nil
+}
+
+// shutdown exports what is left, within ctx.
+func (t *tracer) shutdown(ctx context.Context) {
+	if t != nil {
+		t.tp.Shutdown(ctx)
+	}
+}
+
+// countingExporter counts failed exports and logs the first of each outage
+// once; it swallows the error, so the SDK does not log each failure again.
+type countingExporter struct {
+	sdktrace.SpanExporter
+	log      *slog.Logger
+	host     string
+	failures prometheus.Counter
+	failing  atomic.Bool
+}
+
+func (e *countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		e.failures.Inc()
+		if !e.failing.Swap(true) {
+			e.log.Warn("trace export failed; spans are dropped while it fails (inferrail_trace_export_failures_total counts the failures)",
+				"endpoint_host", e.host, "spans", len(spans), "err", err)
+		}
+		return nil
+	}
+	if e.failing.Swap(false) {
+		e.log.Info("trace export recovered", "endpoint_host", e.host)
+	}
+	return nil
+}
+
+// operation is gen_ai.operation.name of a generation request.
+func operation(chat bool) attribute.KeyValue {
+	if chat {
+		return semconv.GenAIOperationNameChat
+	}
+	return semconv.GenAIOperationNameTextCompletion
+}
+
+// server starts a request's SERVER span, continuing the client's
+// traceparent; the span is named again once the model is known.
+func (t *tracer) server(r *http.Request, chat bool) (context.Context, trace.Span) {
+	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	op := operation(chat)
+	return t.t.Start(ctx, op.Value.AsString(), trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(op, semconv.GenAIProviderNameKey.String(providerName), semconv.HTTPRequestMethodPost, semconv.URLPath(r.URL.Path)))
+}
+
+// endServer sets what the request came to on its SERVER span, from its
+// access record.
+func endServer(sp trace.Span, in *inbound, ar *accessRecord, reqID string) {
+	if !sp.IsRecording() {
+		sp.End()
+		return
+	}
+	status := ar.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	attrs := []attribute.KeyValue{semconv.HTTPResponseStatusCode(status), attribute.String("inferrail.request_id", reqID)}
+	if in != nil {
+		sp.SetName(operation(in.chat).Value.AsString() + " " + in.m.name)
+		attrs = append(attrs, semconv.GenAIRequestModel(in.m.name), attrRequestStream.Bool(in.f.Stream), semconv.GenAIRequestMaxTokens(in.req.MaxTokens))
+		if ar.promptTokens > 0 {
+			attrs = append(attrs, semconv.GenAIUsageInputTokens(ar.promptTokens))
+		}
+		if ar.outputTokens > 0 || ar.cachedTokens > 0 {
+			attrs = append(attrs, semconv.GenAIUsageOutputTokens(ar.outputTokens), semconv.GenAIUsageCacheReadInputTokens(ar.cachedTokens))
+		}
+		if ar.ttft > 0 {
+			attrs = append(attrs, attrTimeToFirstChunk.Float64(ar.ttft.Seconds()))
+		}
+		if ar.replica != "" {
+			attrs = append(attrs, attribute.String("inferrail.replica", ar.replica))
+		}
+		attrs = append(attrs, attribute.Float64("inferrail.queue_ms", float64(ar.queued)/1e6))
+	}
+	if status >= 400 {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(strconv.Itoa(status)))
+		if status >= 500 || status == statusClientGone {
+			sp.SetStatus(codes.Error, http.StatusText(status))
+		}
+	}
+	sp.SetAttributes(attrs...)
+	sp.End()
+}
+
+// route starts the INTERNAL span of one routing decision.
+func (t *tracer) route(ctx context.Context, m *model) trace.Span {
+	if t == nil {
+		return nil
+	}
+	_, sp := t.t.Start(ctx, "route "+m.name, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attribute.String("inferrail.policy", m.policy)))
+	return sp
+}
+
+// endRoute records a decision on its span: the core's first answer d, how
+// the wait ended (e: nil once dispatched), the winner, its load and what
+// the index predicted there, and the decision's own time.
+func endRoute(sp trace.Span, in *inbound, a *attempt, d gateway.Decision, e *apiError, took time.Duration) {
+	if sp == nil {
+		return
+	}
+	if !sp.IsRecording() {
+		sp.End()
+		return
+	}
+	m := in.m
+	outcome := "dispatched"
+	switch {
+	case e != nil:
+		outcome = e.outcome
+	case d.Kind == gateway.Queued:
+		outcome = "queued"
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("inferrail.admission", outcome),
+		attribute.Int("inferrail.candidates", m.candidates()),
+		attribute.Float64("inferrail.queue_ms", float64(a.queued)/1e6),
+		attribute.Float64("inferrail.decision_us", float64(took)/1e3),
+		attribute.Int("inferrail.prompt_tokens", in.req.PromptTokens),
+		attribute.Bool("inferrail.tokenized", in.ids != nil),
+	}
+	if e == nil && a.rep != nil {
+		attrs = append(attrs,
+			attribute.String("inferrail.replica", a.dec.Name),
+			attribute.Int("inferrail.replica.in_flight", m.inFlight(a.rep)),
+			attribute.Int("inferrail.predicted_cached_tokens", a.dec.PredictedCachedTokens),
+			attribute.Int("inferrail.reserved_blocks", a.dec.Weight))
+	}
+	if e != nil {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(e.outcome))
+	}
+	sp.SetAttributes(attrs...)
+	sp.End()
+}
+
+// upstream starts the CLIENT span of one try at rep.
+func (t *tracer) upstream(ctx context.Context, in *inbound, rep *replica) (context.Context, trace.Span) {
+	op := operation(in.chat)
+	attrs := []attribute.KeyValue{op, semconv.GenAIProviderNameKey.String(providerName), semconv.GenAIRequestModel(in.m.name),
+		attribute.String("inferrail.replica", rep.name)}
+	if host, port, err := net.SplitHostPort(rep.base.Host); err == nil {
+		p, _ := strconv.Atoi(port)
+		attrs = append(attrs, semconv.ServerAddress(host), semconv.ServerPort(p))
+	} else {
+		attrs = append(attrs, semconv.ServerAddress(rep.base.Host))
+	}
+	return t.t.Start(ctx, op.Value.AsString()+" "+in.m.name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+}
+
+// endUpstream records how a try went on its span: its status, or why it
+// failed.
+func endUpstream(t *try, failure string) {
+	sp := t.span
+	if sp == nil {
+		return
+	}
+	t.span = nil
+	if !sp.IsRecording() {
+		sp.End()
+		return
+	}
+	switch {
+	case t.resp != nil:
+		sp.SetAttributes(semconv.HTTPResponseStatusCode(t.resp.StatusCode))
+		if t.resp.StatusCode >= 500 {
+			sp.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(t.resp.StatusCode)))
+			sp.SetStatus(codes.Error, "")
+		}
+	case t.err != nil || t.timedOut:
+		sp.SetAttributes(semconv.ErrorTypeKey.String(t.reason()))
+		sp.SetStatus(codes.Error, t.reason())
+	}
+	if failure != "" {
+		sp.SetAttributes(semconv.ErrorTypeKey.String(failure))
+		sp.SetStatus(codes.Error, failure)
+	}
+	sp.End()
+}

@@ -3,8 +3,10 @@
 # inferrail bench straight to the engines (round robin, client side),
 # through inferrail live (cost_model, edge tokenization and the KV index on)
 # and through nginx (a plain round-robin proxy, Debian's nginx-light), at
-# 1,000 and 3,000 req/s; then a soak of 50,000 requests through live with its
-# resident memory before and after. Engines use the smallest profile costs, so
+# 1,000 and 3,000 req/s; then tracing's cost (live with traces sampled at
+# 0.1 against live without, alternately, at 1,000 req/s); then a soak of
+# 50,000 requests through live with its resident memory before and after
+# (RATES="" and SOAK=0 skip the first and the last). Engines use the smallest profile costs, so
 # latency is almost all network and proxy. Results: $OUT/results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +79,11 @@ http {
 		server 127.0.0.1:19002;
 		server 127.0.0.1:19003;
 		keepalive 512;
+	}
+	server {
+		# The traced proxy's OTLP/HTTP receiver: takes every export.
+		listen 127.0.0.1:19083;
+		location = /v1/traces { return 200; }
 	}
 	server {
 		listen 127.0.0.1:19081;
@@ -159,6 +166,35 @@ for rate in $RATES; do
 	done
 done
 
+# Tracing's cost: a second proxy, the same but for traces sampled at 0.1
+# and exported to a receiver (nginx answering 200), against the untraced one,
+# alternately, at TRACE_RATE.
+TRACE_RATE=${TRACE_RATE:-1000}
+sed -e 's/127.0.0.1:19080/127.0.0.1:19082/' -e 's/127.0.0.1:19090/127.0.0.1:19092/' "$TMP/live.yaml" >"$TMP/traced.yaml"
+printf 'tracing: {endpoint: "http://127.0.0.1:19083/v1/traces", sample_ratio: 0.1}\n' >>"$TMP/traced.yaml"
+$BIN live --config "$TMP/traced.yaml" 2>"$TMP/traced.log" &
+TRACED=$!
+PIDS+=($TRACED)
+sleep 1
+{
+	echo
+	echo "Tracing at $TRACE_RATE req/s, sampled at 0.1 and exported over OTLP/HTTP, against the same proxy untraced, alternately (TTFT in ms; added = traced minus untraced):"
+	echo
+	echo "| run | untraced p50 | untraced p99 | traced p50 | traced p99 | added p50 | added p99 | traced CPU µs/request |"
+	echo "|---|---|---|---|---|---|---|---|"
+} >>"$OUT/results.md"
+n=$((TRACE_RATE * SECONDS_PER_RUN))
+for i in 1 2 3; do
+	run untraced$i http://127.0.0.1:19080 "$TRACE_RATE" "$n" "$LIVE"
+	run traced$i http://127.0.0.1:19082 "$TRACE_RATE" "$n" "$TRACED"
+	read -r u50 u99 _ _ _ _ <<<"$(summarise untraced$i "$TRACE_RATE")"
+	read -r t50 t99 _ _ _ _ <<<"$(summarise traced$i "$TRACE_RATE")"
+	echo "| $i | $u50 | $u99 | $t50 | $t99 | $(python3 -c "print(f'{$t50 - $u50:.3f}')") | $(python3 -c "print(f'{$t99 - $u99:.3f}')") | $(cat "$OUT/traced$i-$TRACE_RATE.cpu") |" >>"$OUT/results.md"
+done
+kill "$TRACED"
+wait "$TRACED" 2>/dev/null || true
+
+if [ "$SOAK" -gt 0 ]; then
 # The soak runs on a fresh proxy, so the overload above does not colour it.
 kill "$LIVE"
 wait "$LIVE" 2>/dev/null || true
@@ -176,4 +212,5 @@ read -r _ _ _ _ ok failed <<<"$(summarise soak "$SOAK_RATE")"
 	echo
 	echo "Soak: $SOAK requests through a fresh live at $SOAK_RATE req/s after 5,000 to warm up: $ok ok, $failed failed; resident memory ${before} KiB before, ${after} KiB after (growth $(( (after - before) / 1024 )) MiB)."
 } >>"$OUT/results.md"
+fi
 cat "$OUT/results.md"

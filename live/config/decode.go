@@ -249,7 +249,9 @@ func (d *decoder) stringMap(n *yaml.Node, path string, v reflect.Value) {
 		}
 		m.SetMapIndex(reflect.ValueOf(k.Value), reflect.ValueOf(val.Value))
 	}
-	v.Set(m)
+	if m.Len() > 0 { // {} is no map, as the default
+		v.Set(m)
+	}
 }
 
 // sequence decodes a YAML sequence into the slice v; each element starts

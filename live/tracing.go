@@ -81,18 +81,23 @@ func newTracer(c config.Tracing, version string, log *slog.Logger, failures prom
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	res := resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(c.ServiceName), semconv.ServiceVersion(version))
 	ce := &countingExporter{SpanExporter: exp, log: log, host: u.Host, failures: failures}
+	return tracerWith(ce, c, version), nil
+}
+
+// tracerWith builds a tracer that exports to exp, batched.
+func tracerWith(exp sdktrace.SpanExporter, c config.Tracing, version string) *tracer {
+	res := resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(c.ServiceName), semconv.ServiceVersion(version))
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio))),
-		sdktrace.WithBatcher(ce, sdktrace.WithBatchTimeout(time.Second), sdktrace.WithExportTimeout(c.Timeout)),
+		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second), sdktrace.WithExportTimeout(c.Timeout)),
 	)
 	return &tracer{
 		t:    tp.Tracer("github.com/inferrail/inferrail/live", trace.WithInstrumentationVersion(version), trace.WithSchemaURL(semconv.SchemaURL)),
 		tp:   tp,
 		prop: propagation.TraceContext{},
-	}, nil
+	}
 }
 
 // shutdown exports what is left, within ctx.

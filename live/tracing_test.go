@@ -8,12 +8,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -21,6 +26,7 @@ import (
 
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/live/config"
+	"github.com/inferrail/inferrail/router/gateway"
 )
 
 // otlpReceiver is an OTLP/HTTP traces endpoint on 127.0.0.1 that keeps
@@ -352,4 +358,38 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// BenchmarkTracingSpans is one request's tracing: its server, route and
+// client spans, the traceparent injected upstream, at ratio 1 (every span
+// recorded and exported, to a no-op exporter) and 0 (none sampled).
+func BenchmarkTracingSpans(b *testing.B) {
+	for _, ratio := range []float64{0, 0.1, 1} {
+		b.Run("ratio="+strconv.FormatFloat(ratio, 'f', -1, 64), func(b *testing.B) {
+			c := config.Default().Tracing
+			c.SampleRatio = ratio
+			tr := tracerWith(tracetest.NewNoopExporter(), c, "bench")
+			defer tr.shutdown(context.Background())
+			up := newUpstream(b, server.Config{Engine: testEngineConfig()})
+			g := startGateway(b, testConfig(b, up))
+			m := g.models[0]
+			rep := m.live()[0]
+			in := &inbound{chat: true, m: m, req: gateway.Request{PromptTokens: 256, MaxTokens: 16}}
+			a := &attempt{rep: rep}
+			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+			hdr := http.Header{}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				ctx, srv := tr.server(r, true)
+				rsp := tr.route(ctx, m)
+				endRoute(rsp, in, a, gateway.Decision{Kind: gateway.Dispatched}, nil, time.Microsecond)
+				t := &try{}
+				_, t.span = tr.upstream(ctx, in, rep)
+				tr.prop.Inject(trace.ContextWithSpan(ctx, t.span), propagation.HeaderCarrier(hdr))
+				endUpstream(t, "")
+				endServer(srv, in, &accessRecord{status: 200, promptTokens: 256, outputTokens: 16}, "id")
+			}
+		})
+	}
 }

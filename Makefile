@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps stress tokenize-fixtures chat-fixtures hostile
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down
 
 all: build
 
@@ -21,10 +21,21 @@ node-deps:
 		npm install --silent --no-audit --no-fund --prefix .cache/node $(OPENAI_SDK) >/dev/null || exit 1; \
 	else echo "npm not found: the OpenAI SDK test will be skipped"; fi
 
+# Debian's prometheus, for the dashboard test and make stack (installed once).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+prometheus-deps:
+	@if [ -x /usr/bin/prometheus ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's prometheus"; \
+		$(APT_INSTALL) prometheus >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update -q >/dev/null && $(APT_INSTALL) prometheus >/dev/null; } || exit 1; \
+	else echo "prometheus-deps: /usr/bin/prometheus is missing and apt-get is unavailable: install Debian's prometheus package"; exit 1; fi
+
 # The whole suite: vet, format check, tests (the router, fleet, engine server
 # and bench also under the race detector). No benchmarks, no timing
 # assertions.
-test: node-deps
+test: node-deps prometheus-deps
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
@@ -70,6 +81,14 @@ report: build
 # admission and with none (about 2 minutes; scripts/overload-live.sh).
 overload-live: build
 	scripts/overload-live.sh
+
+# Three engines, the gateway and Prometheus on loopback (state in
+# runs/stack/; FAULTS=1 makes replica c fail); make stack-down stops them.
+stack: build prometheus-deps
+	scripts/stack.sh
+
+stack-down:
+	scripts/stack-down.sh
 
 # Real-time checks, too slow or too timing-sensitive for make test: the mock
 # engine against its own model on wall-clock time, thousands of concurrent

@@ -2,6 +2,7 @@ package live
 
 import (
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,8 @@ type metrics struct {
 	// the prediction's accuracy, per model).
 	promptTokens, cachedTokens, predictedTokens *prometheus.CounterVec
 	scrapeErrors                                *prometheus.CounterVec
+	// conns reports each listener's open connections.
+	conns *connCollector
 	// perReplica are the vectors labelled by replica, whose series go
 	// when a replica leaves (forget).
 	perReplica []deleter
@@ -83,8 +86,9 @@ func newMetrics(s *Server) *metrics {
 	m.acceptErrors = cv("inferrail_accept_errors_total", "Temporary accept errors (such as too many open files) the listener backed off from.", "listener")
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_decision_log_dropped_total", Help: "Sampled decisions dropped because the log writer was behind."})
 	m.traceFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_trace_export_failures_total", Help: "Trace exports (batches of spans) that failed; their spans are lost."})
-	m.own = append(m.own, m.traceFailures)
-	reg.MustRegister(m.traceFailures)
+	m.conns = &connCollector{desc: prometheus.NewDesc("inferrail_open_connections", "Client connections open now, by listener.", []string{"listener"}, nil)}
+	m.own = append(m.own, m.traceFailures, m.conns)
+	reg.MustRegister(m.traceFailures, m.conns)
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inferrail_build_info", Help: "1, labelled with the build's version and Go version."}, []string{"version", "goversion"})
 	info.WithLabelValues(s.version, runtime.Version()).Set(1)
 	m.own = append(m.own, m.logDropped, &stateCollector{s: s}, info)
@@ -92,6 +96,35 @@ func newMetrics(s *Server) *metrics {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.perReplica = []deleter{m.ttftH, m.durationH, m.decisions, m.kvEvents, m.scrapeErrors}
 	return m
+}
+
+// connCollector is inferrail_open_connections: each listener's open
+// connections, read when scraped.
+type connCollector struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	open map[string]func() int
+}
+
+// set reports listener's open connections from open (a second Serve of the
+// same Server replaces the first's).
+func (c *connCollector) set(listener string, open func() int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.open == nil {
+		c.open = map[string]func() int{}
+	}
+	c.open[listener] = open
+}
+
+func (c *connCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for l, open := range c.open {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(open()), l)
+	}
 }
 
 // forget deletes the series of a replica that left its model.

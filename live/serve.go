@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inferrail/inferrail/internal/netguard"
 	"github.com/inferrail/inferrail/live/config"
@@ -55,23 +54,14 @@ func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
 	errs := make(chan error, 2)
 	s.setAddr(&s.clientAddr, client.Addr())
 	go func() { errs <- serveOn(hs, client) }()
-	var admin *http.Server
-	if s.cfg.AdminListen != "" {
-		al, err := s.listen("admin_listen", s.cfg.AdminListen, s.cfg.AdminTLS, netguard.Config{MaxConns: adminMaxConns})
-		if err != nil {
-			hs.Close()
-			return err
-		}
-		var ap http.Protocols
-		ap.SetHTTP1(true)
-		if s.cfg.AdminTLS.Enabled() {
-			ap.SetHTTP2(true)
-		}
-		admin = &http.Server{Handler: s.AdminHandler(), Protocols: &ap, TLSConfig: al.tls, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
-			ErrorLog: slogAdapter(s.log, "admin server")}
-		s.setAddr(&s.adminAddr, al.Addr())
-		go func() { errs <- serveOn(admin, al) }()
-		s.log.Info("serving", "listen", client.Addr().String(), "admin", al.Addr().String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns())
+	admin, err := s.serveAdmin(errs)
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	if admin != nil {
+		_, al := s.Addrs()
+		s.log.Info("serving", "listen", client.Addr().String(), "admin", al.String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns())
 	} else {
 		s.log.Info("serving", "listen", client.Addr().String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns())
 	}
@@ -110,6 +100,29 @@ func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
 	closeAll()
 	s.log.Info("stopped")
 	return nil
+}
+
+// serveAdmin serves AdminHandler on admin_listen (its end is sent to
+// errs), or returns nil without admin_listen: Serve's and ServeEPP's admin
+// listener.
+func (s *Server) serveAdmin(errs chan<- error) (*http.Server, error) {
+	if s.cfg.AdminListen == "" {
+		return nil, nil
+	}
+	al, err := s.listen("admin_listen", s.cfg.AdminListen, s.cfg.AdminTLS, netguard.Config{MaxConns: adminMaxConns})
+	if err != nil {
+		return nil, err
+	}
+	var ap http.Protocols
+	ap.SetHTTP1(true)
+	if s.cfg.AdminTLS.Enabled() {
+		ap.SetHTTP2(true)
+	}
+	admin := &http.Server{Handler: s.AdminHandler(), Protocols: &ap, TLSConfig: al.tls, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
+		ErrorLog: slogAdapter(s.log, "admin server")}
+	s.setAddr(&s.adminAddr, al.Addr())
+	go func() { errs <- serveOn(admin, al) }()
+	return admin, nil
 }
 
 // Addrs returns the addresses Serve listens on (nil until it does; admin
@@ -175,10 +188,7 @@ func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (g
 		ln.Close()
 		return guarded{}, fmt.Errorf("live: %s: %w", field, err)
 	}
-	// A second Serve of the same Server keeps the first gauge.
-	_ = s.met.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "inferrail_open_connections", Help: "Client connections open now, by listener.", ConstLabels: prometheus.Labels{"listener": label},
-	}, func() float64 { return float64(gl.Stats().Open) }))
+	s.met.conns.set(label, func() int { return gl.Stats().Open })
 	g := guarded{Listener: gl}
 	if t.Enabled() {
 		cr, err := netguard.NewCertReloader(netguard.CertConfig{

@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image
 
 all: build
 
@@ -81,6 +81,15 @@ report: build
 # admission and with none (about 2 minutes; scripts/overload-live.sh).
 overload-live: build
 	scripts/overload-live.sh
+
+# The OCI image, built in Go from scratch (deploy/image): no container
+# engine, nothing pulled. Tagged inferrail:<the chart's appVersion> so the
+# chart's default image.tag names it; reproducible (SOURCE_DATE_EPOCH, else
+# the commit time). Load it with podman load -i / docker load -i.
+IMAGE_VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/inferrail/Chart.yaml)
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.buildVersion=$(VERSION)" -o bin/inferrail-static ./cmd/inferrail
+	$(GO) run ./deploy/image/build -binary bin/inferrail-static -version $(IMAGE_VERSION) -out bin/inferrail-image.tar
 
 # Three engines, the gateway and Prometheus on loopback (state in
 # runs/stack/; FAULTS=1 makes replica c fail); make stack-down stops them.

@@ -113,3 +113,33 @@ func TestTokenCountersAndDepartedReplicas(t *testing.T) {
 		t.Fatalf("%d series left of a departed replica", n)
 	}
 }
+
+// TestREADMEMetricsTable checks that the README's metrics table names
+// exactly the metric set.
+func TestREADMEMetricsTable(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden, err := os.ReadFile(filepath.Join("testdata", "metrics.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got []string
+	for _, l := range strings.Split(string(golden), "\n") {
+		if i := strings.Index(l, `fqName: "`); i >= 0 {
+			rest := l[i+len(`fqName: "`):]
+			want = append(want, rest[:strings.IndexByte(rest, '"')])
+		}
+	}
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "| `inferrail_") {
+			name := strings.TrimPrefix(l, "| `")
+			got = append(got, name[:strings.IndexByte(name, '`')])
+		}
+	}
+	sort.Strings(got)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("README.md's metrics table names\n%s\nbut the metric set is\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -160,6 +160,13 @@ func (s *Server) onDiscovery(group string, eps []remote.Endpoint) {
 	if m == nil {
 		return
 	}
+	s.discovered(m, g, eps)
+}
+
+// discovered adds the replicas group g of model m lists now (eps) and takes
+// those it no longer lists out of rotation: DNS groups, and the
+// InferencePool `inferrail epp` watches.
+func (s *Server) discovered(m *model, g config.DNSGroup, eps []remote.Endpoint) {
 	want := map[string]bool{}
 	var added []*replica
 	for _, ep := range eps {

@@ -50,5 +50,8 @@
 // answer teaches, read with internal/openai), model.go (the core, its lock,
 // the waiters and the deadline goroutine), background.go (scrapes, probes,
 // discovery), kvsync.go (KV events to the core) and logging.go (the access
-// log).
+// log). epp.go is `inferrail epp` (ServeEPP): the same inbound.go path
+// behind Envoy's ext_proc as the Gateway API Inference Extension's endpoint
+// picker (one stream's life in epp_stream.go, an InferencePool's pods as
+// replicas in epp_pool.go).
 package live

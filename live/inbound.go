@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/router/gateway"
 )
 
@@ -231,4 +232,20 @@ func (s *Server) learn(in *inbound, a *attempt, ans *answer) (output, cached int
 	}
 	m.finish(a, hashes, u)
 	return output, cached
+}
+
+// showPredicted reports whether an answer to in names the prediction
+// (x-inferrail-predicted-cached-tokens): with predicted_cached_header, or
+// to a request with its own cache_salt, whose cache no other tenant shares.
+func (s *Server) showPredicted(in *inbound) bool {
+	return in.ids != nil && (s.cfg.PredictedCachedHeader || in.ownSalt)
+}
+
+// answerOf is the reader of a successful answer to in (sse: an event
+// stream): in approximate mode it keeps the answer's text when the model's
+// encoder can read it back into tokens, so the index learns its blocks
+// too.
+func answerOf(in *inbound, sse bool) *answer {
+	_, canRead := in.m.enc.(TextEncoder)
+	return newAnswer(sse, canRead && in.m.index == router.IndexApproximate && in.ids != nil)
 }

@@ -206,8 +206,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	showPredicted := in.ids != nil && (s.cfg.PredictedCachedHeader || in.ownSalt)
-	s.relay(w, r, ctx, in, a, t, passThrough, showPredicted, began, ar)
+	s.relay(w, r, ctx, in, a, t, passThrough, s.showPredicted(in), began, ar)
 }
 
 // statusClientGone is the access log's status of a request whose client

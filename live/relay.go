@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inferrail/inferrail/internal/openai"
-	"github.com/inferrail/inferrail/router"
 )
 
 // try is one forwarding of a request to a replica, up to its first
@@ -377,10 +376,8 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	// sends one), which the gateway core learns its output reservations
 	// from.
 	var ans *answer
-	_, canRead := m.enc.(TextEncoder)
 	if ok {
-		keep := canRead && m.index == router.IndexApproximate && in.ids != nil
-		ans = newAnswer(sse, keep)
+		ans = answerOf(in, sse)
 	}
 	if t.eof {
 		// The whole answer came in the first read: nothing to wait for.

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/inferrail/inferrail/internal/netguard"
 	"github.com/inferrail/inferrail/live/config"
 )

@@ -107,7 +107,12 @@ func loopback(addr string) bool {
 }
 
 // checker collects the FieldErrors of one Validate call.
-type checker struct{ errs []error }
+type checker struct {
+	errs []error
+	// poolModel is the model whose replicas epp.pool's pods are ("" without
+	// a pool): it needs no replicas or dns of its own.
+	poolModel string
+}
 
 func (k *checker) fail(path, format string, args ...any) {
 	k.errs = append(k.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
@@ -246,6 +251,10 @@ func (c *Config) Validate() error {
 	k.tracing(&c.Tracing)
 	k.listen("epp.listen", c.EPP.Listen, false)
 	if p := c.EPP.Pool; p.Name != "" {
+		k.poolModel = p.Model
+		if p.Model == "" && len(c.Models) == 1 {
+			k.poolModel = c.Models[0].Name
+		}
 		if p.Namespace == "" {
 			k.fail("epp.pool.namespace", "must name the pool's namespace, such as default")
 		}
@@ -374,7 +383,7 @@ func (k *checker) model(p string, m *Model) {
 	k.intIn(p+".max_concurrency", m.MaxConcurrency, 1, maxCount)
 	k.intIn(p+".max_pending", m.MaxPending, 1, maxCount)
 	k.admission(p, m)
-	if len(m.Replicas) == 0 && len(m.DNS) == 0 {
+	if len(m.Replicas) == 0 && len(m.DNS) == 0 && (m.Name == "" || m.Name != k.poolModel) {
 		k.fail(p, "needs at least one entry in replicas or dns")
 	}
 

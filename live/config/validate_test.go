@@ -271,6 +271,10 @@ func TestValidateAccepts(t *testing.T) {
 				c.Models = append(c.Models, m)
 			}
 		}},
+		{"only an inferencepool", func(c *Config) {
+			c.Models[0].Replicas = nil
+			c.EPP.Pool = InferencePool{Name: "vllm", Namespace: "llm"}
+		}},
 		{"only dns", func(c *Config) {
 			c.Models[0].Replicas = nil
 			c.Models[0].DNS = []DNSGroup{{Name: "g", Host: "10.0.0.1", Port: 1, Scheme: "https"}}

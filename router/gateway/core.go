@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
@@ -39,6 +40,13 @@ type Request struct {
 	Timeout time.Duration
 	// NoQueue rejects the request at once instead of queueing it.
 	NoQueue bool
+	// Allowed, when not nil, restricts the request to these replicas (by
+	// index): no other is eligible for it, and when none of them is
+	// healthy it is rejected with 503 (ReasonNoReplica), whatever the
+	// others' health. An empty, non-nil Allowed admits no replica. The
+	// core keeps a reference until the request ends: do not modify. Nil
+	// (every replica) is what the simulator uses.
+	Allowed []int
 }
 
 // Ticket names a request inside the core from Submit until it ends. The zero
@@ -497,7 +505,7 @@ func (c *Core) place(now time.Duration, e *entry, front bool) Decision {
 		}
 	}
 	if !c.anyUntried(now, e) {
-		return c.reject(now, e, c.unavailableStatus(now), ReasonNoReplica)
+		return c.reject(now, e, c.unavailableStatus(now, e), ReasonNoReplica)
 	}
 	switch {
 	case e.req.NoQueue || c.cfg.Queue.MaxRequests == 0:
@@ -531,21 +539,37 @@ func (c *Core) place(now time.Duration, e *entry, front bool) Decision {
 	return Decision{Kind: Queued, Ticket: t, ID: e.req.ID}
 }
 
-func (c *Core) unavailableStatus(now time.Duration) int {
-	if c.anyHealthy(now) {
-		return http.StatusTooManyRequests
+// unavailableStatus is the status of a request no replica takes: 429 while
+// a replica it may go to is healthy, else 503.
+func (c *Core) unavailableStatus(now time.Duration, e *entry) int {
+	if e.req.Allowed == nil {
+		if c.anyHealthy(now) {
+			return http.StatusTooManyRequests
+		}
+		return http.StatusServiceUnavailable
+	}
+	for _, i := range e.req.Allowed {
+		if r := c.rep(i); r != nil && c.healthy(now, r) {
+			return http.StatusTooManyRequests
+		}
 	}
 	return http.StatusServiceUnavailable
 }
 
-// anyUntried reports whether a healthy replica e has not tried exists.
+// anyUntried reports whether a healthy replica e may go to and has not
+// tried exists.
 func (c *Core) anyUntried(now time.Duration, e *entry) bool {
 	for i, r := range c.reps {
-		if c.healthy(now, r) && !tried(e, i) {
+		if c.healthy(now, r) && !tried(e, i) && allowed(e, i) {
 			return true
 		}
 	}
 	return false
+}
+
+// allowed reports whether e may go to replica i (Request.Allowed).
+func allowed(e *entry, i int) bool {
+	return e.req.Allowed == nil || slices.Contains(e.req.Allowed, i)
 }
 
 func tried(e *entry, i int) bool {
@@ -604,7 +628,7 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 		v.Load = r.load
 		v.Load.Engine = c.engineLoad(now, r)
 		v.KVCapacityBlocks = c.capacity(r)
-		v.Healthy = c.healthy(now, r) && !tried(e, i)
+		v.Healthy = c.healthy(now, r) && !tried(e, i) && allowed(e, i)
 	}
 	c.rreq = router.Request{ID: e.req.ID, Model: c.cfg.Model, Session: e.req.Session, Priority: e.prio, PromptTokens: e.req.PromptTokens, BlockHashes: e.req.BlockHashes}
 	c.cur = e
@@ -860,7 +884,7 @@ func (c *Core) advance(now time.Duration) []Decision {
 			continue
 		}
 		c.q.remove(e.prio, e.req.Tenant, e.req.Bytes)
-		c.out = append(c.out, c.reject(now, e, c.unavailableStatus(now), ReasonQueueTimeout))
+		c.out = append(c.out, c.reject(now, e, c.unavailableStatus(now, e), ReasonQueueTimeout))
 	}
 	c.q.compact(c.alive)
 	c.drain(now)
@@ -907,7 +931,7 @@ func (c *Core) drain(now time.Duration) {
 			if !c.anyUntried(now, e) {
 				c.q.pop(cls, e.req.Bytes)
 				e.st = stQueued
-				c.out = append(c.out, c.reject(now, e, c.unavailableStatus(now), ReasonNoReplica))
+				c.out = append(c.out, c.reject(now, e, c.unavailableStatus(now, e), ReasonNoReplica))
 				continue
 			}
 			return

@@ -30,7 +30,7 @@ type TraceEvent struct {
 	Decision Decision
 	Others   []Decision
 	// KV is a kv_events call's events (a copy of the slice). Request's
-	// block hashes and Held are copies too.
+	// block hashes and allowed replicas, and Held, are copies too.
 	KV []KVEvent
 }
 
@@ -39,6 +39,9 @@ func (c *Core) trace(ev TraceEvent, others []Decision) {
 	// keeps copies.
 	if ev.Request.BlockHashes != nil {
 		ev.Request.BlockHashes = append([]kvblock.Hash(nil), ev.Request.BlockHashes...)
+	}
+	if ev.Request.Allowed != nil {
+		ev.Request.Allowed = append([]int{}, ev.Request.Allowed...)
 	}
 	if ev.Held != nil {
 		ev.Held = append([]kvblock.Hash(nil), ev.Held...)

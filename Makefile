@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image
 
 all: build
 
@@ -32,10 +32,20 @@ prometheus-deps:
 		{ $(SUDO) apt-get update -q >/dev/null && $(APT_INSTALL) prometheus >/dev/null; } || exit 1; \
 	else echo "prometheus-deps: /usr/bin/prometheus is missing and apt-get is unavailable: install Debian's prometheus package"; exit 1; fi
 
+# Debian's redis-server for tenancy/limit and internal/testredis (installed
+# once, only when missing; the tests start their own server on a unix socket).
+redis-deps:
+	@if [ -x /usr/bin/redis-server ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's redis-server"; \
+		$(APT_INSTALL) redis-server >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update -q >/dev/null && $(APT_INSTALL) redis-server >/dev/null; } || exit 1; \
+	else echo "redis-deps: /usr/bin/redis-server is missing and apt-get is unavailable: install Debian's redis-server package"; exit 1; fi
+
 # The whole suite: vet, format check, tests (the router, fleet, engine server
 # and bench also under the race detector). No benchmarks, no timing
 # assertions.
-test: node-deps prometheus-deps
+test: node-deps prometheus-deps redis-deps
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...

@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image
 
 all: build
 
@@ -42,10 +42,20 @@ redis-deps:
 		{ $(SUDO) apt-get update -q >/dev/null && $(APT_INSTALL) redis-server >/dev/null; } || exit 1; \
 	else echo "redis-deps: /usr/bin/redis-server is missing and apt-get is unavailable: install Debian's redis-server package"; exit 1; fi
 
+# Debian's postgresql server binaries for the store tests (internal/testpg
+# starts its own server from them on a unix socket); installed only when missing.
+db-deps:
+	@if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's postgresql (for the store tests)"; \
+		$(APT_INSTALL) postgresql >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update -q >/dev/null && $(APT_INSTALL) postgresql >/dev/null; } || exit 1; \
+	else echo "db-deps: postgresql is missing and apt-get is unavailable: install Debian's postgresql package, or run go test -short"; exit 1; fi
+
 # The whole suite: vet, format check, tests (the router, fleet, engine server
 # and bench also under the race detector). No benchmarks, no timing
 # assertions.
-test: node-deps prometheus-deps redis-deps
+test: node-deps prometheus-deps redis-deps db-deps
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...

@@ -11,9 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/bench-live}
-RATES=${RATES:-"1000 3000"}
+RATES=${RATES-"1000 3000"}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
-SOAK=${SOAK:-50000}
+SOAK=${SOAK-50000}
 SOAK_RATE=${SOAK_RATE:-1000}
 BIN=bin/inferrail
 
@@ -180,17 +180,22 @@ sleep 1
 	echo
 	echo "Tracing at $TRACE_RATE req/s, sampled at 0.1 and exported over OTLP/HTTP, against the same proxy untraced, alternately (TTFT in ms; added = traced minus untraced):"
 	echo
-	echo "| run | untraced p50 | untraced p99 | traced p50 | traced p99 | added p50 | added p99 | traced CPU µs/request |"
+	echo "| run | untraced p50 | untraced p99 | traced p50 | traced p99 | added p50 | added p99 | CPU µs/request untraced / traced |"
 	echo "|---|---|---|---|---|---|---|---|"
 } >>"$OUT/results.md"
 n=$((TRACE_RATE * SECONDS_PER_RUN))
-for i in 1 2 3; do
+TRACE_RUNS=${TRACE_RUNS:-5}
+added99=()
+for i in $(seq "$TRACE_RUNS"); do
 	run untraced$i http://127.0.0.1:19080 "$TRACE_RATE" "$n" "$LIVE"
 	run traced$i http://127.0.0.1:19082 "$TRACE_RATE" "$n" "$TRACED"
 	read -r u50 u99 _ _ _ _ <<<"$(summarise untraced$i "$TRACE_RATE")"
 	read -r t50 t99 _ _ _ _ <<<"$(summarise traced$i "$TRACE_RATE")"
-	echo "| $i | $u50 | $u99 | $t50 | $t99 | $(python3 -c "print(f'{$t50 - $u50:.3f}')") | $(python3 -c "print(f'{$t99 - $u99:.3f}')") | $(cat "$OUT/traced$i-$TRACE_RATE.cpu") |" >>"$OUT/results.md"
+	a99=$(python3 -c "print(f'{$t99 - $u99:.3f}')")
+	added99+=("$a99")
+	echo "| $i | $u50 | $u99 | $t50 | $t99 | $(python3 -c "print(f'{$t50 - $u50:.3f}')") | $a99 | $(cat "$OUT/untraced$i-$TRACE_RATE.cpu") / $(cat "$OUT/traced$i-$TRACE_RATE.cpu") |" >>"$OUT/results.md"
 done
+echo "| median | | | | | | $(printf '%s\n' "${added99[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') | |" >>"$OUT/results.md"
 kill "$TRACED"
 wait "$TRACED" 2>/dev/null || true
 

@@ -13,6 +13,7 @@ import (
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/router/gateway"
+	"github.com/inferrail/inferrail/workload"
 )
 
 // Spec describes a comparison: one workload and fleet under several
@@ -31,6 +32,18 @@ type Spec struct {
 	// (fleet.LedgerShared, fleet.LedgerIndependent), in report order; more
 	// than one needs Base.Gateways > 1. Empty means Base.Ledger alone.
 	Ledgers []string
+	// Limits are the tenant rate limit switches to compare under every
+	// policy (fleet.LimitsOn, fleet.LimitsOff: the workload's tenants:
+	// limits applied or not), in report order; more than one needs a
+	// workload whose tenants have limits. Empty means Base's alone
+	// (Base.NoLimits).
+	Limits []string
+	// Isolate, when set, names a tenant of the workload's mix: every
+	// variant also runs without it (workload.Config.WithoutTenants), on the
+	// same seeds, so that the other tenants' requests are the same in both
+	// runs, and the report's isolation section sets each other tenant's
+	// TTFT p99 with it against without it (see Isolation).
+	Isolate string
 	// Seeds of the repetitions; each seed gives every policy the same
 	// request stream.
 	Seeds []uint64
@@ -50,6 +63,9 @@ type Point struct {
 	Policy    string
 	Admission gateway.Admission
 	Ledger    string
+	// Limits and Without are the variant's (Variant.Limits, Variant.Without).
+	Limits  string
+	Without string
 	// Label names the point's variant (Variant.Label): what the report
 	// calls it.
 	Label    string
@@ -60,34 +76,58 @@ type Point struct {
 	Records  []results.Record // nil unless Spec.KeepRecords
 }
 
-// Variant is one compared configuration: a policy under one admission rule
-// and one ledger.
+// Variant is one compared configuration: a policy under one admission rule,
+// one ledger and one tenant limits switch, with the whole workload or
+// without the isolated tenant.
 type Variant struct {
 	Policy    string
 	Admission gateway.Admission
 	Ledger    string
+	// Limits is fleet.LimitsOn or fleet.LimitsOff: whether the workload's
+	// tenant limits apply.
+	Limits string
+	// Without is the tenant left out of the run (Spec.Isolate), "" for the
+	// whole workload.
+	Without string
 	// Label names the variant in reports and outputs: the policy alone when
 	// the comparison has one admission rule and one ledger (as comparisons
 	// of policies always had), else policy+admission, e.g. cost_model+kv,
 	// and +ledger when it compares several ledgers, e.g.
-	// cost_model+kv+independent.
+	// cost_model+kv+independent; then +limits-on or +limits-off when it
+	// compares tenant limits, and +without-TENANT for the run without the
+	// isolated tenant, e.g. cost_model+limits-off+without-noisy.
 	Label string
 }
 
-// variants lists policy x admission x ledger, in that nesting order.
-func variants(policies []string, admissions []gateway.Admission, ledgers []string) []Variant {
+// variants lists policy x admission x ledger x limits x (with, without the
+// isolated tenant), in that nesting order.
+func variants(policies []string, admissions []gateway.Admission, ledgers []string, limits []string, isolate string) []Variant {
+	withouts := []string{""}
+	if isolate != "" {
+		withouts = append(withouts, isolate)
+	}
 	var out []Variant
 	for _, p := range policies {
 		for _, a := range admissions {
 			for _, l := range ledgers {
-				label := p
-				if len(admissions) > 1 || len(ledgers) > 1 {
-					label += "+" + string(a)
+				for _, lim := range limits {
+					for _, wo := range withouts {
+						label := p
+						if len(admissions) > 1 || len(ledgers) > 1 {
+							label += "+" + string(a)
+						}
+						if len(ledgers) > 1 {
+							label += "+" + l
+						}
+						if len(limits) > 1 {
+							label += "+limits-" + lim
+						}
+						if wo != "" {
+							label += "+without-" + wo
+						}
+						out = append(out, Variant{Policy: p, Admission: a, Ledger: l, Limits: lim, Without: wo, Label: label})
+					}
 				}
-				if len(ledgers) > 1 {
-					label += "+" + l
-				}
-				out = append(out, Variant{Policy: p, Admission: a, Ledger: l, Label: label})
 			}
 		}
 	}
@@ -95,9 +135,36 @@ func variants(policies []string, admissions []gateway.Admission, ledgers []strin
 }
 
 // Variants lists the compared configurations in report order: by policy,
-// then admission rule, then ledger.
+// then admission rule, ledger and tenant limits, each with the whole
+// workload first and then without the isolated tenant.
 func (s *Spec) Variants() []Variant {
-	return variants(s.Policies, s.admissions(), s.ledgers())
+	return variants(s.Policies, s.admissions(), s.ledgers(), s.limits(), s.Isolate)
+}
+
+func (s *Spec) limits() []string {
+	if len(s.Limits) == 0 {
+		return []string{limitsOf(s.Base)}
+	}
+	return s.Limits
+}
+
+// limitsOf is a config's tenant limits switch.
+func limitsOf(c fleet.Config) string {
+	if c.NoLimits {
+		return fleet.LimitsOff
+	}
+	return fleet.LimitsOn
+}
+
+// configure sets a variant on a copy of the base config.
+func (v *Variant) configure(c *fleet.Config) {
+	c.Policy = v.Policy
+	c.Admission = v.Admission
+	c.Ledger = v.Ledger
+	c.NoLimits = v.Limits == fleet.LimitsOff
+	if v.Without != "" {
+		c.Workload.WithoutTenants = append(slices.Clone(c.Workload.WithoutTenants), v.Without)
+	}
 }
 
 func (s *Spec) admissions() []gateway.Admission {
@@ -160,6 +227,33 @@ func (s *Spec) Validate() error {
 	if len(s.Ledgers) > 1 && s.Base.Gateways < 2 {
 		errs = append(errs, fmt.Errorf("ledgers: comparing ledgers needs several gateways (--gateways), got %d", s.Base.Gateways))
 	}
+	seenLim := map[string]bool{}
+	for _, l := range s.Limits {
+		if l != fleet.LimitsOn && l != fleet.LimitsOff {
+			errs = append(errs, fmt.Errorf("limits: each must be %s or %s, got %q", fleet.LimitsOn, fleet.LimitsOff, l))
+		} else if seenLim[l] {
+			errs = append(errs, fmt.Errorf("limits: %q listed twice", l))
+		}
+		seenLim[l] = true
+	}
+	limited := s.Base.Source == nil && s.Base.Workload.Tenants.Limited()
+	if len(s.Limits) > 1 && !limited {
+		errs = append(errs, errors.New("limits: comparing tenant limits needs a synthetic workload whose tenants have limits (the workload's tenants:)"))
+	}
+	isolate := s.Isolate != ""
+	if isolate {
+		isolate = false
+		switch {
+		case s.Base.Source != nil:
+			errs = append(errs, errors.New("isolate: needs a synthetic workload with a tenant mix, not a trace replay"))
+		case !slices.ContainsFunc(s.Base.Workload.Mix, func(m workload.MixClass) bool { return m.Tenant == s.Isolate }):
+			errs = append(errs, fmt.Errorf("isolate: no class of the workload's mix has tenant %q", s.Isolate))
+		case slices.Contains(s.Base.Workload.WithoutTenants, s.Isolate):
+			errs = append(errs, fmt.Errorf("isolate: tenant %q is already left out (without_tenants)", s.Isolate))
+		default:
+			isolate = true
+		}
+	}
 	if len(s.Seeds) == 0 {
 		errs = append(errs, errors.New("seeds: give at least one"))
 	}
@@ -194,14 +288,25 @@ func (s *Spec) Validate() error {
 			}
 			c := base
 			c.Admission, c.Ledger = a, l
-			err := c.Validate()
-			if err == nil {
-				continue
+			cs := []fleet.Config{c}
+			if isolate {
+				// The run without the isolated tenant must be valid too (it
+				// must leave a class of the mix).
+				v := Variant{Policy: c.Policy, Admission: a, Ledger: l, Limits: limitsOf(c), Without: s.Isolate}
+				cw := base
+				v.configure(&cw)
+				cs = append(cs, cw)
 			}
-			for _, e := range unjoin(err) {
-				if !seenErr[e.Error()] {
-					seenErr[e.Error()] = true
-					errs = append(errs, e)
+			for _, c := range cs {
+				err := c.Validate()
+				if err == nil {
+					continue
+				}
+				for _, e := range unjoin(err) {
+					if !seenErr[e.Error()] {
+						seenErr[e.Error()] = true
+						errs = append(errs, e)
+					}
 				}
 			}
 		}
@@ -270,9 +375,7 @@ func runJobs(ctx context.Context, base fleet.Config, jobs []job, parallel int, k
 			for i := range next {
 				j := jobs[i]
 				c := base
-				c.Policy = j.Policy
-				c.Admission = j.Admission
-				c.Ledger = j.Ledger
+				j.configure(&c)
 				c.Seed = j.seed
 				c.Workload.Rate = j.rate
 				c.Replicas = j.replicas
@@ -284,7 +387,7 @@ func runJobs(ctx context.Context, base fleet.Config, jobs []job, parallel int, k
 					// Wall time is the one field that measures the host, not the
 					// simulation; comparisons keep their outputs reproducible.
 					o.Summary.SimWallS = 0
-					out[i] = Point{Policy: j.Policy, Admission: j.Admission, Ledger: j.Ledger, Label: j.Label,
+					out[i] = Point{Policy: j.Policy, Admission: j.Admission, Ledger: j.Ledger, Limits: j.Limits, Without: j.Without, Label: j.Label,
 						Seed: j.seed, Rate: j.rate, Replicas: j.replicas, Summary: o.Summary}
 					if c.Source != nil {
 						out[i].Rate = o.Summary.RateRPS // a replay offers what its trace offers

@@ -8,4 +8,11 @@
 // order whatever the parallelism. Capacity (capacity.go) searches, per
 // variant, the fewest replicas that meet the SLO at a rate. Write (output.go)
 // stores results.json, requests.parquet and the report (package report).
+//
+// With a tenant mix, Spec.Limits compares the workload's tenant rate limits
+// on and off (variants +limits-on, +limits-off) and Spec.Isolate runs every
+// variant again without one tenant (+without-TENANT); Isolation
+// (tenants.go) sets every other tenant's TTFT p99 with it against without
+// it, seed by seed, and Write adds the per-tenant and isolation tables to
+// report.md.
 package compare

@@ -85,6 +85,9 @@ func Write(dir string, s Spec, pts []Point, caps *CapacityReport, meta Meta) ([]
 	if err != nil {
 		return nil, fmt.Errorf("write report: %w", err)
 	}
+	if err := addTenantSections(dir, s, pts); err != nil {
+		return nil, err
+	}
 	files = append(files, "report.md")
 	return append(files, charts...), nil
 }

@@ -13,5 +13,12 @@
 // own phase and keep their own index, against one shared reservation ledger
 // or one each (Config.Ledger).
 //
+// Tenants with rate limits (workload.Config.Tenants) are charged at
+// arrival, before their gateway sees the request, by the proxy's own
+// limiter (tenancy/limit) on virtual time; a refused request is rejected at
+// once with reason rate_limited (tenancy.go says how, and how several
+// gateways share the buckets). Config.NoLimits runs the same traffic
+// without them.
+//
 // Start with Simulate (sim.go); events.go holds the event heap.
 package fleet

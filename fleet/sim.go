@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/router/gateway"
+	"github.com/inferrail/inferrail/tenancy/limit"
 	"github.com/inferrail/inferrail/workload"
 )
 
@@ -74,6 +76,12 @@ type Config struct {
 	// Ledger says whether the gateways share one reservation ledger
 	// (LedgerShared) or keep one each (LedgerIndependent).
 	Ledger string
+	// NoLimits turns the tenants' rate limits (Workload.Tenants) off:
+	// every request goes to its gateway, as without a rate limiter. The
+	// isolation experiment runs a workload both ways (see tenancy.go for
+	// how limits are applied; they apply to synthetic workloads, not to a
+	// Source).
+	NoLimits bool
 	// Trace, when set, receives every call into each gateway's core (g is
 	// the gateway), in order: a recording of the run's gateway decisions.
 	Trace func(g int, ev gateway.TraceEvent)
@@ -263,6 +271,10 @@ type reqState struct {
 	measured  bool
 	gateway   int
 	ticket    gateway.Ticket
+	// lim and res are the tenant's limiter and reservation, until the
+	// request ends (nil when its tenant has no limits).
+	lim *limit.Local
+	res *limit.Reservation
 }
 
 type memoKey struct {
@@ -286,7 +298,9 @@ type sim struct {
 	salts    map[string]kvblock.Hash
 	memo     map[memoKey][]kvblock.Hash
 	segsBuf  []kvblock.Segment
-	live     int // requests created and not finished, plus a pending open-loop arrival
+	buckets  map[string][]limit.Bucket // each limited tenant's bucket
+	limiters []*limit.Local            // one shared, or one per gateway; nil without limits
+	live     int                       // requests created and not finished, plus a pending open-loop arrival
 	finished int
 	events   int64
 	now      time.Duration
@@ -386,6 +400,9 @@ func newSim(cfg Config) (*sim, error) {
 			s.heap.push(event{at: phase, kind: evScrape, replica: int32(i), gateway: int32(g)})
 		}
 	}
+	if err := s.newLimiters(); err != nil {
+		return nil, err
+	}
 	s.pullArrival()
 	return s, nil
 }
@@ -412,7 +429,9 @@ func (s *sim) run() error {
 			if ev.replica == -1 {
 				s.pullArrival()
 			}
-			s.arrive(ev.req)
+			if err := s.arrive(ev.req); err != nil {
+				return err
+			}
 		case evStepEnd:
 			if err := s.stepEnd(int(ev.replica)); err != nil {
 				return err
@@ -445,6 +464,11 @@ func (s *sim) progress(done bool) Progress {
 	target := s.cfg.Workload.Requests
 	if s.cfg.Source != nil {
 		target = 0 // a replay's length is known only at its end
+	}
+	if len(s.cfg.Workload.WithoutTenants) > 0 && s.cfg.Workload.Duration > 0 {
+		// Requests counts the left-out tenants' too, which never reach the
+		// fleet: the duration tells better how far the run is.
+		target = 0
 	}
 	return Progress{
 		Created:   len(s.records),
@@ -522,8 +546,9 @@ func (s *sim) gatewayOf(w *workload.Request) int {
 	return int(kvblock.Mix64(k) % uint64(len(s.gws)))
 }
 
-// arrive hands a request to its gateway.
-func (s *sim) arrive(rs *reqState) {
+// arrive hands a request to its gateway, once its tenant's rate limit
+// admits it.
+func (s *sim) arrive(rs *reqState) error {
 	w := rs.w
 	rs.measured = w.Arrival >= s.cfg.Warmup
 	rs.rec = len(s.records)
@@ -533,10 +558,20 @@ func (s *sim) arrive(rs *reqState) {
 		Arrival: w.Arrival, PromptTokens: w.PromptTokens(), Outcome: results.OutcomeFailed,
 	})
 	rec := &s.records[rs.rec]
+	rs.gateway = s.gatewayOf(w)
+	if s.limiters != nil {
+		ok, err := s.admitTenant(rs, rec)
+		if err != nil {
+			return err
+		}
+		if !ok { // a 429 at once: the gateway never sees it
+			s.end(rs, false)
+			return nil
+		}
+	}
 	hashes := s.hashes(w)
 	bs := s.cfg.Engine.BlockSize
 	rs.hashes = hashes
-	rs.gateway = s.gatewayOf(w)
 	s.reqs.put(w.ID, rs)
 	g := s.gws[rs.gateway]
 	d, others := g.core.Submit(s.now, gateway.Request{
@@ -546,6 +581,7 @@ func (s *sim) arrive(rs *reqState) {
 	})
 	s.decide(rs.gateway, d)
 	s.decided(rs.gateway, others)
+	return nil
 }
 
 // decided applies the decisions a gateway call returned.
@@ -581,6 +617,8 @@ func (s *sim) decide(g int, d gateway.Decision) {
 		rec := &s.records[rs.rec]
 		rec.Outcome = results.OutcomeRejected
 		rec.Reject = d.Reason
+		rec.RetryAfter = d.RetryAfter
+		s.finishTenant(rs, 0) // no engine answered: nothing was computed
 		s.end(rs, false)
 	case gateway.Dispatched:
 		s.dispatch(g, rs, d)
@@ -629,8 +667,19 @@ func (s *sim) notePeak(i int) {
 	s.reps[i].peakReserved = max(s.reps[i].peakReserved, n)
 }
 
-// end finishes a request's life in the fleet.
+// end finishes a request's life in the fleet. A completed request's
+// tenant is charged what it used (prompt + completion); a request that
+// failed after reaching an engine keeps its estimate (its reservation, if
+// not finished already).
 func (s *sim) end(rs *reqState, ok bool) {
+	if rs.res != nil {
+		used := limit.UsageUnknown
+		if ok {
+			rec := &s.records[rs.rec]
+			used = rec.PromptTokens + rec.OutputTokens
+		}
+		s.finishTenant(rs, used)
+	}
 	s.reqs.del(rs.w.ID)
 	// The engine has let go of the request: its hashes can be reused,
 	// unless the index's speculation queue may still hold them.
@@ -773,6 +822,10 @@ func (s *sim) output(wall time.Duration) *Output {
 		sum.Ledger = s.cfg.Ledger
 	}
 	sum.Replicas = len(s.reps)
+	sum.TenantLimits = s.cfg.limitsState()
+	if s.cfg.Source == nil && len(s.cfg.Workload.WithoutTenants) > 0 {
+		sum.WithoutTenants = slices.Clone(s.cfg.Workload.WithoutTenants)
+	}
 	sum.Seed = s.cfg.Seed
 	sum.SimulatedS = s.now.Seconds()
 	sum.SimEvents = s.events

@@ -15,8 +15,9 @@ import (
 // precision, and 0 where undefined. Workload, Policy and Seed identify the
 // run, so that several runs can share one file.
 //
-// Reject, Priority and Tenant were added after the first files were written:
-// ReadParquet reads files without those columns, with "", 0 and "" in them.
+// Reject, Priority and Tenant, then RateLimit and RetryAfterMs, were added
+// after the first files were written: ReadParquet reads files without those
+// columns, with zero values in them.
 type Row struct {
 	Workload string `parquet:"workload,dict"`
 	Policy   string `parquet:"policy,dict"`
@@ -55,6 +56,11 @@ type Row struct {
 
 	Priority int32  `parquet:"priority"`
 	Tenant   string `parquet:"tenant,dict"`
+
+	// RateLimit and RetryAfterMs are Record.RateLimit and Record.RetryAfter
+	// (float ms, 0 when there was none).
+	RateLimit    string  `parquet:"rate_limit,dict"`
+	RetryAfterMs float64 `parquet:"retry_after_ms"`
 }
 
 // RowsFromRecords converts records to rows tagged with the run's workload,
@@ -85,6 +91,8 @@ func RowsFromRecords(recs []Record, workload, policy string, seed uint64) []Row 
 			Reject:                r.Reject,
 			Priority:              int32(r.Priority),
 			Tenant:                r.Tenant,
+			RateLimit:             r.RateLimit,
+			RetryAfterMs:          durMs(r.RetryAfter),
 		}
 		if r.HasFirstToken {
 			row.TTFTMs = durMs(r.TTFT())

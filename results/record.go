@@ -29,6 +29,9 @@ const (
 	RejectNoReplica    = "no_replica"    // no replica could take the request
 	RejectTooLong      = "too_long"      // the request exceeds what any replica serves
 	RejectSLOShed      = "slo_shed"      // shed to protect the latency objective
+	// RejectRateLimited: the request's tenant (API key) was over its rate
+	// limit, answered at once with a 429; Record.RateLimit says which.
+	RejectRateLimited = "rate_limited"
 	// RejectUnknown is what Summarize counts a rejected request with an
 	// empty Reject under.
 	RejectUnknown = "unknown"
@@ -67,6 +70,14 @@ type Record struct {
 	// Reject* constants such as RejectQueueFull; "" unless Outcome is
 	// OutcomeRejected.
 	Reject string
+	// RateLimit is the tenant limit that refused a rate_limited request:
+	// rpm, tpm, concurrency or too_large (tenancy/limit's reasons); "" for
+	// any other request.
+	RateLimit string
+	// RetryAfter is the Retry-After a rejection came with (the limiter's
+	// for rate_limited, the gateway's for a full queue or a deadline); 0
+	// when there was none.
+	RetryAfter time.Duration
 
 	// Priority and Tenant classify the request for per-class reporting
 	// (Summary.ByPriority); 0 and "" when the workload has no classes.

@@ -99,6 +99,26 @@ type ClassSummary struct {
 	QueueP99Ms float64 `json:"queue_p99_ms"`
 }
 
+// TenantSummary is one tenant's share of a run: the measured requests with
+// that Record.Tenant, counted and timed as Summary counts and times them all.
+type TenantSummary struct {
+	Tenant    string `json:"tenant"`
+	Requests  int    `json:"requests"`
+	Completed int    `json:"completed"`
+	// Failed counts the tenant's requests that did not complete, and
+	// FailedBy splits them by reason: a rejection's Record.Reject
+	// (rate_limited, queue_full, ...; RejectUnknown when empty), else the
+	// outcome (failed, aborted). FailedBy is never nil (it encodes as {}).
+	Failed   int            `json:"failed"`
+	FailedBy map[string]int `json:"failed_by"`
+	// TTFTP50Ms and TTFTP99Ms are over the tenant's requests with a first
+	// token that were not rejected, like Summary.TTFT; E2EP99Ms over its
+	// completed requests, like Summary.E2E.
+	TTFTP50Ms float64 `json:"ttft_p50_ms"`
+	TTFTP99Ms float64 `json:"ttft_p99_ms"`
+	E2EP99Ms  float64 `json:"e2e_p99_ms"`
+}
+
 // Summary condenses one run. Latencies are in milliseconds, rounded to 6
 // significant digits, as are durations, throughputs and rates per second;
 // fractions in [0, 1] are rounded to 4 decimal places. No field is ever NaN.
@@ -114,6 +134,14 @@ type Summary struct {
 	Replicas  int     `json:"replicas"` // len(SummaryOptions.Replicas)
 	Seed      uint64  `json:"seed"`     // set by the caller
 	RateRPS   float64 `json:"rate_rps"` // offered rate, set by the caller
+
+	// TenantLimits says whether the workload's per-tenant rate limits were
+	// applied ("on") or not ("off"); WithoutTenants lists the tenants left
+	// out of the run (the baseline of an isolation experiment). Set by the
+	// caller; omitted when the workload has no tenant limits and leaves no
+	// tenant out.
+	TenantLimits   string   `json:"tenant_limits,omitempty"`
+	WithoutTenants []string `json:"without_tenants,omitempty"`
 
 	// Requests counts measured requests: those arriving at or after warmup.
 	Requests  int `json:"requests"`
@@ -181,6 +209,11 @@ type Summary struct {
 	// entry per priority present, by descending priority. It is nil (and
 	// omitted from JSON) when every measured request has priority 0.
 	ByPriority []ClassSummary `json:"by_priority,omitempty"`
+	// PerTenant breaks the measured requests down by Record.Tenant, one
+	// entry per tenant present, by tenant name (requests without a tenant,
+	// if any, first, under ""). It is nil (and omitted from JSON) when no
+	// measured request has a tenant.
+	PerTenant []TenantSummary `json:"per_tenant,omitempty"`
 
 	SimulatedS float64 `json:"simulated_s"` // SummaryOptions.SimulatedEnd
 	SimWallS   float64 `json:"sim_wall_s"`  // wall-clock time of the simulation, set by the caller
@@ -222,6 +255,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		good                      int
 		pred                      predictionAcc
 		classes                   bool // a measured request has a non-zero priority
+		tenants                   bool // a measured request has a tenant
 	)
 	s.Rejected = map[string]int{}
 	for i := range recs {
@@ -238,6 +272,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		s.Requests++
 		s.Preemptions += r.Preemptions
 		classes = classes || r.Priority != 0
+		tenants = tenants || r.Tenant != ""
 
 		if r.Outcome == OutcomeRejected {
 			s.Failed++
@@ -330,6 +365,9 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 	if classes {
 		s.ByPriority = byPriority(recs, opts.Warmup)
 	}
+	if tenants {
+		s.PerTenant = perTenant(recs, opts.Warmup)
+	}
 
 	s.TTFT = s.TTFT.rounded()
 	s.TPOT = s.TPOT.rounded()
@@ -384,6 +422,57 @@ func byPriority(recs []Record, warmup time.Duration) []ClassSummary {
 		out = append(out, a.ClassSummary)
 	}
 	slices.SortFunc(out, func(x, y ClassSummary) int { return cmp.Compare(y.Priority, x.Priority) })
+	return out
+}
+
+// tenantAcc gathers one tenant for perTenant.
+type tenantAcc struct {
+	TenantSummary
+	ttft, e2e []time.Duration
+}
+
+// perTenant is Summary.PerTenant over the records arriving at or after
+// warmup, by tenant.
+func perTenant(recs []Record, warmup time.Duration) []TenantSummary {
+	accs := map[string]*tenantAcc{}
+	for i := range recs {
+		r := &recs[i]
+		if r.Arrival < warmup {
+			continue
+		}
+		a := accs[r.Tenant]
+		if a == nil {
+			a = &tenantAcc{TenantSummary: TenantSummary{Tenant: r.Tenant, FailedBy: map[string]int{}}}
+			accs[r.Tenant] = a
+		}
+		a.Requests++
+		if r.Outcome == OutcomeRejected {
+			a.Failed++
+			a.FailedBy[r.rejectReason()]++
+			continue
+		}
+		if r.HasFirstToken {
+			a.ttft = append(a.ttft, r.TTFT())
+		}
+		if r.Outcome != OutcomeOK {
+			a.Failed++
+			a.FailedBy[string(r.Outcome)]++
+			continue
+		}
+		a.Completed++
+		a.e2e = append(a.e2e, r.E2E())
+	}
+	out := make([]TenantSummary, 0, len(accs))
+	for _, a := range accs {
+		slices.Sort(a.ttft)
+		slices.Sort(a.e2e)
+		t := latencyOfSorted(a.ttft)
+		a.TTFTP50Ms = roundSig(t.P50)
+		a.TTFTP99Ms = roundSig(t.P99)
+		a.E2EP99Ms = roundSig(latencyOfSorted(a.e2e).P99)
+		out = append(out, a.TenantSummary)
+	}
+	slices.SortFunc(out, func(x, y TenantSummary) int { return cmp.Compare(x.Tenant, y.Tenant) })
 	return out
 }
 

@@ -354,7 +354,7 @@ func TestSummaryJSON(t *testing.T) {
 			}
 			keys := summaryKeys
 			if name == "classes" {
-				keys = append(slices.Clone(keys), "by_priority")
+				keys = append(slices.Clone(keys), "by_priority", "per_tenant") // its records have tenants
 			}
 			if len(m) != len(keys) {
 				t.Errorf("got %d keys, want %d", len(m), len(keys))

@@ -68,18 +68,14 @@ func FormatTable(w io.Writer, sums []Summary) error {
 		// The gateway's admission: what it queued and refused.
 		fmt.Fprintf(&b, "%s admission %s: queue p50/p99 %s/%s ms, rejected %d", s.Policy, s.Admission, fmtMs(s.QueueMs.P50), fmtMs(s.QueueMs.P99), s.RejectedTotal)
 		if len(s.Rejected) > 0 {
-			keys := make([]string, 0, len(s.Rejected))
-			for k := range s.Rejected {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			parts := make([]string, len(keys))
-			for j, k := range keys {
-				parts[j] = fmt.Sprintf("%s %d", k, s.Rejected[k])
-			}
-			b.WriteString(" (" + strings.Join(parts, ", ") + ")")
+			b.WriteString(" (" + reasons(s.Rejected) + ")")
 		}
 		fmt.Fprintf(&b, ", peak reserved %s of capacity\n", fmtPct(s.PeakReservedOverCapacity))
+	}
+	for i := range sums {
+		if err := formatTenants(&b, &sums[i]); err != nil {
+			return err
+		}
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("format table: %w", err)
@@ -105,4 +101,50 @@ func fmtPct0(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) }
 // fmtPct formats a fraction as a percentage with one decimal.
 func fmtPct(f float64) string {
 	return strconv.FormatFloat(100*f, 'f', 1, 64) + "%"
+}
+
+// reasons formats counts by reason as "a 1, b 2", by reason.
+func reasons(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for j, k := range keys {
+		parts[j] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// formatTenants writes a summary's per-tenant lines, if it has tenants.
+func formatTenants(b *strings.Builder, s *Summary) error {
+	if len(s.PerTenant) == 0 {
+		return nil
+	}
+	fmt.Fprintf(b, "%s per tenant", s.Policy)
+	if s.TenantLimits != "" {
+		fmt.Fprintf(b, " (tenant limits %s)", s.TenantLimits)
+	}
+	if len(s.WithoutTenants) > 0 {
+		fmt.Fprintf(b, " without %s", strings.Join(s.WithoutTenants, ", "))
+	}
+	b.WriteString(":\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  tenant\tok/req\tttft p50/99\te2e p99\tfailed")
+	for _, t := range s.PerTenant {
+		name := t.Tenant
+		if name == "" {
+			name = "(none)"
+		}
+		failed := strconv.Itoa(t.Failed)
+		if len(t.FailedBy) > 0 {
+			failed += " (" + reasons(t.FailedBy) + ")"
+		}
+		fmt.Fprintf(tw, "  %s\t%d/%d\t%s/%s\t%s\t%s\n", name, t.Completed, t.Requests, fmtMs(t.TTFTP50Ms), fmtMs(t.TTFTP99Ms), fmtMs(t.E2EP99Ms), failed)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("format table: %w", err)
+	}
+	return nil
 }

@@ -90,6 +90,26 @@ type Config struct {
 	// Empty (the default): every request has tenant "" and priority 0. At
 	// most 64 classes, each with a distinct (tenant, priority).
 	Mix []MixClass `yaml:"mix,omitempty"`
+	// Tenants gives tenants of the mix rate limits, as API keys have in
+	// live: tenant -> {rpm, tpm, max_concurrency}, 0 meaning unlimited (see
+	// TenantLimits). The simulator charges every request of a listed
+	// tenant against its tenant's bucket at arrival, before the gateway;
+	// a refused request is answered at once (rejected, reason
+	// rate_limited). A tenant without an entry, and a request without a
+	// tenant, is not limited. Every key must be a tenant of Mix. Empty
+	// (the default): no limits.
+	Tenants Tenants `yaml:"tenants,omitempty"`
+	// WithoutTenants leaves these tenants of Mix out of the run: their
+	// requests are still drawn, so every other request (prompt, output,
+	// arrival, class) is exactly the one the whole workload sends, but
+	// they are never sent. It is the baseline of an isolation experiment,
+	// the same traffic without a noisy tenant. With requests, the count
+	// includes the left-out requests (a run sends fewer); for the
+	// closed-loop w2 and w3 a left-out session ends at its first turn, and
+	// the other sessions' later turns still depend on how fast the fleet
+	// answers. Each must be a tenant of Mix, listed once, and at least one
+	// class must remain. Empty (the default): every tenant is sent.
+	WithoutTenants []string `yaml:"without_tenants,omitempty"`
 	// W1 parameterises workload w1 (shared system prompts).
 	W1 W1Params `yaml:"w1"`
 	// W2 parameterises workload w2 (multi-turn chat).
@@ -613,6 +633,7 @@ func (c *Config) Validate() error {
 		k.fail("arrival.process", "must be %s or %s, got %q", ArrivalPoisson, ArrivalGamma, c.Arrival.Process)
 	}
 	k.mix(c.Mix)
+	k.tenants(c)
 	if len(k.errs) > 0 {
 		// Per-workload checks below rely on sane common fields.
 		return k.errs
@@ -795,20 +816,25 @@ func New(c Config) (Source, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	var src Source
 	switch c.Workload {
 	case "w1":
-		return newW1(&c), nil
+		src = newW1(&c)
 	case "w2":
-		return newW2(&c), nil
+		src = newW2(&c)
 	case "w3":
-		return newW3(&c), nil
+		src = newW3(&c)
 	case "w4":
-		return newW4(&c), nil
+		src = newW4(&c)
 	case "w5":
-		return newW5(&c), nil
+		src = newW5(&c)
 	case "w6":
-		return newW6(&c), nil
+		src = newW6(&c)
 	default: // "w7", by Validate
-		return newW7(&c), nil
+		src = newW7(&c)
 	}
+	if len(c.WithoutTenants) > 0 {
+		src = newWithoutTenants(src, c.WithoutTenants)
+	}
+	return src, nil
 }

@@ -11,6 +11,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("bogus: 1\n"))
 	f.Add([]byte("workload: w7\nrequests: 50\nw7: {burst_requests: 20, burst_window: 0s}\n"))
 	f.Add([]byte("workload: w2\nrequests: 30\nmix:\n  - {tenant: a, priority: 1, share: 2}\n  - {tenant: b, share: 1}\n"))
+	f.Add([]byte("workload: w6\nrequests: 30\nmix: [{tenant: a, share: 2}, {tenant: n, share: 9}]\ntenants:\n  n: {rpm: 5, tpm: 90000}\nwithout_tenants: [a]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {

@@ -45,6 +45,29 @@
 // Request.Priority. Without a mix every request has tenant "" and priority
 // 0.
 //
+// Tenants of the mix may have rate limits (Config.Tenants, tenants.go), as
+// API keys have in live:
+//
+//	mix:
+//	  - {tenant: alpha, priority: 0, share: 2}
+//	  - {tenant: noisy, priority: 0, share: 9}
+//	tenants:
+//	  alpha: {rpm: 300}
+//	  noisy: {rpm: 54, tpm: 0, max_concurrency: 0}
+//
+// rpm, tpm and max_concurrency are requests per minute, tokens per minute
+// (prompt + completion) and requests in flight, 0 meaning unlimited. This
+// package only validates them (each in [0, 2^40], every tenant one of the
+// mix, a TPM that at least one request could fit); the simulator (package
+// fleet) charges them through the same limiter the proxy uses
+// (tenancy/limit). A tenant's offered rate is Rate × its share / the sum of
+// shares, so a noisy tenant at 10x its limit is a share whose rate is ten
+// times its rpm / 60 (above: 15 req/s in all, noisy 9 req/s = 540 per
+// minute against rpm 54). Config.WithoutTenants leaves tenants out of a
+// run while drawing their requests, so the other tenants' requests are
+// exactly those of the whole workload: the baseline that shows what a
+// noisy tenant costs the others (examples/tenants-noisy.yaml).
+//
 // Start reading at Request and Source (request.go), then Config
 // (config.go): DefaultConfig or LoadConfig, then New. Generation is
 // deterministic: every generator owns its random streams, seeded from

@@ -31,6 +31,7 @@ type compareFlags struct {
 	maxReplicas int
 	admissions  string
 	ledgers     string
+	isolate     string
 }
 
 // Defaults of compare and capacity runs.
@@ -81,7 +82,19 @@ func (f *compareFlags) spec(cmd *cobra.Command) (compare.Spec, error) {
 	if f.parallel < 0 || f.parallel > maxParallel {
 		return compare.Spec{}, usagef("--parallel: must be between 0 (all cores) and %d, got %d (each running simulation holds its requests in memory)", maxParallel, f.parallel)
 	}
-	s := compare.Spec{Base: cfg, Policies: compare.PolicyList(f.policies), Parallel: f.parallel, KeepRecords: true}
+	s := compare.Spec{Base: cfg, Policies: compare.PolicyList(f.policies), Parallel: f.parallel, KeepRecords: true, Isolate: f.isolate}
+	if f.gw.limitsList {
+		lims, err := f.gw.limitSwitches()
+		if err != nil {
+			return compare.Spec{}, err
+		}
+		if len(lims) > 1 {
+			s.Limits = lims
+		}
+	}
+	if fl.Changed("isolate") && f.isolate == "" {
+		return compare.Spec{}, usagef("--isolate: name a tenant of the workload's mix")
+	}
 	if fl.Changed("admissions") {
 		if fl.Changed("admission") {
 			return compare.Spec{}, usagef("--admissions replaces --admission: give one of them")
@@ -153,11 +166,19 @@ labelled policy+admission (+ledger with several ledgers), e.g. cost_model+kv or
 cost_model+kv+independent, in the report, the printed table and the parquet
 policy column (results.json gives each summary's admission and ledger); the
 report adds an "Admission and queueing" section (rejections by reason,
-preemptions, peak KV reservations, queue waits, goodput).`,
+preemptions, peak KV reservations, queue waits, goodput).
+
+With a tenant mix the report has a per-tenant table. --limits on,off runs every
+variant with the workload's tenant limits and without them (+limits-on,
++limits-off); --isolate TENANT also runs every variant without that tenant
+(+without-TENANT, the other tenants' requests unchanged) and adds an isolation
+table: each other tenant's TTFT p99 with it against without it, seed by seed
+(goal: within 10% with limits on).`,
 		Example: `  inferrail compare --workload w1 --policies round_robin,least_request,cost_model --seeds 3 --out runs/w1
   inferrail compare --workload w6 --policies all --rates 6,8,10,12 --out runs/w6-sweep
   inferrail compare --workload w7 --policies cost_model --admissions all --seeds 3 --out runs/w7-overload
-  inferrail compare --workload w7 --policies cost_model --admission kv --gateways 3 --ledgers shared,independent --out runs/w7-gateways`,
+  inferrail compare --workload w7 --policies cost_model --admission kv --gateways 3 --ledgers shared,independent --out runs/w7-gateways
+  inferrail compare --workload-file examples/tenants-noisy.yaml --policies round_robin,cost_model --isolate noisy --limits on,off --seeds 5 --out runs/isolation`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := f.spec(cmd)
@@ -194,9 +215,11 @@ preemptions, peak KV reservations, queue waits, goodput).`,
 		},
 	}
 	f.register(cmd, "every summary")
+	f.gw.limitsList = true
 	f.gw.register(cmd)
 	f.registerCompare(cmd)
 	cmd.Flags().StringVar(&f.rates, "rates", "", "offered loads to sweep, in requests per second, comma-separated (the first is the main comparison)")
+	cmd.Flags().StringVar(&f.isolate, "isolate", "", "a tenant of the workload's mix: also run every variant without it, and report the other tenants' TTFT p99 with it against without it")
 	return cmd
 }
 
@@ -209,6 +232,17 @@ func printComparison(w io.Writer, dir string, s compare.Spec, pts []compare.Poin
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if rows := compare.Isolation(s, pts); len(rows) > 0 {
+		fmt.Fprintf(w, "other tenants' TTFT p99 with %s against without it (medians over seeds; goal: within %.0f%% with limits on):\n", s.Isolate, 100*compare.IsolationGoal)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "variant\ttenant\tp99 with ms\tp99 without ms\tchange\tmin..max")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%+.1f%%\t%+.1f%%..%+.1f%%\n", r.Label, r.Tenant, r.With, r.Without, 100*r.Change, 100*r.ChangeMin, 100*r.ChangeMax)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(w, "wrote %s in %s\n", strings.Join(files, ", "), dir)
 	return nil

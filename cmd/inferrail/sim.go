@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,6 +82,9 @@ type gatewayFlags struct {
 	mix          string
 	gateways     int
 	ledger       string
+	limits       string
+	// limitsList lets --limits list several switches (compare).
+	limitsList bool
 }
 
 func (g *gatewayFlags) register(cmd *cobra.Command) {
@@ -96,6 +100,30 @@ func (g *gatewayFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&g.mix, "mix", "", "tenants and priorities of the requests, as tenant:priority:share,... e.g. batch:0:0.7,chat:5:0.3")
 	fl.IntVar(&g.gateways, "gateways", d.Gateways, "gateway cores in front of the fleet, each with its own view and scrape phase")
 	fl.StringVar(&g.ledger, "ledger", d.Ledger, "with several gateways: shared (one reservation ledger) or independent (one each)")
+	help := "the workload's per-tenant rate limits (its tenants: section): on or off"
+	if g.limitsList {
+		help += ", or on,off to compare both"
+	}
+	fl.StringVar(&g.limits, "limits", fleet.LimitsOn, help)
+}
+
+// limitSwitches parses --limits: on, off, or (compare) a list of them.
+func (g *gatewayFlags) limitSwitches() ([]string, error) {
+	var out []string
+	for _, v := range strings.Split(g.limits, ",") {
+		v = strings.TrimSpace(v)
+		if v != fleet.LimitsOn && v != fleet.LimitsOff {
+			return nil, usagef("--limits: want %s or %s, got %q", fleet.LimitsOn, fleet.LimitsOff, v)
+		}
+		if slices.Contains(out, v) {
+			return nil, usagef("--limits: %q listed twice", v)
+		}
+		out = append(out, v)
+	}
+	if len(out) > 1 && !g.limitsList {
+		return nil, usagef("--limits: want %s or %s, got %q (only compare runs both)", fleet.LimitsOn, fleet.LimitsOff, g.limits)
+	}
+	return out, nil
 }
 
 // apply checks the gateway flags and sets them on cfg.
@@ -143,7 +171,26 @@ func (g *gatewayFlags) apply(cfg *fleet.Config, wl *workload.Config) error {
 		return usagef("--ledger: must be %s or %s, got %q", fleet.LedgerShared, fleet.LedgerIndependent, g.ledger)
 	}
 	cfg.Ledger = g.ledger
+	lims, err := g.limitSwitches()
+	if err != nil {
+		return err
+	}
+	cfg.NoLimits = lims[0] == fleet.LimitsOff
 	return nil
+}
+
+// checkLimits refuses --limits where no tenant has limits.
+func (g *gatewayFlags) checkLimits(cmd *cobra.Command, cfg *fleet.Config) error {
+	if !g.registered || !cmd.Flags().Changed("limits") {
+		return nil
+	}
+	if cfg.Source != nil {
+		return usagef("--limits: does not apply to --trace (tenant limits come with a synthetic workload's tenants:)")
+	}
+	if cfg.Workload.Tenants.Limited() {
+		return nil
+	}
+	return usagef("--limits: the workload gives no tenant a limit (add a tenants: section to the workload file, or --set tenants.TENANT.rpm=N)")
 }
 
 func newSimCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -160,11 +207,18 @@ w6 (prompts that share nothing). Every workload parameter can be set in a YAML
 file (--workload-file) or one by one with --set (for example
 --set w1.prompts=64 --set output.median=300). Without --rate, the rate is the
 workload's default per-replica rate times --replicas (about 70% of what round
-robin sustains on the default engine profile).`,
+robin sustains on the default engine profile).
+
+A workload file may give tenants of its mix rate limits (tenants:, see
+examples/tenants-noisy.yaml): a request over its tenant's rpm, tpm or
+max_concurrency is refused at once (rejected, reason rate_limited) and the
+summary has a per-tenant breakdown. --limits off runs the same traffic without
+the limits; --set 'without_tenants=[noisy]' leaves a tenant out.`,
 		Example: `  inferrail sim --workload w1 --policy round_robin
   inferrail sim --workload w2 --replicas 8 --requests 20000 --json
   inferrail sim --workload w6 --rate 12 --duration 10m --out runs/w6
-  inferrail sim --workload-file my-workload.yaml --profile my-gpu.yaml`,
+  inferrail sim --workload-file my-workload.yaml --profile my-gpu.yaml
+  inferrail sim --workload-file examples/tenants-noisy.yaml --policy cost_model --limits off`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := f.config(cmd)
@@ -437,6 +491,9 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 	cfg.Warmup = f.warmup
 	cfg.ScrapeInterval = f.scrapeInterval
 	cfg.SLO = results.SLO{TTFTP99: f.sloTTFT, TPOTP99: f.sloTPOT}
+	if err := f.gw.checkLimits(cmd, &cfg); err != nil {
+		return cfg, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{err}
 	}

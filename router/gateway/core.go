@@ -213,9 +213,12 @@ type Core struct {
 	cfg    Config
 	rt     *router.Router
 	ledger Ledger
-	bs     int
-	salt   kvblock.Hash
-	models []string
+	// reserver is ledger when it is a Reserver (nil otherwise): try then
+	// reserves with TryAdd.
+	reserver Reserver
+	bs       int
+	salt     kvblock.Hash
+	models   []string
 
 	reps    []*replica
 	views   []router.Replica
@@ -255,6 +258,7 @@ func New(cfg Config) (*Core, error) {
 	if c.ledger == nil {
 		c.ledger = NewLocalLedger()
 	}
+	c.reserver, _ = c.ledger.(Reserver)
 	c.admitFn = c.admit
 	c.alive = c.queuedTicket
 	c.out_.q, c.out_.min = cfg.OutputQuantile, cfg.OutputMinSamples
@@ -637,6 +641,10 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 		admit = c.admitFn
 	}
 	d, err := c.rt.RouteAdmitted(now, &c.rreq, c.views, admit)
+	reserved := false // TryAdd put the weight in the ledger already
+	if err == nil && c.reserver != nil {
+		d, reserved, err = c.reserve(now, e, d, admit)
+	}
 	c.cur = nil
 	c.rreq.BlockHashes = nil // keep no reference past the call
 	if err != nil {
@@ -655,7 +663,9 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	e.tail = c.tailBlocks(e)
 	r.tail += e.tail
 	e.tried = append(e.tried, int32(d.Replica))
-	c.ledger.Add(d.Replica, w)
+	if !reserved {
+		c.ledger.Add(d.Replica, w)
+	}
 	r.peakReserved = max(r.peakReserved, c.ledger.Reserved(d.Replica))
 	l := &r.load
 	l.InFlight++
@@ -666,6 +676,58 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	r.peakInFlight = max(r.peakInFlight, l.InFlight)
 	return Decision{Kind: Dispatched, Ticket: c.ticketOf(e), ID: e.req.ID, Replica: d.Replica, Name: r.cfg.Name,
 		PredictedCachedTokens: d.PredictedCachedTokens, Weight: w, Queued: queued}, true
+}
+
+// reserve is try's check-and-reserve with a Reserver: it asks TryAdd for
+// the weight of e on d's replica, and when TryAdd refuses (another gateway
+// took the room since admit read the ledger) that replica does not admit e
+// in this attempt: what routing recorded there is undone (the index's pins
+// or speculation) and routing runs again without it. Each refusal leaves
+// one more replica out, so each is asked at most once. It reports whether
+// the weight is in the ledger (false: try adds it, as without a Reserver).
+func (c *Core) reserve(now time.Duration, e *entry, d router.Decision, admit router.Admit) (router.Decision, bool, error) {
+	for range len(c.reps) {
+		limit, weighs := c.ledgerLimit(c.reps[d.Replica])
+		if !weighs {
+			return d, false, nil
+		}
+		cached := d.PredictedCachedTokens
+		if e.req.BlockHashes == nil {
+			cached = 0
+		}
+		if c.reserver.TryAdd(d.Replica, c.weight(e, cached), limit) {
+			return d, true, nil
+		}
+		c.rt.Abandon(d)
+		c.views[d.Replica].Healthy = false
+		var err error
+		if d, err = c.rt.RouteAdmitted(now, &c.rreq, c.views, admit); err != nil {
+			return d, false, err
+		}
+	}
+	// Unreachable (every replica was left out), but leave nothing behind.
+	c.rt.Abandon(d)
+	return d, false, router.ErrNoCandidates
+}
+
+// ledgerLimit is what admit compares the ledger's part of replica r's
+// demand against (capacity x overcommit for kv, the capacity for
+// tokenflow), in whole blocks, and whether admission weighs r's requests
+// against the ledger at all (kv or tokenflow, with r's capacity known).
+func (c *Core) ledgerLimit(r *replica) (int, bool) {
+	capb := c.capacity(r)
+	if capb <= 0 {
+		return 0, false
+	}
+	switch c.cfg.Admission {
+	case AdmitKV:
+		// admit refuses float64(used) > capb*overcommit: for a whole
+		// number of blocks, used > the floor.
+		return int(math.Floor(float64(capb) * c.cfg.Overcommit)), true
+	case AdmitTokenFlow:
+		return capb, true
+	}
+	return 0, false
 }
 
 // maxTokens is the output e is weighed with.

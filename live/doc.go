@@ -33,6 +33,14 @@
 // exactly. Each dispatch ends in the core exactly once (an attempt owns it),
 // however the handler returns.
 //
+// With auth: keys a request needs an API key (tenancy, in a SQLite or
+// Postgres store), whose id is its tenant and whose priority caps its own;
+// limits per key, per key and model and global (RPM, TPM charged on the
+// estimate and reconciled with the engine's usage, concurrency leases), in
+// process or shared by every gateway through Redis, answer 429 with
+// OpenAI's x-ratelimit-* headers; each request's usage is metered per key,
+// model and hour, written in batches off the request path.
+//
 // Every wait is bounded and every failure visible: body reads, each write to
 // the client, each engine's first byte and its silences mid-stream, the
 // request as a whole; a client that reads slowly never holds an engine slot
@@ -50,7 +58,11 @@
 // answer teaches, read with internal/openai), model.go (the core, its lock,
 // the waiters and the deadline goroutine), background.go (scrapes, probes,
 // discovery), kvsync.go (KV events to the core) and logging.go (the access
-// log). epp.go is `inferrail epp` (ServeEPP): the same inbound.go path
+// log). tenancy.go is API keys, rate limits and usage metering on the
+// request path (authenticate before the body, authorize once the model is
+// known, reserve once the request is weighed, release when it ends), and
+// admin.go the admin API that manages keys and reads usage and status.
+// epp.go is `inferrail epp` (ServeEPP): the same inbound.go path
 // behind Envoy's ext_proc as the Gateway API Inference Extension's endpoint
 // picker (one stream's life in epp_stream.go, an InferencePool's pods as
 // replicas in epp_pool.go).

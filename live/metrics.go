@@ -35,6 +35,11 @@ type metrics struct {
 	// the prediction's accuracy, per model).
 	promptTokens, cachedTokens, predictedTokens *prometheus.CounterVec
 	scrapeErrors                                *prometheus.CounterVec
+	// Tenancy: authentications, rate-limit decisions (and those the
+	// on_redis_error policy made), failed limiter calls, usage rows
+	// dropped, failed key store operations. No key id is a label.
+	auth, ratelimit, ratelimitFallback, limiterErrors, storeErrors *prometheus.CounterVec
+	usageDropped                                                   prometheus.Counter
 	// conns reports each listener's open connections.
 	conns *connCollector
 	// perReplica are the vectors labelled by replica, whose series go
@@ -84,6 +89,14 @@ func newMetrics(s *Server) *metrics {
 	m.kvEvents = cv("inferrail_kv_event_batches_total", "KV event batches by model, replica and result (applied, gap, reset).", "model", "replica", "result")
 	m.connRejected = cv("inferrail_connections_rejected_total", "Connections closed at accept because a cap was reached, by listener and reason (max_conns, max_conns_per_client).", "listener", "reason")
 	m.acceptErrors = cv("inferrail_accept_errors_total", "Temporary accept errors (such as too many open files) the listener backed off from.", "listener")
+	m.auth = cv("inferrail_auth_total", "Client authentications (auth: keys) by outcome: ok, missing, malformed, invalid (unknown or revoked), expired, disabled, model_not_allowed, unavailable (the key store failed).", "outcome")
+	m.ratelimit = cv("inferrail_ratelimit_total", "Rate-limit decisions by the kind of bucket that refused (key, key_model, global; all for allowed and limiter_unavailable) and reason (allowed, rpm, tpm, concurrency, too_large, limiter_unavailable).", "bucket_kind", "reason")
+	m.ratelimitFallback = cv("inferrail_ratelimit_fallback_total", "Rate-limit decisions made by tenancy.redis.on_redis_error while Redis failed, by policy (closed, open, local).", "policy")
+	m.limiterErrors = cv("inferrail_ratelimit_backend_errors_total", "Failed rate-limiter calls by operation: reserve, finish, renew (Redis errors and timeouts) and lease_lost.", "op")
+	m.storeErrors = cv("inferrail_tenancy_store_errors_total", "Failed key store operations by kind: auth (a key lookup with nothing cached to serve), usage_flush, admin.", "op")
+	m.usageDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_usage_rows_dropped_total", Help: "Usage rows dropped: tenancy.usage_buffer was full, or the store refused them as invalid."})
+	m.own = append(m.own, m.usageDropped)
+	reg.MustRegister(m.usageDropped)
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_decision_log_dropped_total", Help: "Sampled decisions dropped because the log writer was behind."})
 	m.traceFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_trace_export_failures_total", Help: "Trace exports (batches of spans) that failed; their spans are lost."})
 	m.conns = &connCollector{desc: prometheus.NewDesc("inferrail_open_connections", "Client connections open now, by listener.", []string{"listener"}, nil)}

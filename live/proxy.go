@@ -72,6 +72,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		defer func() { endServer(sp, in, ar, reqID) }()
 	}
 
+	g, ok := s.authenticate(w, r, ar) // auth: keys (tenancy.go)
+	if !ok {
+		return
+	}
 	body, held, ok := s.readRequestBody(w, r, ar)
 	defer s.bodies.give(held)
 	if !ok {
@@ -79,6 +83,9 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	var perr *apiError
 	in, perr = s.parse(r.Header, body, chat)
+	if perr == nil {
+		perr = s.authorize(g, in, r.Header)
+	}
 	if perr != nil {
 		ar.model, ar.status = perr.model, perr.status
 		s.answerError(w, perr)
@@ -94,6 +101,13 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		ar.promptTokens = len(in.ids)
 	}
 	body = in.body
+	if e := s.reserve(ctx, w, g, in); e != nil {
+		ar.status = e.status
+		s.answerError(w, e)
+		return
+	}
+	// g's limits and usage end when the request does (after a's, below).
+	defer s.release(g, in, ar)
 
 	// a owns the request's life in the gateway core: whatever way this
 	// handler returns, what it still holds there is given back.
@@ -206,7 +220,9 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	g.relaying(w.Header(), t, ar)
 	s.relay(w, r, ctx, in, a, t, passThrough, s.showPredicted(in), began, ar)
+	g.done()
 }
 
 // statusClientGone is the access log's status of a request whose client

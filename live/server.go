@@ -25,6 +25,7 @@ import (
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/live/config"
 	"github.com/inferrail/inferrail/router/tokenize"
+	"github.com/inferrail/inferrail/tenancy"
 )
 
 // Server is the proxy. Create it with New, start its background work
@@ -67,6 +68,10 @@ type Server struct {
 	bgMu sync.Mutex
 	bg   *background
 
+	// ten is API keys, rate limits and usage metering (tenancy.go); nil
+	// when tenancy is off.
+	ten *tenants
+
 	// stop ends the models' deadline goroutines (wg).
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -100,6 +105,10 @@ type Deps struct {
 	// Version is the build's version, for inferrail_build_info; "" is
 	// "dev".
 	Version string
+	// Store, when set, holds API keys and usage instead of the store
+	// tenancy.store names (which New then does not open); the caller
+	// closes it after Close.
+	Store tenancy.Store
 	// Logger receives the process log: state changes (ejections,
 	// readmissions, scrapes failing and recovering, KV index resets) once
 	// per change, and the access log; nil: discarded.
@@ -212,9 +221,18 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	s.idPrefix = strconv.FormatInt(s.boot, 36) + "-"
 	s.tok = newTokPool(s.cfg.Tokenize)
 	s.met = newMetrics(s)
+	ten, err := newTenants(&s.cfg, deps, s.met, s.log)
+	if err != nil {
+		if s.logFile != nil {
+			s.logFile.Close()
+		}
+		return nil, fmt.Errorf("live: %w", err)
+	}
+	s.ten = ten
 	s.declog = newDecisionLog(sink, s.cfg.DecisionLog.Sample, s.cfg.DecisionLog.Buffer, s.met.logDropped.Inc)
 	tracing, err := newTracer(s.cfg.Tracing, s.version, s.log, s.met.traceFailures)
 	if err != nil {
+		s.ten.close()
 		return nil, fmt.Errorf("live: %w", err)
 	}
 	s.tr = tracing
@@ -298,13 +316,15 @@ func (s *Server) healthRoutes(mux *http.ServeMux) {
 }
 
 // AdminHandler serves the gateway's metrics (/metrics), its view of the
-// replicas (/replicas, JSON), the health endpoints and, with pprof: true,
-// Go's profiles (/debug/pprof/). With admin_token_file set every path but
-// the health endpoints needs "Authorization: Bearer TOKEN".
+// replicas (/replicas, JSON), the tenancy admin API (/admin/keys,
+// /admin/usage, /admin/status: admin.go), the health endpoints and, with
+// pprof: true, Go's profiles (/debug/pprof/). With admin_token_file set
+// every path but the health endpoints needs "Authorization: Bearer TOKEN".
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.authorized(promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /replicas", s.authorized(http.HandlerFunc(s.handleReplicas)))
+	s.adminRoutes(mux)
 	if s.cfg.Pprof {
 		mux.Handle("/debug/pprof/", s.authorized(http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/profile", s.authorized(http.HandlerFunc(pprof.Profile)))
@@ -478,6 +498,8 @@ func (s *Server) Close() {
 		if s.declog != nil {
 			s.declog.close()
 		}
+		// The usage left goes to the store, within a bound.
+		s.ten.close()
 		// What is left of the traces goes out, within a bound.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s.tr.shutdown(ctx)

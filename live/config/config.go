@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/inferrail/inferrail/router/gateway"
+	"github.com/inferrail/inferrail/tenancy"
 )
 
 // Index modes (Model.Index).
@@ -139,8 +140,96 @@ type Config struct {
 	// EPP configures `inferrail epp`, the endpoint picker for Kubernetes
 	// inference gateways (unused by `inferrail live`).
 	EPP EPP `yaml:"epp"`
+	// Auth is how the client listener authenticates requests: "none"
+	// (anyone who reaches it may use every model) or "keys" (an API key
+	// in Authorization: Bearer, looked up in tenancy.store). `inferrail
+	// epp` ignores it: the Kubernetes gateway in front authenticates.
+	// Default "none".
+	Auth string `yaml:"auth"`
+	// Tenancy configures API keys, rate limits and usage metering.
+	Tenancy Tenancy `yaml:"tenancy"`
 	// Models are the served models, at least one.
 	Models []Model `yaml:"models"`
+}
+
+// Auth modes (Config.Auth).
+const (
+	AuthNone = "none"
+	AuthKeys = "keys"
+)
+
+// Tenancy configures API keys (with auth: keys), the rate limiter and
+// usage metering.
+type Tenancy struct {
+	// Store is where keys and usage live: a SQLite file path (or
+	// sqlite:///path/to/file.db), or a postgres:// URL for several
+	// gateways. Required with auth: keys; with auth: none it is optional
+	// and meters usage under the key id "anonymous". Default "".
+	Store string `yaml:"store"`
+	// AuthCacheTTL is how long a key read from the store is used without
+	// reading it again: the longest a change made through another
+	// gateway takes to apply here. Default 5s.
+	AuthCacheTTL time.Duration `yaml:"auth_cache_ttl"`
+	// UsageFlushInterval is how often the usage rows are written to the
+	// store (and once more at shutdown). Default 10s.
+	UsageFlushInterval time.Duration `yaml:"usage_flush_interval"`
+	// UsageBuffer is how many usage rows (one per key, model and hour,
+	// merged as requests end) wait for a flush before new ones are
+	// dropped and counted. Default 65536.
+	UsageBuffer int `yaml:"usage_buffer"`
+	// Window is the period RPM and TPM count over. Default 1m.
+	Window time.Duration `yaml:"window"`
+	// LeaseTTL is how long a concurrency slot lives without renewal (a
+	// request renews its own every lease_ttl/3): a crashed gateway's
+	// slots are free within it. Default 30s.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// Limits are the limits beyond each key's own.
+	Limits TenancyLimits `yaml:"limits"`
+	// Redis shares the limiter's state between gateways; without an
+	// address the limiter is in process.
+	Redis Redis `yaml:"redis"`
+}
+
+// TenancyLimits are limits shared by every request.
+type TenancyLimits struct {
+	// Global limits every request, whatever its key. Default unlimited.
+	Global Limits `yaml:"global"`
+}
+
+// Limits are a bucket's rate limits; 0 is unlimited for that dimension.
+type Limits struct {
+	// RPM is requests per window (per minute by default).
+	RPM int `yaml:"rpm"`
+	// TPM is tokens per window: the estimate (prompt + max_tokens) at
+	// admission, reconciled with the engine's usage at the end.
+	TPM int `yaml:"tpm"`
+	// MaxConcurrency is requests in flight at once.
+	MaxConcurrency int `yaml:"max_concurrency"`
+}
+
+// Zero reports whether every dimension is unlimited.
+func (l Limits) Zero() bool { return l == Limits{} }
+
+// Redis is the Redis that the gateways' limiters share.
+type Redis struct {
+	// Address is host:port (such as 127.0.0.1:6379) or unix:///path.sock;
+	// "" keeps the limiter in process. Default "".
+	Address string `yaml:"address"`
+	// PasswordFile holds Redis's password (AUTH), one line; "" is none.
+	PasswordFile string `yaml:"password_file"`
+	// DB is the Redis database number. Default 0.
+	DB int `yaml:"db"`
+	// KeyPrefix starts every key the limiter writes. Default "ir".
+	KeyPrefix string `yaml:"key_prefix"`
+	// Timeout bounds each Redis call, 1ms to 10s. Default 20ms.
+	Timeout time.Duration `yaml:"timeout"`
+	// OnRedisError is what a request gets while Redis fails: "closed"
+	// (503 limiter_unavailable), "open" (admitted, uncounted) or "local"
+	// (this gateway's share of each limit, in process). Default "closed".
+	OnRedisError string `yaml:"on_redis_error"`
+	// Gateways is how many gateways share the limits: under
+	// on_redis_error: local each enforces limit / gateways. Default 1.
+	Gateways int `yaml:"gateways"`
 }
 
 // Tracing configures OpenTelemetry traces, exported over OTLP/HTTP:
@@ -358,6 +447,11 @@ type Model struct {
 	KVCapacityBlocks int `yaml:"kv_capacity_blocks"`
 	// Queue bounds the requests waiting for a replica to admit them.
 	Queue Queue `yaml:"queue"`
+	// KeyLimits are the limits of each key on this model (its key x model
+	// bucket), beyond the key's own; with auth: none they apply to every
+	// request for the model together (one "anonymous" key). Default
+	// unlimited.
+	KeyLimits Limits `yaml:"key_limits"`
 	// Replicas are the listed replicas.
 	Replicas []Replica `yaml:"replicas"`
 	// DNS are the DNS groups: every address of a group is a replica.
@@ -468,6 +562,15 @@ func Default() Config {
 		DNSRefresh:  10 * time.Second,
 		Tracing:     Tracing{SampleRatio: 0.1, Timeout: 10 * time.Second, ServiceName: "inferrail"},
 		EPP:         EPP{Listen: "127.0.0.1:9002", Pool: InferencePool{Namespace: "default"}},
+		Auth:        AuthNone,
+		Tenancy: Tenancy{
+			AuthCacheTTL:       5 * time.Second,
+			UsageFlushInterval: 10 * time.Second,
+			UsageBuffer:        65536,
+			Window:             time.Minute,
+			LeaseTTL:           30 * time.Second,
+			Redis:              Redis{KeyPrefix: "ir", Timeout: 20 * time.Millisecond, OnRedisError: "closed", Gateways: 1},
+		},
 	}
 }
 
@@ -600,6 +703,8 @@ func (c *Config) resolvePaths(dir string) {
 	c.TLS.CertFile, c.TLS.KeyFile = join(c.TLS.CertFile), join(c.TLS.KeyFile)
 	c.AdminTLS.CertFile, c.AdminTLS.KeyFile = join(c.AdminTLS.CertFile), join(c.AdminTLS.KeyFile)
 	c.AdminTokenFile = join(c.AdminTokenFile)
+	c.Tenancy.Redis.PasswordFile = join(c.Tenancy.Redis.PasswordFile)
+	c.Tenancy.Store = joinStore(dir, c.Tenancy.Store)
 	for i := range c.Models {
 		m := &c.Models[i]
 		if !strings.HasPrefix(m.Tokenizer, "builtin:") {
@@ -609,6 +714,22 @@ func (c *Config) resolvePaths(dir string) {
 			m.Profile = join(m.Profile)
 		}
 	}
+}
+
+// joinStore makes a relative SQLite store path relative to dir; a
+// postgres:// URL, an absolute path and "" are kept.
+func joinStore(dir, store string) string {
+	if store == "" || strings.Contains(store, "://") && !strings.HasPrefix(store, "sqlite://") {
+		return store
+	}
+	path, scheme := store, ""
+	if rest, ok := strings.CutPrefix(store, "sqlite://"); ok {
+		path, scheme = rest, "sqlite://"
+	}
+	if path == "" || filepath.IsAbs(path) {
+		return store
+	}
+	return scheme + filepath.Join(dir, path)
 }
 
 // isPresetName reports whether a profile names a preset (MODEL@GPU) rather
@@ -709,6 +830,9 @@ func (c *Config) Summary() string {
 			fmt.Fprintf(&b, ", max_model_len %d", m.MaxModelLen)
 		}
 		fmt.Fprintf(&b, ", queue %d/%v/%v", m.Queue.MaxRequests, m.Queue.MaxBytes, m.Queue.Timeout)
+		if !m.KeyLimits.Zero() {
+			fmt.Fprintf(&b, ", key_limits rpm %d tpm %d max_concurrency %d", m.KeyLimits.RPM, m.KeyLimits.TPM, m.KeyLimits.MaxConcurrency)
+		}
 		if len(m.Replicas) > 0 {
 			fmt.Fprintf(&b, "; %s:", plural(len(m.Replicas), "replica"))
 		}
@@ -743,6 +867,43 @@ func (c *Config) Summary() string {
 			}
 		}
 		b.WriteByte('\n')
+	}
+	if t := c.tenancySummary(); t != "" {
+		b.WriteString(t)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// tenancySummary is Summary's line on auth, the store and the limiter, ""
+// when tenancy is off. The store's password never shows.
+func (c *Config) tenancySummary() string {
+	t := &c.Tenancy
+	limited := !t.Limits.Global.Zero()
+	for i := range c.Models {
+		limited = limited || !c.Models[i].KeyLimits.Zero()
+	}
+	if c.Auth != AuthKeys && t.Store == "" && !limited {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "tenancy: auth %s", c.Auth)
+	if t.Store != "" {
+		if d, err := tenancy.ParseDSN(t.Store); err == nil {
+			fmt.Fprintf(&b, ", store %s %s", d.Backend, d.String())
+		}
+	}
+	switch {
+	case c.Auth != AuthKeys && !limited:
+		b.WriteString(", no limits")
+	case t.Redis.Address != "":
+		fmt.Fprintf(&b, ", limiter redis %s (on_redis_error %s, gateways %d)", t.Redis.Address, t.Redis.OnRedisError, t.Redis.Gateways)
+	default:
+		b.WriteString(", limiter in process")
+	}
+	fmt.Fprintf(&b, ", window %v", t.Window)
+	if g := t.Limits.Global; !g.Zero() {
+		fmt.Fprintf(&b, ", global rpm %d tpm %d max_concurrency %d", g.RPM, g.TPM, g.MaxConcurrency)
 	}
 	return b.String()
 }

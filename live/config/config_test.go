@@ -90,6 +90,11 @@ func TestDefaultValues(t *testing.T) {
 		{"model", DefaultModel(), Model{Policy: "cost_model", Tokenizer: "builtin:sim", Index: "approximate", BlockSize: 16, MaxConcurrency: 256, MaxPending: 64,
 			Admission: "kv", Overcommit: 1, OutputQuantile: 0.75, MaxPriority: 10, Queue: Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second}}},
 		{"dns", DefaultDNSGroup(), DNSGroup{Scheme: "http"}},
+		{"auth", d.Auth, "none"},
+		{"tenancy", d.Tenancy, Tenancy{Store: "", AuthCacheTTL: 5 * time.Second, UsageFlushInterval: 10 * time.Second, UsageBuffer: 65536,
+			Window: time.Minute, LeaseTTL: 30 * time.Second,
+			Redis: Redis{Address: "", KeyPrefix: "ir", Timeout: 20 * time.Millisecond, OnRedisError: "closed", Gateways: 1}}},
+		{"key_limits", DefaultModel().KeyLimits, Limits{}},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {
@@ -109,6 +114,10 @@ func TestParseEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	logDir := t.TempDir()
+	pwFile := filepath.Join(logDir, "redis.pw")
+	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	doc := `
 listen: 0.0.0.0:80
 admin_listen: ""
@@ -140,6 +149,16 @@ decision_log: {path: ` + filepath.Join(logDir, "d.jsonl") + `, sample: 1, buffer
 dns_refresh: 1m
 tracing: {endpoint: "http://127.0.0.1:4318/v1/traces", sample_ratio: 0.5, headers: {authorization: "Bearer x"}, timeout: 3s, service_name: gw}
 epp: {listen: "127.0.0.1:9100", pool: {name: vllm, namespace: llm, model: big, kubeconfig: /tmp/kc}}
+auth: none
+tenancy:
+  store: postgres://gw:pw@db.example:5432/inferrail
+  auth_cache_ttl: 2s
+  usage_flush_interval: 3s
+  usage_buffer: 10
+  window: 4s
+  lease_ttl: 5s
+  limits: {global: {rpm: 1, tpm: 2, max_concurrency: 3}}
+  redis: {address: "unix:///run/redis.sock", password_file: ` + pwFile + `, db: 2, key_prefix: gw, timeout: 7ms, on_redis_error: local, gateways: 3}
 models:
   - name: big
     aliases: [b1, b2]
@@ -159,6 +178,7 @@ models:
     max_priority: 100
     kv_capacity_blocks: 4000
     queue: {max_requests: 0, max_bytes: 1MiB, timeout: 2s, shed_on_slo: true}
+    key_limits: {rpm: 4, tpm: 5, max_concurrency: 6}
     replicas:
       - name: r
         url: https://engine.example:8443/prefix
@@ -197,14 +217,21 @@ models:
 		DNSRefresh:  time.Minute,
 		Tracing:     Tracing{"http://127.0.0.1:4318/v1/traces", 0.5, map[string]string{"authorization": "Bearer x"}, 3 * time.Second, "gw"},
 		EPP:         EPP{"127.0.0.1:9100", InferencePool{"vllm", "llm", "big", "/tmp/kc"}},
+		Auth:        AuthNone,
+		Tenancy: Tenancy{
+			Store: "postgres://gw:pw@db.example:5432/inferrail", AuthCacheTTL: 2 * time.Second, UsageFlushInterval: 3 * time.Second,
+			UsageBuffer: 10, Window: 4 * time.Second, LeaseTTL: 5 * time.Second, Limits: TenancyLimits{Global: Limits{1, 2, 3}},
+			Redis: Redis{Address: "unix:///run/redis.sock", PasswordFile: pwFile, DB: 2, KeyPrefix: "gw", Timeout: 7 * time.Millisecond, OnRedisError: "local", Gateways: 3},
+		},
 		Models: []Model{{
 			Name: "big", Aliases: []string{"b1", "b2"}, Policy: "round_robin", Tokenizer: tok,
 			Index: "events", BlockSize: 1024, Profile: "Llama-3.1-8B@H100", SessionAffinity: true,
 			MaxConcurrency: 1, MaxPending: 2,
 			Admission: "llmd-utilization", Overcommit: 1.5, OutputQuantile: 0.9, DefaultMaxTokens: 256, MaxModelLen: 8192, MaxPriority: 100, KVCapacityBlocks: 4000,
-			Queue:    Queue{MaxRequests: 0, MaxBytes: MiB, Timeout: 2 * time.Second, ShedOnSLO: true},
-			Replicas: []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, 5000, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv", true}},
-			DNS:      []DNSGroup{{"g", "vllm.default.svc.cluster.local", 8000, "https", 5557, 5558, "kv"}},
+			Queue:     Queue{MaxRequests: 0, MaxBytes: MiB, Timeout: 2 * time.Second, ShedOnSLO: true},
+			KeyLimits: Limits{4, 5, 6},
+			Replicas:  []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, 5000, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv", true}},
+			DNS:       []DNSGroup{{"g", "vllm.default.svc.cluster.local", 8000, "https", 5557, 5558, "kv"}},
 		}},
 	}
 	if !reflect.DeepEqual(*c, want) {

@@ -1,8 +1,10 @@
 // Package config is the configuration of `inferrail live`, the production
 // OpenAI-compatible proxy: listen addresses, timeouts, retries, health
 // checks and ejection, engine scraping, edge tokenization, the decision log,
-// and the served models with their policies, admission rules, queues and
-// replicas (listed, or found through DNS groups).
+// tenancy (auth: keys, the key store, the rate limiter in process or in
+// Redis, usage metering), and the served models with their policies,
+// admission rules, queues, key limits and replicas (listed, or found
+// through DNS groups).
 //
 // Start with Config (config.go) and Parse: decoding is strict (an unknown or
 // repeated key is an error), fields the file leaves out keep the values of

@@ -17,6 +17,7 @@ import (
 	"github.com/inferrail/inferrail/calibrate"
 	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/router/gateway"
+	"github.com/inferrail/inferrail/tenancy"
 )
 
 // Bounds that keep a typo from asking for absurd resources.
@@ -266,6 +267,7 @@ func (c *Config) Validate() error {
 	}
 
 	k.models(c.Models)
+	k.tenancy(c)
 	return errors.Join(k.errs...)
 }
 
@@ -617,4 +619,135 @@ func (k *checker) profile(path, p string) {
 	if _, err := calibrate.ResolveProfile(p); err != nil {
 		k.fail(path, "%v", err)
 	}
+}
+
+// Bounds of the tenancy section: the limiter's (tenancy/limit) and the
+// usage buffer's.
+const (
+	// maxLimit is tenancy/limit's MaxLimit (2^40).
+	maxLimit       = 1 << 40
+	maxGateways    = 10000
+	maxRedisDB     = 1 << 16
+	maxUsageBuffer = 1 << 24
+)
+
+// tenancy checks auth and the tenancy section, and each model's
+// key_limits.
+func (k *checker) tenancy(c *Config) {
+	t := &c.Tenancy
+	switch c.Auth {
+	case AuthNone, AuthKeys:
+	default:
+		k.fail("auth", "must be %q or %q, got %q", AuthNone, AuthKeys, c.Auth)
+	}
+	if t.Store != "" {
+		// ParseDSN's errors never hold the password.
+		if _, err := tenancy.ParseDSN(t.Store); err != nil {
+			k.fail("tenancy.store", "%v", err)
+		}
+	} else if c.Auth == AuthKeys {
+		k.fail("tenancy.store", "required with auth: keys: a SQLite file such as /var/lib/inferrail/tenancy.db, or postgres://user@host/db for several gateways")
+	}
+	if c.Auth == AuthKeys && c.ForwardClientAuth {
+		k.fail("forward_client_auth", "must be false with auth: keys: the client's Authorization header holds its inferrail API key, which never goes to the engines")
+	}
+	k.durationIn("tenancy.auth_cache_ttl", t.AuthCacheTTL, time.Millisecond, time.Hour)
+	k.durationIn("tenancy.usage_flush_interval", t.UsageFlushInterval, 10*time.Millisecond, time.Hour)
+	k.intIn("tenancy.usage_buffer", t.UsageBuffer, 1, maxUsageBuffer)
+	k.durationIn("tenancy.window", t.Window, time.Millisecond, 366*24*time.Hour)
+	k.durationIn("tenancy.lease_ttl", t.LeaseTTL, time.Millisecond, 24*time.Hour)
+	if t.Window%time.Microsecond != 0 {
+		k.fail("tenancy.window", "must be a whole number of microseconds, got %v", t.Window)
+	}
+	if t.LeaseTTL%time.Microsecond != 0 {
+		k.fail("tenancy.lease_ttl", "must be a whole number of microseconds, got %v", t.LeaseTTL)
+	}
+	k.limits("tenancy.limits.global", t.Limits.Global)
+	for i := range c.Models {
+		k.limits("models["+strconv.Itoa(i)+"].key_limits", c.Models[i].KeyLimits)
+	}
+	r := &t.Redis
+	if r.Address != "" {
+		k.redisAddress("tenancy.redis.address", r.Address)
+	}
+	if r.PasswordFile != "" {
+		if _, err := ReadSecret(r.PasswordFile); err != nil {
+			k.fail("tenancy.redis.password_file", "%v", err)
+		}
+	}
+	k.intIn("tenancy.redis.db", r.DB, 0, maxRedisDB)
+	switch {
+	case r.KeyPrefix == "":
+		k.fail("tenancy.redis.key_prefix", "must not be empty (the default is ir)")
+	case strings.ContainsAny(r.KeyPrefix, "{}") || strings.ContainsFunc(r.KeyPrefix, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+		k.fail("tenancy.redis.key_prefix", "must hold no braces, spaces or control characters, got %q", r.KeyPrefix)
+	case len(r.KeyPrefix) > 64:
+		k.fail("tenancy.redis.key_prefix", "must be at most 64 bytes, got %d", len(r.KeyPrefix))
+	}
+	k.durationIn("tenancy.redis.timeout", r.Timeout, time.Millisecond, 10*time.Second)
+	switch r.OnRedisError {
+	case "closed", "open", "local":
+	default:
+		k.fail("tenancy.redis.on_redis_error", `must be "closed" (503 while Redis fails), "open" (admit) or "local" (this gateway's share of each limit), got %q`, r.OnRedisError)
+	}
+	k.intIn("tenancy.redis.gateways", r.Gateways, 1, maxGateways)
+}
+
+// limits checks one bucket's limits: 0 (unlimited) or a positive integer
+// each.
+func (k *checker) limits(path string, l Limits) {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"rpm", l.RPM}, {"tpm", l.TPM}, {"max_concurrency", l.MaxConcurrency}} {
+		switch {
+		case f.v < 0:
+			k.fail(path+"."+f.name, "must be 0 (unlimited) or a positive integer, got %d", f.v)
+		case f.v > maxLimit:
+			k.fail(path+"."+f.name, "must be at most %d, got %d", int64(maxLimit), f.v)
+		}
+	}
+}
+
+// durationIn checks lo <= d <= hi.
+func (k *checker) durationIn(path string, d, lo, hi time.Duration) {
+	if d < lo || d > hi {
+		k.fail(path, "must be a duration from %v to %v, got %v", lo, hi, d)
+	}
+}
+
+// redisAddress checks a Redis address: host:port or unix:///path.
+func (k *checker) redisAddress(path, addr string) {
+	if rest, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if !filepath.IsAbs(rest) {
+			k.fail(path, "a unix socket must be an absolute path such as unix:///run/redis/redis.sock, got %q", addr)
+		}
+		return
+	}
+	host, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || n < 1 || n > 65535 || host == "" || strings.Contains(addr, "://") {
+		k.fail(path, "must be host:port (such as 127.0.0.1:6379) or unix:///path/to/redis.sock, got %q", addr)
+	}
+}
+
+// ReadSecret reads a password file: one line, surrounding space trimmed,
+// at most 4096 bytes. Its errors never hold the file's content.
+func ReadSecret(file string) (string, error) {
+	st, err := os.Stat(file)
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() || st.Size() > maxTokenBytes {
+		return "", fmt.Errorf("%q must be a regular file of at most %d bytes holding one line", file, maxTokenBytes)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	pw := strings.TrimSpace(string(b))
+	if pw == "" || strings.ContainsAny(pw, "\r\n") {
+		return "", fmt.Errorf("%q must hold one non-empty line", file)
+	}
+	return pw, nil
 }

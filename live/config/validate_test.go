@@ -217,6 +217,31 @@ func TestValidateRules(t *testing.T) {
 		{"dns replay without port", func(c *Config) { withDNS(c).KVEventsReplayPort = 5558 }, "models[0].dns[0].kv_events_replay_port", "needs kv_events_port"},
 		{"dns topic without port", func(c *Config) { withDNS(c).KVEventsTopic = "kv" }, "models[0].dns[0].kv_events_topic", "needs kv_events_port"},
 		{"dns replay port big", func(c *Config) { g := withDNS(c); g.KVEventsPort = 5557; g.KVEventsReplayPort = 1 << 20 }, "models[0].dns[0].kv_events_replay_port", "from 1 to 65535"},
+		// tenancy
+		{"auth unknown", func(c *Config) { c.Auth = "basic" }, "auth", `must be "none" or "keys"`},
+		{"keys need a store", func(c *Config) { c.Auth = AuthKeys }, "tenancy.store", "required with auth: keys"},
+		{"store bad scheme", func(c *Config) { c.Tenancy.Store = "mysql://u:hunter2@h/db" }, "tenancy.store", "unknown scheme"},
+		{"keys forward auth", func(c *Config) {
+			c.Auth, c.Tenancy.Store, c.ForwardClientAuth = AuthKeys, filepath.Join(tmp, "t.db"), true
+		}, "forward_client_auth", "must be false with auth: keys"},
+		{"auth_cache_ttl 0", func(c *Config) { c.Tenancy.AuthCacheTTL = 0 }, "tenancy.auth_cache_ttl", "from 1ms to 1h0m0s"},
+		{"flush interval 0", func(c *Config) { c.Tenancy.UsageFlushInterval = 0 }, "tenancy.usage_flush_interval", "from 10ms"},
+		{"usage_buffer 0", func(c *Config) { c.Tenancy.UsageBuffer = 0 }, "tenancy.usage_buffer", "from 1 to"},
+		{"window 0", func(c *Config) { c.Tenancy.Window = 0 }, "tenancy.window", "from 1ms"},
+		{"window not whole us", func(c *Config) { c.Tenancy.Window = time.Second + 1 }, "tenancy.window", "microseconds"},
+		{"lease_ttl big", func(c *Config) { c.Tenancy.LeaseTTL = 48 * time.Hour }, "tenancy.lease_ttl", "to 24h0m0s"},
+		{"global rpm negative", func(c *Config) { c.Tenancy.Limits.Global.RPM = -5 }, "tenancy.limits.global.rpm", "must be 0 (unlimited) or a positive integer, got -5"},
+		{"global tpm huge", func(c *Config) { c.Tenancy.Limits.Global.TPM = 1 << 41 }, "tenancy.limits.global.tpm", "at most"},
+		{"key_limits concurrency negative", func(c *Config) { m0(c).KeyLimits.MaxConcurrency = -1 }, "models[0].key_limits.max_concurrency", "got -1"},
+		{"redis address bad", func(c *Config) { c.Tenancy.Redis.Address = "redis://127.0.0.1:6379" }, "tenancy.redis.address", "host:port"},
+		{"redis unix relative", func(c *Config) { c.Tenancy.Redis.Address = "unix://redis.sock" }, "tenancy.redis.address", "absolute path"},
+		{"redis password missing", func(c *Config) { c.Tenancy.Redis.PasswordFile = filepath.Join(tmp, "nope") }, "tenancy.redis.password_file", "no such file"},
+		{"redis db negative", func(c *Config) { c.Tenancy.Redis.DB = -1 }, "tenancy.redis.db", "from 0"},
+		{"redis prefix brace", func(c *Config) { c.Tenancy.Redis.KeyPrefix = "a{b}" }, "tenancy.redis.key_prefix", "braces"},
+		{"redis prefix empty", func(c *Config) { c.Tenancy.Redis.KeyPrefix = "" }, "tenancy.redis.key_prefix", "must not be empty"},
+		{"redis timeout 0", func(c *Config) { c.Tenancy.Redis.Timeout = 0 }, "tenancy.redis.timeout", "from 1ms to 10s"},
+		{"redis policy", func(c *Config) { c.Tenancy.Redis.OnRedisError = "retry" }, "tenancy.redis.on_redis_error", `"closed"`},
+		{"redis gateways 0", func(c *Config) { c.Tenancy.Redis.Gateways = 0 }, "tenancy.redis.gateways", "from 1 to 10000"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -310,6 +335,15 @@ func TestValidateAccepts(t *testing.T) {
 		{"group and replica share a name", func(c *Config) {
 			c.Models[0].DNS = []DNSGroup{{Name: "a", Host: "pool.local", Port: 8000, Scheme: "http"}}
 		}},
+		{"keys on sqlite", func(c *Config) { c.Auth, c.Tenancy.Store = AuthKeys, filepath.Join(tmp, "t.db") }},
+		{"keys on postgres, redis", func(c *Config) {
+			c.Auth, c.Tenancy.Store = AuthKeys, "postgres://gw:pw@127.0.0.1:5432/inferrail?sslmode=disable"
+			c.Tenancy.Redis = Redis{Address: "127.0.0.1:6379", KeyPrefix: "x", Timeout: time.Millisecond, OnRedisError: "open", Gateways: 10000, DB: 15}
+			c.Tenancy.Limits.Global = Limits{RPM: 1 << 40, TPM: 1, MaxConcurrency: 1}
+			c.Models[0].KeyLimits = Limits{RPM: 1}
+		}},
+		{"store without keys", func(c *Config) { c.Tenancy.Store = "sqlite://" + filepath.Join(tmp, "t.db") }},
+		{"redis unix socket", func(c *Config) { c.Tenancy.Redis.Address = "unix:///run/redis/redis.sock" }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -459,5 +493,58 @@ func TestParseBoundsAliasExpansion(t *testing.T) {
 	fes := fieldErrs(t, err)
 	if len(fes) != 1 || !strings.Contains(fes[0].Msg, "expands to more than") {
 		t.Fatalf("got %d problems (%.200v), want the expansion bound", len(fes), err)
+	}
+}
+
+// The store's password never appears in a validation error, nor in the
+// summary of `inferrail live --check`.
+func TestTenancyStorePasswordNeverShown(t *testing.T) {
+	c := valid()
+	c.Auth, c.Tenancy.Store = AuthKeys, "postgres://gw:hunter2-secret@db.example:5432/inferrail"
+	c.Tenancy.Limits.Global.RPM = -1
+	err := c.Validate()
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("Validate() = %v", err)
+	}
+	c.Tenancy.Limits.Global.RPM = 60
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sum := c.Summary()
+	if strings.Contains(sum, "hunter2") || !strings.Contains(sum, "tenancy: auth keys, store postgres postgres://gw:xxxxx@db.example:5432/inferrail, limiter in process, window 1m0s, global rpm 60") {
+		t.Fatalf("Summary() = %q", sum)
+	}
+	c.Tenancy.Store = "mysql://gw:hunter2-secret@db.example/x"
+	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("Validate() = %v", err)
+	}
+}
+
+// A relative SQLite store is taken from the configuration file's
+// directory, as the other paths are.
+func TestLoadResolvesTenancyPaths(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "pw"), []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for store, want := range map[string]string{
+		"t.db":                   filepath.Join(dir, "t.db"),
+		"sqlite://t.db":          "sqlite://" + filepath.Join(dir, "t.db"),
+		"/abs/t.db":              "/abs/t.db",
+		"postgres://u@h/db":      "postgres://u@h/db",
+		"sqlite:///abs/other.db": "sqlite:///abs/other.db",
+	} {
+		path := filepath.Join(dir, "live.yaml")
+		doc := fmt.Sprintf("auth: keys\ntenancy: {store: %q, redis: {password_file: pw}}\n%s", store, minimal)
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Tenancy.Store != want || c.Tenancy.Redis.PasswordFile != filepath.Join(dir, "pw") {
+			t.Errorf("store %q: got %q (password_file %q), want %q", store, c.Tenancy.Store, c.Tenancy.Redis.PasswordFile, want)
+		}
 	}
 }

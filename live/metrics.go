@@ -24,6 +24,8 @@ type metrics struct {
 	queueWaitH *prometheus.HistogramVec
 	tokenize   *prometheus.CounterVec
 	logDropped prometheus.Counter
+	// ledgerErrors counts failed calls of the shared ledger.
+	ledgerErrors *prometheus.CounterVec
 	// traceFailures counts failed trace exports.
 	traceFailures prometheus.Counter
 	kvEvents      *prometheus.CounterVec
@@ -86,6 +88,7 @@ func newMetrics(s *Server) *metrics {
 	m.tokenize = cv("inferrail_tokenize_total", "Edge tokenizations by outcome (ok, timeout, queue_full, error, skipped).", "model", "outcome")
 	m.rejections = cv("inferrail_rejected_total", "Requests the gateway core rejected, by model and reason (queue_full, queue_timeout, no_capacity, slo_shed, no_replica, too_long).", "model", "reason")
 	m.queueWaitH = hv("inferrail_queue_wait_seconds", "Time each request waited in the queue for a replica to admit it (0 when one admitted it at once).", append([]float64{0.0001}, append(latencyBuckets, 160)...), "model")
+	m.ledgerErrors = cv("inferrail_ledger_errors_total", "Failed calls of the KV reservation ledger shared through Redis (tenancy.ledger.backend: redis), by model and operation.", "model", "op")
 	m.kvEvents = cv("inferrail_kv_event_batches_total", "KV event batches by model, replica and result (applied, gap, reset).", "model", "replica", "result")
 	m.connRejected = cv("inferrail_connections_rejected_total", "Connections closed at accept because a cap was reached, by listener and reason (max_conns, max_conns_per_client).", "listener", "reason")
 	m.acceptErrors = cv("inferrail_accept_errors_total", "Temporary accept errors (such as too many open files) the listener backed off from.", "listener")

@@ -135,9 +135,10 @@ type granted struct {
 // newModel builds the core of one served model from its configuration; ec
 // is the engines' profile (cost_model's estimates, the index's default
 // capacity).
-func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config, start time.Time, trace func(gateway.TraceEvent), log *slog.Logger) (*model, error) {
+func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config, start time.Time, trace func(gateway.TraceEvent), log *slog.Logger, led gateway.Ledger) (*model, error) {
 	g := gateway.DefaultConfig()
 	g.Trace = trace
+	g.Ledger = led // nil: the core's own
 	g.Model = mc.Name
 	g.Router = router.Config{
 		Policy: mc.Policy,
@@ -427,6 +428,16 @@ func (m *model) runDeadlines(stop <-chan struct{}) {
 			m.mu.Unlock()
 		}
 	}
+}
+
+// poke lets the core dispatch what room freed elsewhere now admits (another
+// gateway's release in a shared ledger).
+func (m *model) poke() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	m.deliver(m.core.Poke(now))
+	m.rearm(now)
 }
 
 // firstByte records the first byte of a's response.

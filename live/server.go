@@ -42,7 +42,8 @@ type Server struct {
 	h1       *h1Client
 	tok      *tokPool
 	met      *metrics
-	tr       *tracer // nil: tracing is off
+	ledgers  *sharedLedgers // nil: each core's ledger is its own
+	tr       *tracer        // nil: tracing is off
 	declog   *decisionLog
 	logFile  io.Closer // the decision log's file, when New opened it
 	resolver Resolver
@@ -146,6 +147,20 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		s.adminToken = tok
 	}
 	s.cfg.Models = append([]config.Model(nil), cfg.Models...)
+	// The metrics come first: the shared ledger's error hook counts into
+	// them from its first call (they read the models only when scraped).
+	s.met = newMetrics(s)
+	leds, err := s.newSharedLedgers()
+	if err != nil {
+		return nil, fmt.Errorf("live: %w", err)
+	}
+	s.ledgers = leds
+	built := false
+	defer func() {
+		if !built {
+			leds.close() // New failed: no reservation stays behind
+		}
+	}()
 	for i := range s.cfg.Models {
 		mc := &s.cfg.Models[i]
 		enc, ok := deps.Encoders[mc.Name]
@@ -169,7 +184,11 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 			name := mc.Name
 			trace = func(ev gateway.TraceEvent) { deps.Trace(name, ev) }
 		}
-		m, err := newModel(&s.cfg, mc, enc, ec, s.start, trace, s.log)
+		led, err := leds.forModel(s, mc.Name)
+		if err != nil {
+			return nil, fmt.Errorf("live: %w", err)
+		}
+		m, err := newModel(&s.cfg, mc, enc, ec, s.start, trace, s.log, led)
 		if err != nil {
 			return nil, fmt.Errorf("live: %w", err)
 		}
@@ -220,7 +239,6 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	s.upstream = &http.Client{Transport: tr}
 	s.idPrefix = strconv.FormatInt(s.boot, 36) + "-"
 	s.tok = newTokPool(s.cfg.Tokenize)
-	s.met = newMetrics(s)
 	ten, err := newTenants(&s.cfg, deps, s.met, s.log)
 	if err != nil {
 		if s.logFile != nil {
@@ -238,7 +256,11 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	s.tr = tracing
 	for _, m := range s.models {
 		s.wg.Go(func() { m.runDeadlines(s.stop) })
+		if s.ledgers != nil {
+			s.wg.Go(func() { s.ledgers.watch(m, s.stop) })
+		}
 	}
+	built = true
 	return s, nil
 }
 
@@ -495,6 +517,7 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		s.wg.Wait()
+		s.ledgers.close() // this gateway's reservations released
 		if s.declog != nil {
 			s.declog.close()
 		}

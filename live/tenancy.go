@@ -165,6 +165,25 @@ func (t *tenants) newLimiter() error {
 		t.lim, t.mode = l, "local"
 		return nil
 	}
+	c, err := newRedisClient(rc)
+	if err != nil {
+		return err
+	}
+	r, err := limit.NewRedis(c, limit.RedisConfig{
+		Config: lc, KeyPrefix: rc.KeyPrefix, OnRedisError: limit.Policy(rc.OnRedisError), Gateways: rc.Gateways, Timeout: rc.Timeout,
+		OnError: t.redisError,
+	})
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("tenancy.redis: %w", err)
+	}
+	t.lim, t.mode, t.redis, t.rclient = r, "redis", r, c
+	return nil
+}
+
+// newRedisClient connects to tenancy.redis (lazily: go-redis dials on the
+// first call and redials by itself after a failure).
+func newRedisClient(rc config.Redis) (*redis.Client, error) {
 	opt := &redis.Options{
 		Network: "tcp", Addr: rc.Address, DB: rc.DB,
 		// Each call's context (tenancy.redis.timeout) bounds it, dial
@@ -180,22 +199,12 @@ func (t *tenants) newLimiter() error {
 	if rc.PasswordFile != "" {
 		pw, err := config.ReadSecret(rc.PasswordFile)
 		if err != nil {
-			return fmt.Errorf("tenancy.redis.password_file: %w", err)
+			return nil, fmt.Errorf("tenancy.redis.password_file: %w", err)
 		}
 		opt.Password = pw
 	}
 	quietRedis.Do(func() { redis.SetLogger(redisLog{}) })
-	c := redis.NewClient(opt)
-	r, err := limit.NewRedis(c, limit.RedisConfig{
-		Config: lc, KeyPrefix: rc.KeyPrefix, OnRedisError: limit.Policy(rc.OnRedisError), Gateways: rc.Gateways, Timeout: rc.Timeout,
-		OnError: t.redisError,
-	})
-	if err != nil {
-		c.Close()
-		return fmt.Errorf("tenancy.redis: %w", err)
-	}
-	t.lim, t.mode, t.redis, t.rclient = r, "redis", r, c
-	return nil
+	return redis.NewClient(opt), nil
 }
 
 // quietRedis silences go-redis's own log (one line per failed dial, on

@@ -188,6 +188,35 @@ type Tenancy struct {
 	// Redis shares the limiter's state between gateways; without an
 	// address the limiter is in process.
 	Redis Redis `yaml:"redis"`
+	// Ledger is where the gateway core's KV reservations live.
+	Ledger Ledger `yaml:"ledger"`
+}
+
+// Ledger configures the gateway core's reservation ledger (KV admission):
+// this gateway's own, or shared through tenancy.redis by every gateway in
+// front of the same engines, so that together they admit as one would.
+type Ledger struct {
+	// Backend is "local" (this gateway's reservations only) or "redis"
+	// (every gateway's, checked and reserved atomically in Redis).
+	// Default "local".
+	Backend string `yaml:"backend"`
+	// LeaseTTL is how long a gateway's reservations count after its last
+	// successful call to Redis: a crashed gateway's are gone within it.
+	// Default 10s.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// RefreshInterval is how often this gateway renews its lease and
+	// reads the others' reservations (every gateway of a deployment must
+	// use the same). At most lease_ttl/3. Default 250ms.
+	RefreshInterval time.Duration `yaml:"refresh_interval"`
+	// GatewayID names this gateway in Redis; "" is a random one per start
+	// (a restarted gateway's old reservations then expire with its lease).
+	// Default "".
+	GatewayID string `yaml:"gateway_id"`
+	// OnRedisError is what admission does while Redis fails: "closed"
+	// (requests wait in the queue), "open" (admit as if alone) or "local"
+	// (this gateway's share: capacity / tenancy.redis.gateways). Default
+	// "closed".
+	OnRedisError string `yaml:"on_redis_error"`
 }
 
 // TenancyLimits are limits shared by every request.
@@ -570,6 +599,7 @@ func Default() Config {
 			Window:             time.Minute,
 			LeaseTTL:           30 * time.Second,
 			Redis:              Redis{KeyPrefix: "ir", Timeout: 20 * time.Millisecond, OnRedisError: "closed", Gateways: 1},
+			Ledger:             Ledger{Backend: "local", LeaseTTL: 10 * time.Second, RefreshInterval: 250 * time.Millisecond, OnRedisError: "closed"},
 		},
 	}
 }

@@ -93,7 +93,8 @@ func TestDefaultValues(t *testing.T) {
 		{"auth", d.Auth, "none"},
 		{"tenancy", d.Tenancy, Tenancy{Store: "", AuthCacheTTL: 5 * time.Second, UsageFlushInterval: 10 * time.Second, UsageBuffer: 65536,
 			Window: time.Minute, LeaseTTL: 30 * time.Second,
-			Redis: Redis{Address: "", KeyPrefix: "ir", Timeout: 20 * time.Millisecond, OnRedisError: "closed", Gateways: 1}}},
+			Redis:  Redis{Address: "", KeyPrefix: "ir", Timeout: 20 * time.Millisecond, OnRedisError: "closed", Gateways: 1},
+			Ledger: Ledger{Backend: "local", LeaseTTL: 10 * time.Second, RefreshInterval: 250 * time.Millisecond, OnRedisError: "closed"}}},
 		{"key_limits", DefaultModel().KeyLimits, Limits{}},
 	}
 	for _, c := range checks {
@@ -159,6 +160,7 @@ tenancy:
   lease_ttl: 5s
   limits: {global: {rpm: 1, tpm: 2, max_concurrency: 3}}
   redis: {address: "unix:///run/redis.sock", password_file: ` + pwFile + `, db: 2, key_prefix: gw, timeout: 7ms, on_redis_error: local, gateways: 3}
+  ledger: {backend: local, lease_ttl: 3s, refresh_interval: 100ms, gateway_id: gw-1, on_redis_error: open}
 models:
   - name: big
     aliases: [b1, b2]
@@ -221,7 +223,8 @@ models:
 		Tenancy: Tenancy{
 			Store: "postgres://gw:pw@db.example:5432/inferrail", AuthCacheTTL: 2 * time.Second, UsageFlushInterval: 3 * time.Second,
 			UsageBuffer: 10, Window: 4 * time.Second, LeaseTTL: 5 * time.Second, Limits: TenancyLimits{Global: Limits{1, 2, 3}},
-			Redis: Redis{Address: "unix:///run/redis.sock", PasswordFile: pwFile, DB: 2, KeyPrefix: "gw", Timeout: 7 * time.Millisecond, OnRedisError: "local", Gateways: 3},
+			Redis:  Redis{Address: "unix:///run/redis.sock", PasswordFile: pwFile, DB: 2, KeyPrefix: "gw", Timeout: 7 * time.Millisecond, OnRedisError: "local", Gateways: 3},
+			Ledger: Ledger{Backend: "local", LeaseTTL: 3 * time.Second, RefreshInterval: 100 * time.Millisecond, GatewayID: "gw-1", OnRedisError: "open"},
 		},
 		Models: []Model{{
 			Name: "big", Aliases: []string{"b1", "b2"}, Policy: "round_robin", Tokenizer: tok,

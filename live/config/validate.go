@@ -691,6 +691,42 @@ func (k *checker) tenancy(c *Config) {
 		k.fail("tenancy.redis.on_redis_error", `must be "closed" (503 while Redis fails), "open" (admit) or "local" (this gateway's share of each limit), got %q`, r.OnRedisError)
 	}
 	k.intIn("tenancy.redis.gateways", r.Gateways, 1, maxGateways)
+
+	l := &t.Ledger
+	switch l.Backend {
+	case "local":
+	case "redis":
+		if r.Address == "" {
+			k.fail("tenancy.ledger.backend", "redis needs tenancy.redis.address, the Redis every gateway shares")
+		}
+		for i := range c.Models {
+			if len(c.Models[i].DNS) > 0 {
+				// The shared ledger keys a replica by its index, which
+				// DNS discovery's order does not fix across gateways.
+				k.fail("models["+strconv.Itoa(i)+"].dns", "cannot be used with tenancy.ledger.backend: redis: list the replicas (every gateway the same, in the same order)")
+			}
+		}
+	default:
+		k.fail("tenancy.ledger.backend", `must be "local" or "redis", got %q`, l.Backend)
+	}
+	k.durationIn("tenancy.ledger.lease_ttl", l.LeaseTTL, 100*time.Millisecond, 10*time.Minute)
+	k.durationIn("tenancy.ledger.refresh_interval", l.RefreshInterval, 10*time.Millisecond, 10*time.Minute)
+	if l.Backend == "redis" && r.Timeout*3 > l.LeaseTTL {
+		k.fail("tenancy.redis.timeout", "must be at most tenancy.ledger.lease_ttl/3 (%v) with the redis ledger, got %v", l.LeaseTTL/3, r.Timeout)
+	}
+	if l.RefreshInterval > 0 && l.LeaseTTL > 0 && l.RefreshInterval*3 > l.LeaseTTL {
+		k.fail("tenancy.ledger.refresh_interval", "must be at most lease_ttl/3 (%v), or a live gateway's lease can lapse between renewals, got %v", l.LeaseTTL/3, l.RefreshInterval)
+	}
+	if len(l.GatewayID) > 64 || strings.ContainsFunc(l.GatewayID, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r) || r == '{' || r == '}' || r == ','
+	}) {
+		k.fail("tenancy.ledger.gateway_id", "must be at most 64 bytes without spaces, control characters, braces or commas, got %q", l.GatewayID)
+	}
+	switch l.OnRedisError {
+	case "closed", "open", "local":
+	default:
+		k.fail("tenancy.ledger.on_redis_error", `must be "closed" (requests wait while Redis fails), "open" (admit as if alone) or "local" (this gateway's share of capacity), got %q`, l.OnRedisError)
+	}
 }
 
 // limits checks one bucket's limits: 0 (unlimited) or a positive integer

@@ -57,6 +57,16 @@ func TestValidateRules(t *testing.T) {
 	}{
 		// addresses
 		{"listen empty", func(c *Config) { c.Listen = "" }, "listen", "host:port"},
+		// the shared ledger
+		{"ledger backend", func(c *Config) { c.Tenancy.Ledger.Backend = "etcd" }, "tenancy.ledger.backend", `"local" or "redis"`},
+		{"ledger redis without address", func(c *Config) { c.Tenancy.Ledger.Backend = "redis" }, "tenancy.ledger.backend", "tenancy.redis.address"},
+		{"ledger redis with dns", func(c *Config) {
+			c.Tenancy.Ledger.Backend, c.Tenancy.Redis.Address = "redis", "127.0.0.1:6379"
+			c.Models[0].DNS = []DNSGroup{{Name: "g", Host: "vllm.default.svc", Port: 8000, Scheme: "http"}}
+		}, "models[0].dns", "list the replicas"},
+		{"ledger refresh over ttl/3", func(c *Config) { c.Tenancy.Ledger.RefreshInterval = 5 * time.Second }, "tenancy.ledger.refresh_interval", "lease_ttl/3"},
+		{"ledger policy", func(c *Config) { c.Tenancy.Ledger.OnRedisError = "retry" }, "tenancy.ledger.on_redis_error", "closed"},
+		{"ledger gateway id", func(c *Config) { c.Tenancy.Ledger.GatewayID = "a b" }, "tenancy.ledger.gateway_id", "without spaces"},
 		// tracing and the endpoint picker
 		{"tracing endpoint not a URL", func(c *Config) { c.Tracing.Endpoint = "127.0.0.1:4318" }, "tracing.endpoint", "http:// or https:// URL"},
 		{"tracing ratio over 1", func(c *Config) { c.Tracing.SampleRatio = 1.5 }, "tracing.sample_ratio", ""},

@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live
 
 all: build
 
@@ -118,6 +118,12 @@ stack: build prometheus-deps
 
 stack-down:
 	scripts/stack-down.sh
+
+# Three gateways in front of three engines under one burst at about 6x
+# their KV capacity, with the KV ledger shared through Redis and with one
+# ledger each (about 3 minutes; scripts/gateways-live.sh).
+gateways-live: build redis-deps
+	scripts/gateways-live.sh
 
 # Real-time checks, too slow or too timing-sensitive for make test: the mock
 # engine against its own model on wall-clock time, thousands of concurrent

@@ -40,6 +40,9 @@ type Config struct {
 	// Model is the model field of every request ("" leaves it out: the
 	// server's default).
 	Model string
+	// APIKey, when set, is sent as Authorization: Bearer (an inferrail
+	// gateway with auth: keys, or any OpenAI-compatible server).
+	APIKey string
 	// Endpoint is completions (prompt text) or chat (one user message).
 	Endpoint Endpoint
 	// Source yields the requests and their arrival times.
@@ -486,6 +489,9 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", fmt.Sprintf("bench-%d", w.ID))
+	if r.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.APIKey)
+	}
 	if w.Priority > 0 {
 		req.Header.Set(headerPriority, strconv.Itoa(w.Priority))
 	}

@@ -207,3 +207,42 @@ func TestGatewayReject(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIKeySent: every request carries the API key as a bearer token, and
+// none without one.
+func TestAPIKeySent(t *testing.T) {
+	for _, key := range []string{"ir-abc-secret", ""} {
+		synctest.Test(t, func(t *testing.T) {
+			srv, err := server.New(server.Config{Engine: engine.DefaultConfig()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { srv.Run(ctx); close(done) }()
+			var mu sync.Mutex
+			seen := map[string]int{}
+			h := srv.Handler()
+			client, stop := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				seen[r.Header.Get("Authorization")]++
+				mu.Unlock()
+				h.ServeHTTP(w, r)
+			}))
+			src, _ := workload.New(w1(t, 20, 0.5))
+			if _, err := Run(context.Background(), Config{BaseURL: "http://engine", APIKey: key, Source: src, Client: client, Timeout: time.Minute, SpinWindow: -1}); err != nil {
+				t.Fatal(err)
+			}
+			stop()
+			cancel()
+			<-done
+			want := ""
+			if key != "" {
+				want = "Bearer " + key
+			}
+			if len(seen) != 1 || seen[want] != 20 {
+				t.Fatalf("key %q: Authorization headers seen %v", key, seen)
+			}
+		})
+	}
+}

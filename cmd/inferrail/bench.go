@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
@@ -24,6 +25,7 @@ type benchFlags struct {
 	simFlags
 	baseURL  string
 	model    string
+	keyFile  string
 	endpoint string
 	timeout  time.Duration
 }
@@ -68,6 +70,7 @@ the rate is the workload's default per-replica rate times --replicas
 	fl.Lookup("replicas").Usage = "replicas behind --base-url, to scale the default rate"
 	fl.StringVar(&f.baseURL, "base-url", "", "server to load, e.g. http://127.0.0.1:8000 (required); several, comma-separated, are taken in turn")
 	fl.StringVar(&f.model, "model", "", "model field of every request (default: left out, so the server uses its own model)")
+	fl.StringVar(&f.keyFile, "api-key-file", "", "file holding the API key sent as Authorization: Bearer (default: $INFERRAIL_API_KEY, else none)")
 	fl.StringVar(&f.endpoint, "endpoint", "completions", "API: completions (prompt text) or chat (one user message)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up on a request after this long")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload; the same seed sends the same requests at the same times")
@@ -119,8 +122,20 @@ func runBench(ctx context.Context, f benchFlags, cfg fleet.Config, stdout, stder
 		target = 0
 	}
 	finished := 0
+	key := os.Getenv("INFERRAIL_API_KEY")
+	if f.keyFile != "" {
+		b, err := os.ReadFile(f.keyFile)
+		if err != nil {
+			return usagef("--api-key-file: %w", err)
+		}
+		key = strings.TrimSpace(string(b))
+		if key == "" || strings.ContainsAny(key, " \t\r\n") {
+			return usagef("--api-key-file %s: must hold one key on one line", f.keyFile)
+		}
+	}
 	out, err := bench.Run(ctx, bench.Config{
 		BaseURL:  f.baseURL,
+		APIKey:   key,
 		Model:    f.model,
 		Endpoint: bench.Endpoint(f.endpoint),
 		Source:   src,

@@ -67,9 +67,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	defer s.logAccess(r, ar)
 	var in *inbound
 	if s.tr != nil {
-		ctx, sp := s.tr.server(r, chat)
-		r = r.WithContext(ctx)
-		defer func() { endServer(sp, in, ar, reqID) }()
+		if ctx, sp := s.tr.server(r, chat); sp != nil {
+			r = r.WithContext(ctx)
+			defer func() { endServer(sp, in, ar, reqID) }()
+		}
 	}
 
 	g, ok := s.authenticate(w, r, ar) // auth: keys (tenancy.go)

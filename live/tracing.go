@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -54,6 +55,10 @@ type tracer struct {
 	t    trace.Tracer
 	tp   *sdktrace.TracerProvider
 	prop propagation.TextMapPropagator
+	// ratio is the share of new traces sampled. A request that is not
+	// traced (no sampled traceparent, and not drawn) creates no span at
+	// all: the decision comes before any of the SDK's work.
+	ratio float64
 }
 
 // newTracer builds the tracer provider for c; nil when c has no endpoint.
@@ -88,15 +93,20 @@ func newTracer(c config.Tracing, version string, log *slog.Logger, failures prom
 // tracerWith builds a tracer that exports to exp, batched.
 func tracerWith(exp sdktrace.SpanExporter, c config.Tracing, version string) *tracer {
 	res := resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(c.ServiceName), semconv.ServiceVersion(version))
+	// server draws the new traces it samples before a span starts, so
+	// the SDK samples every root it is given; a child follows its parent.
+	// Small batches every 200 ms spread the export's work (a burst of it
+	// on a busy core is a latency spike).
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio))),
-		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second), sdktrace.WithExportTimeout(c.Timeout)),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
+		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(200*time.Millisecond), sdktrace.WithMaxExportBatchSize(128), sdktrace.WithExportTimeout(c.Timeout)),
 	)
 	return &tracer{
-		t:    tp.Tracer("github.com/inferrail/inferrail/live", trace.WithInstrumentationVersion(version), trace.WithSchemaURL(semconv.SchemaURL)),
-		tp:   tp,
-		prop: propagation.TraceContext{},
+		t:     tp.Tracer("github.com/inferrail/inferrail/live", trace.WithInstrumentationVersion(version), trace.WithSchemaURL(semconv.SchemaURL)),
+		tp:    tp,
+		prop:  propagation.TraceContext{},
+		ratio: c.SampleRatio,
 	}
 }
 
@@ -142,9 +152,21 @@ func operation(chat bool) attribute.KeyValue {
 }
 
 // server starts a request's SERVER span, continuing the client's
-// traceparent; the span is named again once the model is known.
+// traceparent; the span is named again once the model is known. It returns
+// a nil span for a request that is not traced: a client's traceparent not
+// sampled (forwarded to the engine as it is), or a new trace not drawn.
 func (t *tracer) server(r *http.Request, chat bool) (context.Context, trace.Span) {
-	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx := r.Context()
+	if len(r.Header["Traceparent"]) > 0 {
+		ctx = t.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		if !sc.IsSampled() {
+			return r.Context(), nil
+		}
+	} else if t.ratio < 1 && rand.Float64() >= t.ratio {
+		return r.Context(), nil
+	}
 	op := operation(chat)
 	return t.t.Start(ctx, op.Value.AsString(), trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(op, semconv.GenAIProviderNameKey.String(providerName), semconv.HTTPRequestMethodPost, semconv.URLPath(r.URL.Path)))
@@ -153,6 +175,9 @@ func (t *tracer) server(r *http.Request, chat bool) (context.Context, trace.Span
 // endServer sets what the request came to on its SERVER span, from its
 // access record.
 func endServer(sp trace.Span, in *inbound, ar *accessRecord, reqID string) {
+	if sp == nil {
+		return
+	}
 	if !sp.IsRecording() {
 		sp.End()
 		return
@@ -191,8 +216,8 @@ func endServer(sp trace.Span, in *inbound, ar *accessRecord, reqID string) {
 
 // route starts the INTERNAL span of one routing decision.
 func (t *tracer) route(ctx context.Context, m *model) trace.Span {
-	if t == nil {
-		return nil
+	if t == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return nil // tracing is off, or this request is not traced
 	}
 	_, sp := t.t.Start(ctx, "route "+m.name, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.String("inferrail.policy", m.policy)))
@@ -242,6 +267,9 @@ func endRoute(sp trace.Span, in *inbound, a *attempt, d gateway.Decision, e *api
 
 // upstream starts the CLIENT span of one try at rep.
 func (t *tracer) upstream(ctx context.Context, in *inbound, rep *replica) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, nil // not traced: a client's traceparent goes on as it came
+	}
 	op := operation(in.chat)
 	attrs := []attribute.KeyValue{op, semconv.GenAIProviderNameKey.String(providerName), semconv.GenAIRequestModel(in.m.name),
 		attribute.String("inferrail.replica", rep.name)}

@@ -4,7 +4,8 @@
 # through inferrail live (cost_model, edge tokenization and the KV index on)
 # and through nginx (a plain round-robin proxy, Debian's nginx-light), at
 # 1,000 and 3,000 req/s; then tracing's cost (live with traces sampled at
-# 0.1 against live without, alternately, at 1,000 req/s); then a soak of
+# 0.1 against live without, alternately, at 1,000 req/s), and the cost of
+# keys and limits the same way; then a soak of
 # 50,000 requests through live with its resident memory before and after
 # (RATES="" and SOAK=0 skip the first and the last). Engines use the smallest profile costs, so
 # latency is almost all network and proxy. Results: $OUT/results.md.
@@ -198,6 +199,42 @@ done
 echo "| median | | | | | | $(printf '%s\n' "${added99[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') | |" >>"$OUT/results.md"
 kill "$TRACED"
 wait "$TRACED" 2>/dev/null || true
+
+# Keys and limits' cost: a third proxy with auth: keys (SQLite store), one
+# key with RPM, TPM and concurrency limits far above the load (every
+# request authenticated, charged, reconciled, leased and metered), against
+# the plain one, alternately, at TRACE_RATE.
+sed -e 's/127.0.0.1:19080/127.0.0.1:19084/' -e 's/127.0.0.1:19090/127.0.0.1:19094/' "$TMP/live.yaml" >"$TMP/keyed.yaml"
+printf 'auth: keys\ntenancy: {store: "%s/keys.db"}\n' "$TMP" >>"$TMP/keyed.yaml"
+$BIN live --config "$TMP/keyed.yaml" 2>"$TMP/keyed.log" &
+KEYED=$!
+PIDS+=($KEYED)
+for _ in $(seq 50); do curl -sf 127.0.0.1:19094/livez >/dev/null && break; sleep 0.1; done
+$BIN keys create --admin http://127.0.0.1:19094 --name bench --rpm 100000000 --tpm 100000000000 --max-concurrency 100000 >"$TMP/key" 2>/dev/null
+{
+	echo
+	echo "Keys and limits at $TRACE_RATE req/s (auth: keys, one key with RPM, TPM and concurrency limits above the load, in-process limiter, SQLite store), against the same proxy without, alternately (TTFT in ms; added = keyed minus plain):"
+	echo
+	echo "| run | plain p50 | plain p99 | keyed p50 | keyed p99 | added p50 | added p99 | CPU µs/request plain / keyed |"
+	echo "|---|---|---|---|---|---|---|---|"
+} >>"$OUT/results.md"
+added99=()
+for i in $(seq "$TRACE_RUNS"); do
+	run plain$i http://127.0.0.1:19080 "$TRACE_RATE" "$n" "$LIVE"
+	export INFERRAIL_API_KEY
+	INFERRAIL_API_KEY=$(cat "$TMP/key")
+	run keyed$i http://127.0.0.1:19084 "$TRACE_RATE" "$n" "$KEYED"
+	unset INFERRAIL_API_KEY
+	read -r u50 u99 _ _ uok _ <<<"$(summarise plain$i "$TRACE_RATE")"
+	read -r t50 t99 _ _ tok _ <<<"$(summarise keyed$i "$TRACE_RATE")"
+	[ "$tok" = "$n" ] || echo "keyed run $i: only $tok of $n ok" >&2
+	a99=$(python3 -c "print(f'{$t99 - $u99:.3f}')")
+	added99+=("$a99")
+	echo "| $i | $u50 | $u99 | $t50 | $t99 | $(python3 -c "print(f'{$t50 - $u50:.3f}')") | $a99 | $(cat "$OUT/plain$i-$TRACE_RATE.cpu") / $(cat "$OUT/keyed$i-$TRACE_RATE.cpu") |" >>"$OUT/results.md"
+done
+echo "| median | | | | | | $(printf '%s\n' "${added99[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') | |" >>"$OUT/results.md"
+kill "$KEYED"
+wait "$KEYED" 2>/dev/null || true
 
 if [ "$SOAK" -gt 0 ]; then
 # The soak runs on a fresh proxy, so the overload above does not colour it.

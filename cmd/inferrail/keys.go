@@ -29,8 +29,8 @@ type adminFlags struct {
 }
 
 func (f *adminFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.admin, "admin", "http://127.0.0.1:9090", "the admin API's base URL (admin_listen of `inferrail live`)")
-	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "a file holding the admin bearer token (admin_token_file of `inferrail live`)")
+	cmd.Flags().StringVar(&f.admin, "admin", "http://127.0.0.1:9090", "the admin API's base URL (admin_listen of inferrail live)")
+	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "a file holding the admin bearer token (admin_token_file of inferrail live)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the admin API's JSON answer")
 }
 

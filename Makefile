@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live
 
 all: build
 
@@ -124,6 +124,16 @@ stack-down:
 # ledger each (about 3 minutes; scripts/gateways-live.sh).
 gateways-live: build redis-deps
 	scripts/gateways-live.sh
+
+# Tenant isolation through live with keys: three quiet tenants and one at
+# 10x its RPM limit, with and without it (about 5 minutes).
+isolation-live: build
+	scripts/isolation-live.sh
+
+# One key's RPM and TPM limits across three live processes sharing one
+# Redis, 64 closed-loop clients (about 1 minute per run).
+limits-live: build redis-deps
+	scripts/limits-live.sh
 
 # Real-time checks, too slow or too timing-sensitive for make test: the mock
 # engine against its own model on wall-clock time, thousands of concurrent

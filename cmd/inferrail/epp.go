@@ -1,14 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"runtime/debug"
-	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -92,32 +86,7 @@ leader-elected and its readiness is not leader-gated: run one replica.`,
 				fmt.Fprintf(stdout, "%s: ok\n%s", path, cfg.Summary())
 				return nil
 			}
-			// As live: collect less often unless GOGC says.
-			if os.Getenv("GOGC") == "" {
-				debug.SetGCPercent(400)
-			}
-			// The first SIGINT or SIGTERM drains; a second one cuts the
-			// drain delay short.
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			hurry := make(chan struct{})
-			go func() {
-				select {
-				case <-sigs:
-				case <-ctx.Done():
-					return
-				}
-				cancel()
-				select {
-				case <-sigs:
-					close(hurry)
-				case <-time.After(cfg.DrainDelay + cfg.DrainTimeout + time.Second):
-				}
-			}()
-			return s.ServeEPP(ctx, hurry)
+			return serveUntilSignal(cmd.Context(), cfg, s.ServeEPP)
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "YAML configuration, live's with its epp section (required)")

@@ -60,37 +60,40 @@ tokenizer and profile, prints what it would run and exits.`,
 				fmt.Fprintf(stdout, "%s: ok\n%s", path, cfg.Summary())
 				return nil
 			}
-			// A proxy's heap is small and its tail latency suffers from
-			// collections: collect four times less often than Go's default
-			// unless GOGC says.
-			if os.Getenv("GOGC") == "" {
-				debug.SetGCPercent(400)
-			}
-			// The first SIGINT or SIGTERM drains; a second one cuts the
-			// drain delay short.
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			hurry := make(chan struct{})
-			go func() {
-				select {
-				case <-sigs:
-				case <-ctx.Done():
-					return
-				}
-				cancel()
-				select {
-				case <-sigs:
-					close(hurry)
-				case <-time.After(cfg.DrainDelay + cfg.DrainTimeout + time.Second):
-				}
-			}()
-			return s.Serve(ctx, hurry)
+			return serveUntilSignal(cmd.Context(), cfg, s.Serve)
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "YAML configuration (required)")
 	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration, load its tokenizers and profiles, print a summary and exit")
 	return cmd
+}
+
+// serveUntilSignal runs serve (live's Serve or ServeEPP) until the first
+// SIGINT or SIGTERM, which drains; a second one cuts the drain delay short.
+// A proxy's heap is small and its tail latency suffers from collections:
+// it collects four times less often than Go's default unless GOGC says.
+func serveUntilSignal(parent context.Context, cfg *config.Config, serve func(ctx context.Context, hurry <-chan struct{}) error) error {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	hurry := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+		case <-ctx.Done():
+			return
+		}
+		cancel()
+		select {
+		case <-sigs:
+			close(hurry)
+		case <-time.After(cfg.DrainDelay + cfg.DrainTimeout + time.Second):
+		}
+	}()
+	return serve(ctx, hurry)
 }

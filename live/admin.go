@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/internal/openai"
+	"github.com/inferrail/inferrail/router/gateway"
 	"github.com/inferrail/inferrail/tenancy"
 )
 
@@ -563,12 +564,12 @@ type statusView struct {
 	Usage    *usageStatus  `json:"usage"`
 }
 
-// modelStatus is a model's queue: the gateway core counts it per model,
-// not per priority class.
+// modelStatus is a model's queue, in all and per priority class.
 type modelStatus struct {
-	Model       string `json:"model"`
-	Queued      int    `json:"queued"`
-	QueuedBytes int64  `json:"queued_bytes"`
+	Model       string               `json:"model"`
+	Queued      int                  `json:"queued"`
+	QueuedBytes int64                `json:"queued_bytes"`
+	ByPriority  []gateway.ClassDepth `json:"queued_by_priority"`
 }
 
 // replicaLoad is what admission holds on a replica.
@@ -637,7 +638,7 @@ func (s *Server) status(_ *http.Request) (int, any, *adminError) {
 	v := statusView{Auth: s.cfg.Auth, Models: []modelStatus{}, Replicas: []replicaLoad{}, Limiter: limiterStatus{Mode: "none"}}
 	for _, m := range s.models {
 		snap := m.snapshot()
-		v.Models = append(v.Models, modelStatus{Model: m.name, Queued: snap.queued, QueuedBytes: snap.queuedBytes})
+		v.Models = append(v.Models, modelStatus{Model: m.name, Queued: snap.queued, QueuedBytes: snap.queuedBytes, ByPriority: append([]gateway.ClassDepth{}, snap.byClass...)})
 		for _, rs := range snap.reps {
 			v.Replicas = append(v.Replicas, replicaLoad{Model: m.name, Replica: rs.rep.name, Healthy: rs.st.Healthy, InFlight: rs.st.Load.InFlight,
 				Pending: rs.st.Load.Pending, ReservedBlocks: rs.st.ReservedBlocks, CapacityBlocks: rs.st.CapacityBlocks})

@@ -633,6 +633,7 @@ type modelSnap struct {
 	reps        []replicaSnap // not removed by discovery
 	queued      int
 	queuedBytes int64
+	byClass     []gateway.ClassDepth // queued per priority class, highest first
 	indexBytes  int64
 	at          time.Duration // the core's time of the snapshot
 }
@@ -641,7 +642,7 @@ func (m *model) snapshot() modelSnap {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	s := modelSnap{queued: m.core.Queued(), queuedBytes: m.core.QueuedBytes(), indexBytes: m.core.Router().Index().Bytes(), at: now}
+	s := modelSnap{queued: m.core.Queued(), queuedBytes: m.core.QueuedBytes(), byClass: m.core.QueuedByClass(nil), indexBytes: m.core.Router().Index().Bytes(), at: now}
 	for _, r := range m.reps {
 		st := m.core.State(now, r.idx)
 		if st.Gone {

@@ -225,6 +225,9 @@ func TestTenancyQuickStart(t *testing.T) {
 	if status != 200 || json.Unmarshal(body, &st) != nil || st.Limiter.Mode != "local" || st.Limiter.Reservations != 0 || st.Store == nil || st.Store.Backend != "sqlite" || st.Cache == nil || st.Cache.Keys != 1 {
 		t.Fatalf("status %d %s", status, body)
 	}
+	if len(st.Models) != 1 || st.Models[0].ByPriority == nil || len(st.Models[0].ByPriority) != 0 {
+		t.Fatalf("the queue per priority class, empty now: %s", body)
+	}
 }
 
 // queryTime writes a time for a query string.

@@ -388,6 +388,23 @@ func (c *Core) State(now time.Duration, i int) ReplicaState {
 // Queued is the number of requests waiting.
 func (c *Core) Queued() int { return c.q.live }
 
+// ClassDepth is the requests waiting in one priority class of the queue.
+type ClassDepth struct {
+	Priority int `json:"priority"`
+	Requests int `json:"requests"`
+}
+
+// QueuedByClass appends to dst the requests waiting per priority class,
+// highest priority first; classes with none waiting are left out.
+func (c *Core) QueuedByClass(dst []ClassDepth) []ClassDepth {
+	for _, q := range c.q.classes {
+		if q.live > 0 {
+			dst = append(dst, ClassDepth{Priority: q.prio, Requests: q.live})
+		}
+	}
+	return dst
+}
+
 // QueuedBytes is the bytes of the requests waiting.
 func (c *Core) QueuedBytes() int64 { return c.q.bytes }
 

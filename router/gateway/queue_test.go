@@ -220,3 +220,22 @@ func TestQueueTurnPassesOn(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuedByClass: the queue's depth per priority class, highest first,
+// as requests queue and leave.
+func TestQueuedByClass(t *testing.T) {
+	cfg := testConfig("round_robin")
+	cfg.Queue.MaxPriority = 10
+	c, cur := serialCore(t, cfg)
+	for i, p := range []int{0, 5, 5, 0, 0, 9} {
+		submit(t, c, 0, Request{ID: uint64(i + 1), PromptTokens: 10, PromptKnown: true, Priority: p}, Queued)
+	}
+	want := []ClassDepth{{9, 1}, {5, 2}, {0, 3}}
+	if got := c.QueuedByClass(nil); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("QueuedByClass = %v, want %v", got, want)
+	}
+	serve(t, c, cur, 3) // the 9 and both 5s go first
+	if got := c.QueuedByClass(nil); fmt.Sprint(got) != fmt.Sprint([]ClassDepth{{0, 3}}) {
+		t.Fatalf("after three left: %v", got)
+	}
+}

@@ -73,10 +73,6 @@ func TestSharedLedgerAdmitsAsOne(t *testing.T) {
 				if queued < 200*time.Millisecond {
 					t.Fatalf("gateway b's request waited %v: the shared ledger must hold it while a's fills the replica", queued)
 				}
-				r := b.ledgers.byName[b.models[0].name]
-				if st := r.Stats(); st.Refused == 0 {
-					t.Errorf("Redis never refused b: %+v", st)
-				}
 			case "local":
 				if queued > 100*time.Millisecond {
 					t.Fatalf("gateway b's request waited %v with its own ledger: it cannot see a's reservation", queued)

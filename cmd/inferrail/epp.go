@@ -5,9 +5,6 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-
-	"github.com/inferrail/inferrail/live"
-	"github.com/inferrail/inferrail/live/config"
 )
 
 func newEPPCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -63,20 +60,9 @@ leader-elected and its readiness is not leader-gated: run one replica.`,
   #   failure_mode_allow: false`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if path == "" {
-				return usagef("--config is required (see examples/live.yaml)")
-			}
-			cfg, err := config.Load(path)
+			cfg, s, err := newLiveServer(path, stderr)
 			if err != nil {
-				return usageError{err}
-			}
-			logger, err := live.NewLogger(cfg.Log, stderr)
-			if err != nil {
-				return usageError{err}
-			}
-			s, err := live.New(cfg, live.Deps{Notes: stderr, Logger: logger, Version: version()})
-			if err != nil {
-				return usageError{err}
+				return err
 			}
 			defer s.Close()
 			if err := s.CheckEPP(); err != nil {

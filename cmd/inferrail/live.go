@@ -40,20 +40,9 @@ tokenizer and profile, prints what it would run and exits.`,
   curl -s 127.0.0.1:9090/metrics | grep inferrail_requests_total`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if path == "" {
-				return usagef("--config is required (see examples/live.yaml)")
-			}
-			cfg, err := config.Load(path)
+			cfg, s, err := newLiveServer(path, stderr)
 			if err != nil {
-				return usageError{err}
-			}
-			logger, err := live.NewLogger(cfg.Log, stderr)
-			if err != nil {
-				return usageError{err}
-			}
-			s, err := live.New(cfg, live.Deps{Notes: stderr, Logger: logger, Version: version()})
-			if err != nil {
-				return usageError{err}
+				return err
 			}
 			defer s.Close()
 			if check {
@@ -66,6 +55,27 @@ tokenizer and profile, prints what it would run and exits.`,
 	cmd.Flags().StringVar(&path, "config", "", "YAML configuration (required)")
 	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration, load its tokenizers and profiles, print a summary and exit")
 	return cmd
+}
+
+// newLiveServer loads the configuration at path and builds the server that
+// live and epp run (every error is bad input: exit code 2).
+func newLiveServer(path string, stderr io.Writer) (*config.Config, *live.Server, error) {
+	if path == "" {
+		return nil, nil, usagef("--config is required (see examples/live.yaml)")
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	logger, err := live.NewLogger(cfg.Log, stderr)
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	s, err := live.New(cfg, live.Deps{Notes: stderr, Logger: logger, Version: version()})
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	return cfg, s, nil
 }
 
 // serveUntilSignal runs serve (live's Serve or ServeEPP) until the first

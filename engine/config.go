@@ -34,6 +34,15 @@ type Profile struct {
 	DecodeSeqUs float64 `yaml:"decode_seq_us" json:"decode_seq_us"`
 	// DecodeCtxTokenNs is the cost of each context token a decode reads, in nanoseconds.
 	DecodeCtxTokenNs float64 `yaml:"decode_ctx_token_ns" json:"decode_ctx_token_ns"`
+	// OutputLagSteps models vLLM's asynchronous scheduling: the tokens a
+	// step produces reach the API server this many step durations after the
+	// step ends (0: at its end; vLLM with async scheduling: about 1). The
+	// scheduler's own state (slots, blocks) changes at the step's end.
+	OutputLagSteps float64 `yaml:"output_lag_steps,omitempty" json:"output_lag_steps,omitempty"`
+	// OutputDelayMs is the fixed time from a step's outputs to the API
+	// server (output processing, IPC, detokenization), in milliseconds: it
+	// shifts every token, so TTFT and end-to-end latency but not TPOT.
+	OutputDelayMs float64 `yaml:"output_delay_ms,omitempty" json:"output_delay_ms,omitempty"`
 }
 
 // Batch holds the features of one step that the latency model prices.
@@ -83,6 +92,17 @@ type Config struct {
 	MaxModelLen int `yaml:"max_model_len" json:"max_model_len"`
 	// DisablePrefixCaching turns the prefix cache off (--no-enable-prefix-caching).
 	DisablePrefixCaching bool `yaml:"disable_prefix_caching" json:"disable_prefix_caching"`
+	// DataParallelSize is the number of engine ranks behind one endpoint
+	// (--data-parallel-size); 0 or 1 is one rank. Each rank has its own
+	// scheduler with the limits above (max_num_seqs, max_num_batched_tokens,
+	// num_gpu_blocks are per rank, as vLLM's flags are), and vLLM's internal
+	// load balancer spreads requests over them.
+	DataParallelSize int `yaml:"data_parallel_size,omitempty" json:"data_parallel_size,omitempty"`
+	// ExpertParallel (--enable-expert-parallel) makes the ranks of a
+	// data-parallel group step in lockstep, as vLLM runs an expert-parallel
+	// MoE model: every rank runs each forward pass together (an idle rank a
+	// dummy batch), so a group step lasts as long as its slowest rank's.
+	ExpertParallel bool `yaml:"enable_expert_parallel,omitempty" json:"enable_expert_parallel,omitempty"`
 	// EnableKVEvents makes Step report BlockStored/BlockRemoved/AllBlocksCleared.
 	EnableKVEvents bool `yaml:"enable_kv_events" json:"enable_kv_events"`
 	// Latency is the step-time model.
@@ -125,6 +145,9 @@ func (c *Config) Validate() error {
 	pos("max_num_seqs", c.MaxNumSeqs, 1<<20)
 	pos("max_num_batched_tokens", c.MaxNumBatchedTokens, 1<<24)
 	pos("max_model_len", c.MaxModelLen, 1<<26)
+	if c.DataParallelSize < 0 || c.DataParallelSize > 1024 {
+		errs = append(errs, fmt.Errorf("data_parallel_size: must be 0 or 1 (one rank) up to 1024, got %d", c.DataParallelSize))
+	}
 	if c.LongPrefillTokenThreshold < 0 {
 		errs = append(errs, fmt.Errorf("long_prefill_token_threshold: must be 0 (off) or positive, got %d", c.LongPrefillTokenThreshold))
 	}
@@ -143,6 +166,11 @@ func (c *Config) Validate() error {
 	coef("prefill_pair_ns", c.Latency.PrefillPairNs, false)
 	coef("decode_seq_us", c.Latency.DecodeSeqUs, false)
 	coef("decode_ctx_token_ns", c.Latency.DecodeCtxTokenNs, false)
+	coef("output_lag_steps", c.Latency.OutputLagSteps, false)
+	coef("output_delay_ms", c.Latency.OutputDelayMs, false)
+	if c.Latency.OutputLagSteps > 8 {
+		errs = append(errs, fmt.Errorf("latency.output_lag_steps: must be at most 8 steps, got %v", c.Latency.OutputLagSteps))
+	}
 	return errors.Join(errs...)
 }
 
@@ -173,3 +201,7 @@ func LoadConfig(path string) (Config, error) {
 	}
 	return c, nil
 }
+
+// Ranks returns the number of engine ranks in the group: DataParallelSize,
+// at least 1.
+func (c *Config) Ranks() int { return max(c.DataParallelSize, 1) }

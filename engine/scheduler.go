@@ -35,6 +35,9 @@ type Result struct {
 	Emitted []Emission
 	// Preempted lists requests preempted (sent back to waiting) in this step.
 	Preempted []RequestID
+	// Admitted lists requests scheduled for the first time in this step (at
+	// Start: vLLM's scheduled_ts), in batch order.
+	Admitted []RequestID
 	// Events are the KV events of the step (only with Config.EnableKVEvents).
 	Events []KVEvent
 }
@@ -115,7 +118,7 @@ func (e *Engine) Step(now time.Duration) *Result {
 	e.tell(now)
 	start := max(e.now, e.busyUntil)
 	res := &e.res
-	*res = Result{Start: start, Emitted: res.Emitted[:0], Preempted: res.Preempted[:0]}
+	*res = Result{Start: start, Emitted: res.Emitted[:0], Preempted: res.Preempted[:0], Admitted: res.Admitted[:0]}
 	e.events = e.events[:0]
 	e.sched = e.sched[:0]
 
@@ -274,6 +277,7 @@ func (e *Engine) admit(s *seq, budget int) bool {
 	e.metrics.PrefixCacheQueries += int64(total)
 	e.metrics.PrefixCacheHits += int64(computed)
 	if s.cached < 0 {
+		e.res.Admitted = append(e.res.Admitted, s.id)
 		s.cached = min(computed, s.prompt)
 		e.metrics.PromptTokens += int64(s.prompt)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/gonum/optimize"
 
 	"github.com/inferrail/inferrail/engine"
@@ -25,6 +26,9 @@ type LogOptions struct {
 	Start engine.Profile
 	// MaxEvaluations bounds the number of log replays; 0 means 400.
 	MaxEvaluations int
+	// Validate are whole runs the fitted profile (and both baselines)
+	// predict without being fitted to them: the cross-run check.
+	Validate []*Log
 	// Progress, when set, receives a line now and then.
 	Progress io.Writer
 }
@@ -41,6 +45,11 @@ func (o *LogOptions) validate() error {
 		c.Latency = o.Start
 		if err := c.Validate(); err != nil {
 			return fmt.Errorf("start profile: %w", err)
+		}
+	}
+	for i, v := range o.Validate {
+		if v == nil || len(v.Requests) == 0 {
+			return fmt.Errorf("validate log %d: has no requests", i+1)
 		}
 	}
 	return nil
@@ -61,62 +70,153 @@ type Quantiles struct {
 	P99 QuantileError `json:"p99"`
 }
 
-// ErrorReport scores predictions over a set of requests.
+// LoadBand scores the requests that met one level of load: a third of the
+// scored requests by the number in the engine when each arrived.
+type LoadBand struct {
+	MinInSystem int     `json:"min_in_system"`
+	MaxInSystem int     `json:"max_in_system"`
+	Requests    int     `json:"requests"`
+	TTFTMAPE    float64 `json:"ttft_mape"`
+	E2EMAPE     float64 `json:"e2e_mape"`
+}
+
+// ErrorReport scores predictions over a set of requests. MAPEs are mean
+// absolute percentage errors, in percent, per request; the phases split TTFT
+// into queueing (queued to scheduled) and scheduled-to-first-token, and E2E
+// into TTFT and TPOT ((E2E-TTFT)/(output-1), requests of two or more
+// tokens). Queue and scheduled-to-first-token errors are relative to at
+// least 10 ms (phaseFloor), TTFT and E2E to at least 1 ms.
 type ErrorReport struct {
-	Requests int `json:"requests"`
-	// TTFTMAPE and E2EMAPE are mean absolute percentage errors, in percent.
-	TTFTMAPE float64   `json:"ttft_mape"`
-	E2EMAPE  float64   `json:"e2e_mape"`
-	TTFT     Quantiles `json:"ttft"`
-	E2E      Quantiles `json:"e2e"`
+	Requests int     `json:"requests"`
+	TTFTMAPE float64 `json:"ttft_mape"`
+	E2EMAPE  float64 `json:"e2e_mape"`
+	// QueueMAPE and SchedToFirstMAPE are 0 and Phases false when the log
+	// has no scheduled_ts.
+	Phases           bool    `json:"phases"`
+	QueueMAPE        float64 `json:"queue_mape"`
+	SchedToFirstMAPE float64 `json:"sched_to_first_mape"`
+	TPOTMAPE         float64 `json:"tpot_mape"`
+	// QueueShare is the share of the measured TTFT that is queueing: near 1,
+	// the run tests throughput more than the step model.
+	QueueShare float64    `json:"queue_share"`
+	TTFT       Quantiles  `json:"ttft"`
+	E2E        Quantiles  `json:"e2e"`
+	ByLoad     []LoadBand `json:"by_load,omitempty"`
+}
+
+// FittedTerm is one fitted term with its 95% confidence interval, from the
+// Jacobian of the per-request log errors at the optimum (Gauss-Newton:
+// covariance s^2 (J'J)^-1, which treats requests as independent, so the
+// interval is if anything too narrow). Identified is false when the
+// interval spans more than a factor IdentifiedFactor either side: the
+// log does not pin the term down, and a value anywhere in the interval
+// fits alike.
+type FittedTerm struct {
+	Name       string  `json:"name"`
+	Value      float64 `json:"value"`
+	Lo         float64 `json:"lo95"`
+	Hi         float64 `json:"hi95"`
+	Identified bool    `json:"identified"`
+}
+
+// IdentifiedFactor is the widest 95% interval, as a factor either side of
+// the value, of a coefficient called identified.
+const IdentifiedFactor = 1.5
+
+// Baseline is a profile that is not the fit, scored the same way.
+type Baseline struct {
+	Name    string         `json:"name"`
+	Profile engine.Profile `json:"profile"`
+	Fit     ErrorReport    `json:"fit"`
+	Holdout *ErrorReport   `json:"holdout,omitempty"`
+	// Validation scores the LogOptions.Validate runs, in order.
+	Validation []ErrorReport `json:"validation,omitempty"`
+}
+
+// RunReport scores one whole run the fit did not see.
+type RunReport struct {
+	Log    string      `json:"log"`
+	Report ErrorReport `json:"report"`
 }
 
 // LogFit is the result of FitLog.
 type LogFit struct {
-	Log   string   `json:"log"`
+	Log string `json:"log"`
+	// Logs are every fitted log (Log is the first).
+	Logs  []string `json:"logs"`
 	Notes []string `json:"notes,omitempty"`
-	// Config is the log's engine configuration with the fitted profile.
+	// Config is the first log's engine configuration with the fitted profile.
 	Config  engine.Config  `json:"config"`
 	Profile engine.Profile `json:"profile"`
+	// Coefficients are the fitted terms with their intervals.
+	Coefficients []FittedTerm `json:"coefficients"`
 	// Start is the profile the search started from; StartFit scores it.
-	Start       engine.Profile `json:"start_profile"`
-	StartFit    ErrorReport    `json:"start_fit"`
-	HoldoutFrac float64        `json:"holdout_fraction"`
-	Fit         ErrorReport    `json:"fit"`
-	// Holdout scores the held-out requests (nil without a holdout).
+	Start    engine.Profile `json:"start_profile"`
+	StartFit ErrorReport    `json:"start_fit"`
+	// Baselines are the unfitted start profile ("preset") and the start
+	// profile with one fitted scale factor on its five step coefficients
+	// ("scale"), scored as the fit is.
+	Baselines   []Baseline   `json:"baselines"`
+	ScaleFactor float64      `json:"scale_factor"`
+	HoldoutFrac float64      `json:"holdout_fraction"`
+	Fit         ErrorReport  `json:"fit"`
 	Holdout     *ErrorReport `json:"holdout,omitempty"`
+	Validation  []RunReport  `json:"validation,omitempty"`
+	Objective   string       `json:"objective"`
 	Iterations  int          `json:"iterations"`
 	Evaluations int          `json:"evaluations"`
 	WallS       float64      `json:"wall_s"`
 }
 
-// FitLog fits the five latency coefficients to a request log: it replays the
-// logged arrivals through the engine model configured from the log's
-// meta.json and minimises the sum of the mean relative errors of TTFT and of
-// end-to-end latency over the fitted requests. The search runs on the
-// logarithms of the coefficients (so they stay positive): first a scan of one
-// common scale factor from the start profile, then Nelder-Mead. Every replay
-// covers the whole log, so held-out requests see the real queue; only the
-// first 1-Holdout of the requests by arrival are scored in the objective.
+// objectiveName describes the objective FitLog minimises.
+const objectiveName = "mean |ln(predicted/measured)| of TTFT plus that of E2E, per request, averaged over the fitted logs"
+
+// FitLog fits the latency profile to one request log; see FitLogs.
 func FitLog(l *Log, opts LogOptions) (*LogFit, error) {
+	return FitLogs([]*Log{l}, opts)
+}
+
+// FitLogs fits the latency profile (the five step coefficients and the two
+// output-lag terms) to request logs: it replays each log's arrivals through
+// the engine model configured from its meta.json and minimises the mean
+// absolute log ratio of predicted to measured TTFT and end-to-end latency.
+// The log ratio is symmetric: predicting half or twice the measured latency
+// costs the same, so the fit cannot win by collapsing the engine's speed
+// (relative error costs at most 100% for an under-prediction). The search
+// runs on the logarithms of the terms (so they stay positive): a scan of one
+// common scale factor from the start profile, refined by golden section (the
+// "scale" baseline), then Nelder-Mead over all seven. Every replay covers the
+// whole log, so held-out requests see the real queue; only the first
+// 1-Holdout of each log's requests by arrival are scored in the objective.
+func FitLogs(logs []*Log, opts LogOptions) (*LogFit, error) {
 	began := time.Now()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if l == nil || len(l.Requests) == 0 {
-		return nil, errors.New("the log has no requests")
+	if len(logs) == 0 {
+		return nil, errors.New("no log to fit")
 	}
-	n := len(l.Requests)
-	nFit := int(math.Round(float64(n) * (1 - opts.Holdout)))
-	if nFit < 1 {
-		return nil, fmt.Errorf("holdout %v leaves no request to fit of %d; lower it", opts.Holdout, n)
+	runs := make([]*logRun, len(logs))
+	for i, l := range logs {
+		if l == nil || len(l.Requests) == 0 {
+			return nil, errors.New("the log has no requests")
+		}
+		n := len(l.Requests)
+		nFit := int(math.Round(float64(n) * (1 - opts.Holdout)))
+		if nFit < 1 {
+			return nil, fmt.Errorf("%s: holdout %v leaves no request to fit of %d; lower it", l.Name, opts.Holdout, n)
+		}
+		runs[i] = &logRun{rp: newReplayer(l), nFit: nFit}
 	}
+	first := logs[0]
 	start := opts.Start
 	if start == (engine.Profile{}) {
 		start = engine.DefaultConfig().Latency
-		if l.Meta != nil {
-			if r, _ := logRoofline(l.Meta, baseName(l.Name)); r != nil {
-				start = r.Config.Latency
+		if first.Meta != nil {
+			if g, ok := findGPU(first.GPU); ok {
+				if r := logRoofline(first.Meta, g); r != nil {
+					start = r.Config.Latency
+				}
 			}
 		}
 	}
@@ -124,27 +224,34 @@ func FitLog(l *Log, opts LogOptions) (*LogFit, error) {
 	if maxEval == 0 {
 		maxEval = 400
 	}
-
-	rp := newReplayer(l)
 	evals := 0
 	var evalErr error
 	objective := func(p engine.Profile) float64 {
 		evals++
-		if err := rp.run(p); err != nil {
-			evalErr = err
-			return math.Inf(1)
+		total := 0.0
+		for _, r := range runs {
+			if err := r.rp.run(p); err != nil {
+				evalErr = err
+				return math.Inf(1)
+			}
+			t, e := r.rp.logErrors(0, r.nFit)
+			total += t + e
 		}
-		t, e := rp.errors(0, nFit)
-		return t + e
+		return total / float64(len(runs))
 	}
-	// Start: the start profile must replay.
-	if err := rp.run(start); err != nil {
-		return nil, err
+	for _, r := range runs {
+		if err := r.rp.run(start); err != nil {
+			return nil, err
+		}
 	}
-	fit := &LogFit{Log: l.Name, Notes: l.Notes, Start: start, HoldoutFrac: opts.Holdout}
-	fit.StartFit = rp.report(0, nFit)
+	fit := &LogFit{Log: first.Name, Start: start, HoldoutFrac: opts.Holdout, Objective: objectiveName}
+	for _, l := range logs {
+		fit.Logs = append(fit.Logs, l.Name)
+		fit.Notes = append(fit.Notes, l.Notes...)
+	}
 
-	// Scan a common scale factor: k = 2^(i/4), i in -12..12.
+	// Scan a common scale factor: k = 2^(i/4), i in -12..12, then refine
+	// ln k by golden section within a step either side.
 	best, bestK := math.Inf(1), 1.0
 	for i := -12; i <= 12; i++ {
 		k := math.Exp2(float64(i) / 4)
@@ -155,7 +262,11 @@ func FitLog(l *Log, opts LogOptions) (*LogFit, error) {
 	if math.IsInf(best, 1) {
 		return nil, fmt.Errorf("no scaled start profile replays the log: %w", evalErr)
 	}
-	x0 := toLog(scale(start, bestK))
+	bestK, best = goldenScale(func(k float64) float64 { return objective(scale(start, k)) }, bestK, best)
+	scaled := scale(start, bestK)
+	fit.ScaleFactor = round4(bestK)
+
+	x0 := toLog(withLagStart(scaled))
 	problem := optimize.Problem{Func: func(x []float64) float64 { return objective(fromLog(x)) }}
 	settings := &optimize.Settings{
 		FuncEvaluations: max(maxEval-evals, 10),
@@ -168,26 +279,178 @@ func FitLog(l *Log, opts LogOptions) (*LogFit, error) {
 	if err != nil && res == nil {
 		return nil, fmt.Errorf("nelder-mead: %w", err)
 	}
-	bestP := scale(start, bestK)
+	bestP := scaled
 	if res != nil && res.F < best {
 		bestP = fromLog(res.X)
 		fit.Iterations = res.Stats.MajorIterations
 	}
 	bestP = roundProfile(bestP)
-	if err := rp.run(bestP); err != nil {
+	fit.Coefficients = coefficientIntervals(runs, bestP)
+	fit.Profile = bestP
+	fit.Config = first.Config
+	fit.Config.Latency = bestP
+
+	// Score the fit, then the baselines, on the same requests.
+	score := func(p engine.Profile) (ErrorReport, *ErrorReport, []ErrorReport, error) {
+		var fitRep, hold ErrorReport
+		var holdP *ErrorReport
+		var reps, holds []ErrorReport
+		for _, r := range runs {
+			if err := r.rp.run(p); err != nil {
+				return fitRep, nil, nil, err
+			}
+			reps = append(reps, r.rp.report(0, r.nFit))
+			if r.nFit < len(r.rp.log.Requests) {
+				holds = append(holds, r.rp.report(r.nFit, len(r.rp.log.Requests)))
+			}
+		}
+		fitRep = mergeReports(reps)
+		if len(holds) > 0 {
+			hold = mergeReports(holds)
+			holdP = &hold
+		}
+		var val []ErrorReport
+		for _, v := range opts.Validate {
+			rp := newReplayer(v)
+			if err := rp.run(p); err != nil {
+				return fitRep, nil, nil, fmt.Errorf("validate %s: %w", v.Name, err)
+			}
+			val = append(val, rp.report(0, len(v.Requests)))
+		}
+		return fitRep, holdP, val, nil
+	}
+	var val []ErrorReport
+	if fit.Fit, fit.Holdout, val, err = score(bestP); err != nil {
 		return nil, err
 	}
-	fit.Profile = bestP
-	fit.Config = l.Config
-	fit.Config.Latency = bestP
-	fit.Fit = rp.report(0, nFit)
-	if nFit < n {
-		h := rp.report(nFit, n)
-		fit.Holdout = &h
+	for i, v := range opts.Validate {
+		fit.Validation = append(fit.Validation, RunReport{Log: v.Name, Report: val[i]})
 	}
+	for _, b := range []struct {
+		name string
+		p    engine.Profile
+	}{{"preset", start}, {"scale", roundProfile(scaled)}} {
+		bl := Baseline{Name: b.name, Profile: b.p}
+		if bl.Fit, bl.Holdout, bl.Validation, err = score(b.p); err != nil {
+			return nil, err
+		}
+		fit.Baselines = append(fit.Baselines, bl)
+	}
+	fit.StartFit = fit.Baselines[0].Fit
 	fit.Evaluations = evals
 	fit.WallS = math.Round(time.Since(began).Seconds()*100) / 100
 	return fit, nil
+}
+
+// logRun is one fitted log: its replayer and how many of its requests are fitted.
+type logRun struct {
+	rp   *replayer
+	nFit int
+}
+
+// goldenScale refines the scale factor k (found by a scan in steps of
+// 2^(1/4)) by golden-section search on ln k within one step either side.
+func goldenScale(f func(float64) float64, k, fk float64) (float64, float64) {
+	const phi = 0.6180339887498949
+	a, b := math.Log(k)-math.Ln2/4, math.Log(k)+math.Ln2/4
+	c, d := b-phi*(b-a), a+phi*(b-a)
+	fc, fd := f(math.Exp(c)), f(math.Exp(d))
+	for range 10 {
+		if fc < fd {
+			b, d, fd = d, c, fc
+			c = b - phi*(b-a)
+			fc = f(math.Exp(c))
+		} else {
+			a, c, fc = c, d, fd
+			d = a + phi*(b-a)
+			fd = f(math.Exp(d))
+		}
+	}
+	if fc < fk && fc <= fd {
+		return math.Exp(c), fc
+	}
+	if fd < fk {
+		return math.Exp(d), fd
+	}
+	return k, fk
+}
+
+// withLagStart gives the output-lag terms a starting point for the search
+// when the profile has none: one step of lag (vLLM's asynchronous
+// scheduling) and 1 ms of output processing.
+func withLagStart(p engine.Profile) engine.Profile {
+	if p.OutputLagSteps == 0 {
+		p.OutputLagSteps = 1
+	}
+	if p.OutputDelayMs == 0 {
+		p.OutputDelayMs = 1
+	}
+	return p
+}
+
+// coefficientIntervals estimates each term's 95% interval at p from the
+// Jacobian of the fitted requests' log errors with respect to the logs of
+// the terms, by central differences of +-10%.
+func coefficientIntervals(runs []*logRun, p engine.Profile) []FittedTerm {
+	x := toLog(p)
+	k := len(x)
+	resid := func(x []float64) []float64 {
+		var out []float64
+		for _, r := range runs {
+			if r.rp.run(fromLog(x)) != nil {
+				return nil
+			}
+			out = r.rp.appendResiduals(out, 0, r.nFit)
+		}
+		return out
+	}
+	r0 := resid(x)
+	out := make([]FittedTerm, k)
+	vals := coefSlice(p)
+	for i := range out {
+		out[i] = FittedTerm{Name: logTermNames[i], Value: vals[i], Lo: 0, Hi: math.Inf(1)}
+	}
+	m := len(r0)
+	if m <= k {
+		return out
+	}
+	const h = 0.1
+	jac := mat.NewDense(m, k, nil)
+	for j := range k {
+		xp, xm := slices.Clone(x), slices.Clone(x)
+		xp[j] += h
+		xm[j] -= h
+		rp, rm := resid(xp), resid(xm)
+		if len(rp) != m || len(rm) != m {
+			return out
+		}
+		for i := range m {
+			jac.Set(i, j, (rp[i]-rm[i])/(2*h))
+		}
+	}
+	ss := 0.0
+	for _, v := range r0 {
+		ss += v * v
+	}
+	s2 := ss / float64(m-k)
+	var jtj mat.Dense
+	jtj.Mul(jac.T(), jac)
+	var cov mat.Dense
+	if err := cov.Inverse(&jtj); err != nil {
+		return out // singular: nothing is identified
+	}
+	for i := range out {
+		v := cov.At(i, i) * s2
+		if !(v >= 0) || math.IsInf(v, 0) {
+			continue
+		}
+		sd := math.Sqrt(v)
+		// A term at its search floor has no lower bound.
+		out[i].Lo = round4(vals[i] * math.Exp(-1.96*sd))
+		out[i].Hi = round4(vals[i] * math.Exp(1.96*sd))
+		out[i].Identified = 1.96*sd <= math.Log(IdentifiedFactor)
+	}
+	return out
 }
 
 func baseName(p string) string {
@@ -219,21 +482,28 @@ func (r *progressRecorder) Record(loc *optimize.Location, op optimize.Operation,
 	return nil
 }
 
-// The coefficients in a fixed order, for the optimisers and least squares.
-func coefs(p engine.Profile) [5]float64 {
-	return [5]float64{p.StepFixedMs, p.PrefillTokenUs, p.PrefillPairNs, p.DecodeSeqUs, p.DecodeCtxTokenNs}
+// logTermNames name the fitted terms in order, as the profile YAML does.
+var logTermNames = []string{"step_fixed_ms", "prefill_token_us", "prefill_pair_ns", "decode_seq_us", "decode_ctx_token_ns", "output_lag_steps", "output_delay_ms"}
+
+// The fitted terms in a fixed order, for the optimisers.
+func coefSlice(p engine.Profile) []float64 {
+	return []float64{p.StepFixedMs, p.PrefillTokenUs, p.PrefillPairNs, p.DecodeSeqUs, p.DecodeCtxTokenNs, p.OutputLagSteps, p.OutputDelayMs}
 }
 
-func fromCoefs(c []float64) engine.Profile {
-	return engine.Profile{StepFixedMs: c[0], PrefillTokenUs: c[1], PrefillPairNs: c[2], DecodeSeqUs: c[3], DecodeCtxTokenNs: c[4]}
+func fromCoefSlice(c []float64) engine.Profile {
+	return engine.Profile{StepFixedMs: c[0], PrefillTokenUs: c[1], PrefillPairNs: c[2], DecodeSeqUs: c[3], DecodeCtxTokenNs: c[4], OutputLagSteps: c[5], OutputDelayMs: c[6]}
 }
 
-// coefFloor keeps a zero coefficient searchable on a log scale.
-var coefFloor = [5]float64{0.01, 0.01, 0.001, 0.01, 0.01}
+// coefFloor keeps a zero term searchable on a log scale; a term at its
+// floor is effectively zero.
+var coefFloor = []float64{0.01, 0.01, 0.001, 0.01, 0.01, 0.001, 0.001}
+
+// coefCeil bounds the search where the profile's validation does.
+var coefCeil = []float64{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1), 8, math.Inf(1)}
 
 func toLog(p engine.Profile) []float64 {
-	c := coefs(p)
-	x := make([]float64, 5)
+	c := coefSlice(p)
+	x := make([]float64, len(c))
 	for i, v := range c {
 		x[i] = math.Log(math.Max(v, coefFloor[i]))
 	}
@@ -241,34 +511,23 @@ func toLog(p engine.Profile) []float64 {
 }
 
 func fromLog(x []float64) engine.Profile {
-	var c [5]float64
+	c := make([]float64, len(x))
 	for i, v := range x {
-		c[i] = math.Exp(math.Max(math.Min(v, 30), -30))
+		c[i] = math.Min(math.Exp(math.Max(math.Min(v, 30), -30)), coefCeil[i])
 	}
-	return fromCoefs(c[:])
+	return fromCoefSlice(c)
 }
 
+// scale multiplies the five step coefficients by k; the output-lag terms
+// stay.
 func scale(p engine.Profile, k float64) engine.Profile {
-	c := coefs(p)
-	for i := range c {
-		c[i] *= k
-	}
-	return fromCoefs(c[:])
-}
-
-// report scores the last replay over requests [lo, hi).
-func (r *replayer) report(lo, hi int) ErrorReport {
-	t, e := r.errors(lo, hi)
-	rep := ErrorReport{Requests: hi - lo, TTFTMAPE: round4(100 * t), E2EMAPE: round4(100 * e)}
-	mt, pt, me, pe := make([]float64, 0, hi-lo), make([]float64, 0, hi-lo), make([]float64, 0, hi-lo), make([]float64, 0, hi-lo)
-	for i := lo; i < hi; i++ {
-		q := r.log.Requests[i]
-		mt, me = append(mt, q.TTFT), append(me, q.E2E)
-		pt, pe = append(pt, r.first[i].Seconds()), append(pe, r.last[i].Seconds())
-	}
-	rep.TTFT = quantiles(mt, pt)
-	rep.E2E = quantiles(me, pe)
-	return rep
+	q := p
+	q.StepFixedMs *= k
+	q.PrefillTokenUs *= k
+	q.PrefillPairNs *= k
+	q.DecodeSeqUs *= k
+	q.DecodeCtxTokenNs *= k
+	return q
 }
 
 func quantiles(meas, pred []float64) Quantiles {
@@ -286,4 +545,13 @@ func round4(x float64) float64 {
 		return 0
 	}
 	return math.Round(x*1e4) / 1e4
+}
+
+// The five step coefficients in a fixed order, for least squares (lsq.go).
+func coefs(p engine.Profile) [5]float64 {
+	return [5]float64{p.StepFixedMs, p.PrefillTokenUs, p.PrefillPairNs, p.DecodeSeqUs, p.DecodeCtxTokenNs}
+}
+
+func fromCoefs(c []float64) engine.Profile {
+	return engine.Profile{StepFixedMs: c[0], PrefillTokenUs: c[1], PrefillPairNs: c[2], DecodeSeqUs: c[3], DecodeCtxTokenNs: c[4]}
 }

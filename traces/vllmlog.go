@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -34,6 +35,30 @@ func (t VLLMTiming) E2E() time.Duration { return seconds(t.LastToken - t.Queued)
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
+// check refuses timestamps of one request that run backwards: a request is
+// queued, then scheduled, then gives its first and its last token (0 = not
+// logged, not checked).
+func (t VLLMTiming) check() error {
+	ts := []struct {
+		name string
+		v    float64
+	}{{"queued_ts", t.Queued}, {"scheduled_ts", t.Scheduled}, {"first_token_ts", t.FirstToken}, {"last_token_ts", t.LastToken}}
+	prev := -1
+	for i, x := range ts {
+		if x.v == 0 {
+			continue
+		}
+		if math.IsNaN(x.v) || math.IsInf(x.v, 0) || x.v < 0 {
+			return badf("%s %v: must be a finite, non-negative time in seconds", x.name, x.v)
+		}
+		if prev >= 0 && x.v < ts[prev].v {
+			return badf("timestamps out of order: %s %.6f is before %s %.6f (a request is queued, scheduled, then gives its first and last token)", x.name, x.v, ts[prev].name, ts[prev].v)
+		}
+		prev = i
+	}
+	return nil
+}
+
 // VLLMEntry is one request of a vLLM request log: the record the simulator
 // replays and what the engine measured of it.
 type VLLMEntry struct {
@@ -44,6 +69,9 @@ type VLLMEntry struct {
 	ArrivalTime float64
 	Timing      VLLMTiming
 }
+
+// VLLMMetaSchema is the meta.json schema_version ReadVLLMMeta reads.
+const VLLMMetaSchema = 1
 
 // VLLMMeta is a vLLM log's meta.json: the engine's configuration. Fields the
 // file leaves out or sets to null stay zero (nil for KVCache and Hardware);
@@ -162,6 +190,9 @@ func ReadVLLMMeta(path string) (*VLLMMeta, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("read vllm meta %s: %w", path, err)
 	}
+	if m.SchemaVersion != VLLMMetaSchema {
+		return nil, fmt.Errorf("read vllm meta %s: schema_version %d is not one this version of inferrail reads (it reads %d); convert the log or upgrade inferrail", path, m.SchemaVersion, VLLMMetaSchema)
+	}
 	return &m, nil
 }
 
@@ -223,6 +254,9 @@ func NewVLLMRequests(r io.Reader, name string, opts Options) *VLLMReader {
 			if f.v != nil {
 				*f.dst = *f.v
 			}
+		}
+		if err := e.Timing.check(); err != nil {
+			return Record{}, err
 		}
 		if err := e.Record.Validate(); err != nil {
 			return Record{}, err

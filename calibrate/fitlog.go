@@ -433,19 +433,35 @@ func coefficientIntervals(runs []*logRun, p engine.Profile) []FittedTerm {
 		ss += v * v
 	}
 	s2 := ss / float64(m-k)
-	var jtj mat.Dense
-	jtj.Mul(jac.T(), jac)
-	var cov mat.Dense
-	if err := cov.Inverse(&jtj); err != nil {
-		return out // singular: nothing is identified
+	// The covariance's diagonal from the singular value decomposition of J:
+	// var_i = s^2 sum_j (V_ij / sigma_j)^2. A direction J barely sees (a
+	// singular value below 1e-6 of the largest) makes every term with a
+	// share in it unbounded: those terms trade off against each other.
+	var svd mat.SVD
+	if !svd.Factorize(jac, mat.SVDThin) {
+		return out
 	}
+	sv := svd.Values(nil)
+	var v mat.Dense
+	svd.VTo(&v)
 	for i := range out {
-		v := cov.At(i, i) * s2
-		if !(v >= 0) || math.IsInf(v, 0) {
+		variance := 0.0
+		for j, sj := range sv {
+			vij := v.At(i, j)
+			if sj <= 1e-6*sv[0] {
+				if math.Abs(vij) > 1e-3 {
+					variance = math.Inf(1)
+					break
+				}
+				continue
+			}
+			variance += vij * vij / (sj * sj)
+		}
+		variance *= s2
+		if math.IsInf(variance, 0) || math.IsNaN(variance) {
 			continue
 		}
-		sd := math.Sqrt(v)
-		// A term at its search floor has no lower bound.
+		sd := math.Sqrt(variance)
 		out[i].Lo = round4(vals[i] * math.Exp(-1.96*sd))
 		out[i].Hi = round4(vals[i] * math.Exp(1.96*sd))
 		out[i].Identified = 1.96*sd <= math.Log(IdentifiedFactor)

@@ -19,8 +19,8 @@ const (
 // logKVBlocks finds a log's KV cache size in blocks per engine rank, from
 // the first of:
 //
-//  1. --num-gpu-blocks (opts.NumGPUBlocks);
-//  2. meta.json's kv_cache (num_gpu_blocks, or num_kv_tokens / block size);
+//  1. meta.json's kv_cache (num_gpu_blocks, or num_kv_tokens / block size);
+//  2. --num-gpu-blocks (opts.NumGPUBlocks);
 //  3. timeseries.csv's kv_cache_pct: at each tick the blocks held by the
 //     requests the log shows in the engine (scheduled, not finished; prompt
 //     plus the tokens generated so far) over the usage fraction, median over
@@ -34,9 +34,6 @@ const (
 //
 // Otherwise it fails with the flag to pass: a KV size is never assumed.
 func logKVBlocks(meta *traces.VLLMMeta, entries []traces.VLLMEntry, series []traces.VLLMTick, cfg engine.Config, opts ReadOptions, roof *Roofline) (int, string, error) {
-	if opts.NumGPUBlocks > 0 {
-		return opts.NumGPUBlocks, kvFromFlag, nil
-	}
 	if kv := meta.KVCache; kv != nil {
 		if kv.NumGPUBlocks > 0 {
 			return kv.NumGPUBlocks, kvFromMeta, nil
@@ -44,6 +41,9 @@ func logKVBlocks(meta *traces.VLLMMeta, entries []traces.VLLMEntry, series []tra
 		if kv.NumKVTokens > 0 {
 			return kv.NumKVTokens / cfg.BlockSize, "meta.json kv_cache.num_kv_tokens / block size", nil
 		}
+	}
+	if opts.NumGPUBlocks > 0 {
+		return opts.NumGPUBlocks, kvFromFlag, nil
 	}
 	if n, ticks := kvFromSeries(meta, entries, series, cfg); n > 0 {
 		return n, fmt.Sprintf("estimated from timeseries.csv's kv_cache_pct (median of %d ticks; pass --num-gpu-blocks for the engine's own number)", ticks), nil

@@ -126,3 +126,44 @@ func ResolveProfile(arg string) (engine.Config, error) {
 	}
 	return engine.Config{}, fmt.Errorf("profile %q: no such file, and not a preset (MODEL@GPU, for example %s)", arg, PresetNames()[0])
 }
+
+// WriteLogProfile writes a profile fitted to vLLM logs (see FitLogs): the
+// configuration as WriteProfile does, with every fitted term in the header,
+// its 95% interval, and whether the logs identify it; a term they do not
+// identify is marked so, and any value in its interval fits alike.
+func WriteLogProfile(w io.Writer, fit *LogFit) error {
+	var h strings.Builder
+	fmt.Fprintf(&h, "# Fitted by inferrail calibrate --from-log to %s\n# (objective: %s).\n", strings.Join(fit.Logs, ", "), fit.Objective)
+	for _, c := range fit.Coefficients {
+		if c.Identified {
+			fmt.Fprintf(&h, "#   %-20s %11.4g  (95%%: %.4g to %.4g)\n", c.Name, c.Value, c.Lo, c.Hi)
+		} else {
+			fmt.Fprintf(&h, "#   %-20s not identified: the logs fit alike from %.3g to %.3g (written: %.4g)\n", c.Name, c.Lo, c.Hi, c.Value)
+		}
+	}
+	fmt.Fprintf(&h, "# Fit TTFT MAPE %.2f%%, E2E %.2f%%", fit.Fit.TTFTMAPE, fit.Fit.E2EMAPE)
+	if fit.Holdout != nil {
+		fmt.Fprintf(&h, "; holdout TTFT %.2f%%, E2E %.2f%%", fit.Holdout.TTFTMAPE, fit.Holdout.E2EMAPE)
+	}
+	h.WriteString(".\n")
+	var b strings.Builder
+	if err := WriteProfile(&b, fit.Config); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, h.String()+b.String()); err != nil {
+		return fmt.Errorf("write profile: %w", err)
+	}
+	return nil
+}
+
+// SaveLogProfile writes fit's profile to path (see WriteLogProfile).
+func SaveLogProfile(path string, fit *LogFit) error {
+	var b strings.Builder
+	if err := WriteLogProfile(&b, fit); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("write profile: %w", err)
+	}
+	return nil
+}

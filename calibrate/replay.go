@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,10 +57,12 @@ type LogRequest struct {
 	InSystem int
 }
 
-// ReadOptions give what a log may not: each wins over what the log says.
+// ReadOptions give what a log may lack. The log's own values win: each
+// option is used only where meta.json does not state its value, so one set
+// of options can serve several logs.
 type ReadOptions struct {
 	// GPU names the GPU (a preset GPU name, see PresetNames) when meta.json
-	// has no hardware section; it picks the roofline start profile.
+	// names none that is known; it picks the roofline start profile.
 	GPU string
 	// NumGPUBlocks is the KV cache size in blocks per engine rank.
 	NumGPUBlocks int
@@ -208,17 +211,19 @@ func LogConfig(meta *traces.VLLMMeta, entries []traces.VLLMEntry, series []trace
 
 	// The GPU: the flag, else meta.json's hardware section.
 	var gpu GPU
-	switch {
-	case opts.GPU != "":
+	named := ""
+	if meta.Hardware != nil {
+		named = meta.Hardware.DeviceName
+	}
+	if g, ok := gpuIn(named); ok && named != "" {
+		gpu, src.gpu = g, g.Name
+	} else if opts.GPU != "" {
 		gpu, _ = findGPU(opts.GPU)
 		src.gpu = gpu.Name
-	case meta.Hardware != nil && meta.Hardware.DeviceName != "":
-		if g, ok := gpuIn(meta.Hardware.DeviceName); ok {
-			gpu, src.gpu = g, g.Name
-		} else {
-			src.notef("GPU %q is not a preset GPU: the fit starts from the default profile (pass --gpu to start from a preset GPU's roofline)", meta.Hardware.DeviceName)
-		}
-	default:
+		src.notef("GPU %s from --gpu (meta.json names %s)", gpu.Name, cmp.Or(strconvQuote(named), "none"))
+	} else if named != "" {
+		src.notef("GPU %q is not a preset GPU: the fit starts from the default profile (pass --gpu to start from a preset GPU's roofline)", named)
+	} else {
 		src.notef("meta.json names no GPU: the fit starts from the default profile (pass --gpu to start from a preset GPU's roofline)")
 	}
 	roof := logRoofline(meta, gpu)
@@ -226,17 +231,15 @@ func LogConfig(meta *traces.VLLMMeta, entries []traces.VLLMEntry, series []trace
 	// Block size: the flag, meta.json, vLLM's resolved cache_config, else
 	// vLLM's default of 16 on CUDA.
 	switch {
-	case opts.BlockSize > 0:
-		cfg.BlockSize = opts.BlockSize
 	case meta.KVCache != nil && meta.KVCache.BlockSize > 0:
 		cfg.BlockSize = meta.KVCache.BlockSize
+	case resolvedBlockSize(meta) > 0:
+		cfg.BlockSize = resolvedBlockSize(meta)
+	case opts.BlockSize > 0:
+		cfg.BlockSize = opts.BlockSize
 	default:
-		if bs := resolvedBlockSize(meta); bs > 0 {
-			cfg.BlockSize = bs
-		} else {
-			cfg.BlockSize = 16
-			src.notef("block size not logged: vLLM's default on CUDA, 16 (pass --block-size otherwise)")
-		}
+		cfg.BlockSize = 16
+		src.notef("block size not logged: vLLM's default on CUDA, 16 (pass --block-size otherwise)")
 	}
 	if meta.KVCache != nil {
 		cfg.DisablePrefixCaching = !meta.KVCache.EnablePrefixCaching
@@ -521,4 +524,12 @@ func mergeReports(reps []ErrorReport) ErrorReport {
 	out.TTFTMAPE, out.E2EMAPE, out.TPOTMAPE = round4(t/n), round4(e/n), round4(p/n)
 	out.QueueMAPE, out.SchedToFirstMAPE, out.QueueShare = round4(q/n), round4(s/n), round4(share/n)
 	return out
+}
+
+// strconvQuote quotes s, or returns "" for "".
+func strconvQuote(s string) string {
+	if s == "" {
+		return ""
+	}
+	return strconv.Quote(s)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,7 +25,11 @@ type calibrateFlags struct {
 	maxPrompt   int
 	maxBatch    int
 	repeats     int
-	fromLog     string
+	fromLog     []string
+	validate    []string
+	gpu         string
+	gpuBlocks   int
+	fidelity    string
 	holdout     float64
 	maxEvals    int
 	preset      string
@@ -45,10 +51,18 @@ three ways:
               concurrent decode batches, timed from the stream; the five
               latency coefficients are fitted by least squares. The
               measurements go beside the profile (PROFILE.measurements.json).
-  --from-log  replay a vLLM request log directory (requests.jsonl, meta.json)
-              through the engine model and fit the coefficients to the logged
-              TTFT and end-to-end latencies; --holdout keeps the last share of
-              requests out of the fit to score the profile on them.
+  --from-log  replay a vLLM request log directory (requests.jsonl, meta.json,
+              timeseries.csv) through the engine model and fit the profile to
+              the logged TTFT and end-to-end latencies; --holdout keeps the
+              last share of requests out of the fit to score the profile on
+              them. Repeat --from-log to fit one profile to several whole
+              runs, and add --validate DIR (repeatable) to predict other
+              whole runs with it. The GPU, KV cache size, block size and
+              parallelism come from the log itself; --gpu, --num-gpu-blocks
+              and --block-size fill in only what it lacks, and a KV size that
+              cannot be determined is refused, never assumed. --fidelity FILE
+              fits each log on its own and writes the markdown report
+              (docs/fidelity.md).
   --preset    derive a profile by roofline for a known MODEL@GPU (or
               MODEL@NxGPU); --list-presets shows them.`,
 		Example: `  # probe a vLLM server (pass its --max-num-batched-tokens; block size and KV blocks come from /metrics)
@@ -57,6 +71,9 @@ three ways:
   inferrail engine --port 8001 --profile my-gpu.yaml --enable-prompt-tokens-details &
   inferrail calibrate --url http://127.0.0.1:8001 --out check.yaml   # compare with my-gpu.yaml
   inferrail calibrate --from-log ../shared/traces/vllm-logs/RTX4090-Llama-3.1-8B --holdout 0.5 --out rtx4090.yaml --report fit.json
+  # one profile from two runs, checked on a third
+  inferrail calibrate --from-log run1/ --from-log run2/ --validate run3/ --out fitted.yaml
+  inferrail calibrate --from-log ../shared/traces/vllm-logs/RTXPRO6000-Qwen3-32B --gpu RTXPRO6000 --holdout 0.5 --out qwen.yaml
   inferrail calibrate --preset Llama-3.1-70B@4xH100 --out 70b-h100.yaml
   inferrail calibrate --list-presets`,
 		Args: noArgs,
@@ -70,11 +87,15 @@ three ways:
 	fl.StringVar(&f.apiKey, "api-key", "", "bearer token for the server")
 	fl.DurationVar(&f.budget, "budget", 2*time.Minute, "stop probing after this long")
 	fl.IntVar(&f.batched, "max-num-batched-tokens", 0, "the server's --max-num-batched-tokens (prefill chunk size); default 2048")
-	fl.IntVar(&f.blockSize, "block-size", 0, "the server's KV block size (default: from /metrics, else 16)")
+	fl.IntVar(&f.blockSize, "block-size", 0, "the server's KV block size (default: from /metrics, else 16); with --from-log, for logs that do not state it")
 	fl.IntVar(&f.maxPrompt, "max-prompt-tokens", 0, "longest probe prompt (default 8192, or less if the server's max_model_len is smaller)")
 	fl.IntVar(&f.maxBatch, "max-batch", 0, "largest concurrent decode batch to probe (default 32)")
 	fl.IntVar(&f.repeats, "repeats", 0, "run the probe design this many times (default 3); the budget still stops the run")
-	fl.StringVar(&f.fromLog, "from-log", "", "fit to this vLLM request log directory (requests.jsonl and meta.json)")
+	fl.StringArrayVar(&f.fromLog, "from-log", nil, "fit to this vLLM request log directory (requests.jsonl, meta.json, timeseries.csv); repeat for several runs")
+	fl.StringArrayVar(&f.validate, "validate", nil, "with --from-log: predict this whole run (a log directory) with the fitted profile; repeatable")
+	fl.StringVar(&f.gpu, "gpu", "", "with --from-log: the GPU (a preset GPU name) for logs whose meta.json names none")
+	fl.IntVar(&f.gpuBlocks, "num-gpu-blocks", 0, "with --from-log: KV cache blocks per engine rank, for logs that do not state it")
+	fl.StringVar(&f.fidelity, "fidelity", "", "with --from-log: fit each log on its own (--holdout, default 0.5) and write the fidelity report (markdown) here")
 	fl.Float64Var(&f.holdout, "holdout", 0, "with --from-log: fraction of requests, the last by arrival, scored but not fitted (0 to <1)")
 	fl.IntVar(&f.maxEvals, "max-evals", 0, "with --from-log: most log replays in the search (default 400)")
 	fl.StringVar(&f.preset, "preset", "", "derive the profile by roofline for MODEL@GPU or MODEL@NxGPU (see --list-presets)")
@@ -87,7 +108,7 @@ three ways:
 func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer) error {
 	fl := cmd.Flags()
 	modes := 0
-	for _, on := range []bool{f.url != "", f.fromLog != "", f.preset != "", f.listPresets} {
+	for _, on := range []bool{f.url != "", len(f.fromLog) > 0, f.preset != "", f.listPresets} {
 		if on {
 			modes++
 		}
@@ -103,10 +124,10 @@ func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer
 		}
 		return nil
 	}
-	probeFlags := []string{"model", "api-key", "budget", "max-num-batched-tokens", "block-size", "max-prompt-tokens", "max-batch", "repeats"}
-	logFlags := []string{"holdout", "max-evals"}
+	probeFlags := []string{"model", "api-key", "budget", "max-num-batched-tokens", "max-prompt-tokens", "max-batch", "repeats"}
+	logFlags := []string{"holdout", "max-evals", "validate", "gpu", "num-gpu-blocks", "fidelity"}
 	if f.listPresets {
-		if err := only("--url or --from-log", append(append(probeFlags, logFlags...), "out", "report")...); err != nil {
+		if err := only("--url or --from-log", append(append(probeFlags, logFlags...), "block-size", "out", "report")...); err != nil {
 			return err
 		}
 		for _, name := range calibrate.PresetNames() {
@@ -115,12 +136,12 @@ func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer
 		}
 		return nil
 	}
-	if f.out == "" {
+	if f.out == "" && f.fidelity == "" {
 		return usagef("--out: name the profile YAML to write, for example --out my-gpu.yaml")
 	}
 	switch {
 	case f.preset != "":
-		if err := only("--url or --from-log", append(append(probeFlags, logFlags...), "report")...); err != nil {
+		if err := only("--url or --from-log", append(append(probeFlags, logFlags...), "block-size", "report")...); err != nil {
 			return err
 		}
 		cfg, err := calibrate.Preset(f.preset)
@@ -134,42 +155,11 @@ func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer
 		}
 		fmt.Fprintf(stderr, "calibrate: wrote %s\n", f.out)
 		return nil
-	case f.fromLog != "":
+	case len(f.fromLog) > 0:
 		if err := only("--url", probeFlags...); err != nil {
 			return err
 		}
-		if math.IsNaN(f.holdout) || f.holdout < 0 || f.holdout >= 1 {
-			return usagef("--holdout: must be at least 0 and below 1 (a fraction of the requests), got %v", f.holdout)
-		}
-		if f.maxEvals < 0 {
-			return usagef("--max-evals: must be 0 (default) or positive, got %d", f.maxEvals)
-		}
-		l, err := calibrate.ReadLog(f.fromLog)
-		if err != nil {
-			return usagef("--from-log: %w", err)
-		}
-		for _, n := range l.Notes {
-			fmt.Fprintln(stderr, "calibrate: note: "+n)
-		}
-		fmt.Fprintf(stderr, "calibrate: fitting %d requests of %s (holdout %.2g)\n", len(l.Requests), f.fromLog, f.holdout)
-		fit, err := calibrate.FitLog(l, calibrate.LogOptions{Holdout: f.holdout, MaxEvaluations: f.maxEvals, Progress: stderr})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "calibrate: fit    TTFT MAPE %.1f%%, E2E MAPE %.1f%% (%d requests)\n", fit.Fit.TTFTMAPE, fit.Fit.E2EMAPE, fit.Fit.Requests)
-		if fit.Holdout != nil {
-			fmt.Fprintf(stderr, "calibrate: holdout TTFT MAPE %.1f%%, E2E MAPE %.1f%% (%d requests)\n", fit.Holdout.TTFTMAPE, fit.Holdout.E2EMAPE, fit.Holdout.Requests)
-		}
-		if err := calibrate.SaveProfile(f.out, fit.Config); err != nil {
-			return err
-		}
-		if f.report != "" {
-			if err := calibrate.SaveJSON(f.report, fit); err != nil {
-				return err
-			}
-		}
-		fmt.Fprintf(stderr, "calibrate: wrote %s\n", f.out)
-		return nil
+		return runCalibrateLog(cmd, f, stderr)
 	default:
 		if err := only("--from-log", logFlags...); err != nil {
 			return err
@@ -228,4 +218,112 @@ func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "calibrate: wrote %s and %s\n", f.out, calibrate.MeasurementsPath(f.out))
 		return nil
 	}
+}
+
+// runCalibrateLog is calibrate --from-log.
+func runCalibrateLog(cmd *cobra.Command, f calibrateFlags, stderr io.Writer) error {
+	if math.IsNaN(f.holdout) || f.holdout < 0 || f.holdout >= 1 {
+		return usagef("--holdout: must be at least 0 and below 1 (a fraction of the requests), got %v", f.holdout)
+	}
+	if f.maxEvals < 0 {
+		return usagef("--max-evals: must be 0 (default) or positive, got %d", f.maxEvals)
+	}
+	read := calibrate.ReadOptions{GPU: f.gpu, NumGPUBlocks: f.gpuBlocks, BlockSize: f.blockSize}
+	if f.fidelity != "" {
+		if f.out != "" || len(f.validate) > 0 {
+			return usagef("--fidelity: fits each --from-log on its own; drop --out and --validate")
+		}
+		holdout := f.holdout
+		if !cmd.Flags().Changed("holdout") {
+			holdout = 0.5
+		}
+		runs, err := calibrate.Fidelity(f.fromLog, calibrate.FidelityOptions{Holdout: holdout, MaxEvaluations: f.maxEvals, Read: read, Progress: stderr})
+		if err != nil {
+			return usagef("--from-log: %w", err)
+		}
+		var b strings.Builder
+		if err := calibrate.WriteFidelityMarkdown(&b, runs, "make fidelity"); err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.fidelity, []byte(b.String()), 0o644); err != nil {
+			return fmt.Errorf("--fidelity: %w", err)
+		}
+		if f.report != "" {
+			if err := calibrate.SaveJSON(f.report, runs); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(stderr, "calibrate: wrote %s\n", f.fidelity)
+		return nil
+	}
+	read1 := func(dirs []string, flag string) ([]*calibrate.Log, error) {
+		var logs []*calibrate.Log
+		for _, d := range dirs {
+			l, err := calibrate.ReadLog(d, read)
+			if err != nil {
+				return nil, usagef("--%s: %w", flag, err)
+			}
+			for _, n := range l.Notes {
+				fmt.Fprintf(stderr, "calibrate: note: %s: %s\n", l.Name, n)
+			}
+			logs = append(logs, l)
+		}
+		return logs, nil
+	}
+	logs, err := read1(f.fromLog, "from-log")
+	if err != nil {
+		return err
+	}
+	val, err := read1(f.validate, "validate")
+	if err != nil {
+		return err
+	}
+	total := 0
+	for _, l := range logs {
+		total += len(l.Requests)
+	}
+	fmt.Fprintf(stderr, "calibrate: fitting %d requests of %d log(s) (holdout %.2g)\n", total, len(logs), f.holdout)
+	fit, err := calibrate.FitLogs(logs, calibrate.LogOptions{Holdout: f.holdout, MaxEvaluations: f.maxEvals, Validate: val, Progress: stderr})
+	if err != nil {
+		return err
+	}
+	for _, c := range fit.Coefficients {
+		if c.Identified {
+			fmt.Fprintf(stderr, "calibrate: %-20s %10.4g  (95%%: %.4g to %.4g)\n", c.Name, c.Value, c.Lo, c.Hi)
+		} else {
+			fmt.Fprintf(stderr, "calibrate: %-20s not identified: the logs fit alike from %.3g to %.3g\n", c.Name, c.Lo, c.Hi)
+		}
+	}
+	line := func(label string, r *calibrate.ErrorReport) {
+		fmt.Fprintf(stderr, "calibrate: %-16s TTFT %5.1f%%  E2E %5.1f%%", label, r.TTFTMAPE, r.E2EMAPE)
+		if r.Phases {
+			fmt.Fprintf(stderr, "  queue %5.1f%%  scheduled-to-first-token %5.1f%%", r.QueueMAPE, r.SchedToFirstMAPE)
+		}
+		fmt.Fprintf(stderr, "  TPOT %5.1f%%  (%d requests, MAPE)\n", r.TPOTMAPE, r.Requests)
+	}
+	line("fit", &fit.Fit)
+	if fit.Holdout != nil {
+		line("holdout", fit.Holdout)
+	}
+	for i, v := range fit.Validation {
+		line("validate "+strconv.Itoa(i+1), &v.Report)
+	}
+	for _, b := range fit.Baselines {
+		r := &b.Fit
+		label := b.Name + " (fit)"
+		if b.Holdout != nil {
+			r, label = b.Holdout, b.Name+" (holdout)"
+		}
+		line(label, r)
+	}
+	if err := calibrate.SaveLogProfile(f.out, fit); err != nil {
+		return err
+	}
+	if f.report != "" {
+		if err := calibrate.SaveJSON(f.report, fit); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stderr, "calibrate: wrote %s\n", f.out)
+	return nil
 }

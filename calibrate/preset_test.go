@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -95,7 +96,11 @@ func TestPresetSanity(t *testing.T) {
 }
 
 // TestPresetMoreGPUsProperty: more tensor parallel GPUs never shrink the KV
-// cache nor slow a step.
+// cache nor slow a step that fills the token budget; for a dense model they
+// never slow a prefill token either. A mixture of experts with few active
+// parameters can lose per token (Qwen3-30B-A3B on 4 instead of 2 L40S: the
+// all-reduce over PCIe grows more than the 3B active parameters' compute
+// shrinks), which is real, but the weights it streams per step halve.
 func TestPresetMoreGPUsProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		m := rapid.SampledFrom(models).Draw(t, "model")
@@ -109,7 +114,11 @@ func TestPresetMoreGPUsProperty(t *testing.T) {
 		if errB != nil {
 			t.Fatalf("%s fits on %dx%s but not on %dx: %v", m.Name, tp, g.Name, tp*2, errB)
 		}
-		if b.Config.NumGPUBlocks < a.Config.NumGPUBlocks || b.Config.Latency.PrefillTokenUs > a.Config.Latency.PrefillTokenUs {
+		full := func(c engine.Config) time.Duration {
+			return c.Latency.StepTime(engine.Batch{PrefillTokens: int64(c.MaxNumBatchedTokens)})
+		}
+		slower := b.Config.Latency.PrefillTokenUs > a.Config.Latency.PrefillTokenUs && m.Experts == 0
+		if b.Config.NumGPUBlocks < a.Config.NumGPUBlocks || full(b.Config) > full(a.Config) || slower {
 			t.Fatalf("%s on %s: tp %d %+v, tp %d %+v", m.Name, g.Name, tp, a.Config, tp*2, b.Config)
 		}
 	})
@@ -166,7 +175,8 @@ func TestResolveProfile(t *testing.T) {
 }
 
 func FuzzPreset(f *testing.F) {
-	for _, s := range []string{"Llama-3.1-8B@H100", "Llama-3.1-70B@4xH100", "x@0xH100", "@", "a@bxc", "Qwen3-32B@-2xH200"} {
+	for _, s := range []string{"Llama-3.1-8B@H100", "Llama-3.1-70B@4xH100", "x@0xH100", "@", "a@bxc", "Qwen3-32B@-2xH200",
+		"Qwen3-30B-A3B@H100:dp2:ep", "DeepSeek-V3@8xH200:dp2:ep", "gpt-oss-120b@H100:ep:dp9", "Mixtral-8x7B@H100::", "Qwen3-8B@B200:dp99999999999999999999"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live fidelity
 
 all: build
 
@@ -71,6 +71,16 @@ demo: build
 # whole simulations); see README "Performance".
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The simulator's fidelity on every real vLLM log in ../shared/traces/vllm-logs:
+# each fitted on its first half and scored on the second, beside the two
+# baselines, across runs of one setup, by phase and by load
+# (docs/fidelity.md). --gpu fills in the GPU for logs whose meta.json names
+# none (the RTX PRO 6000 run, per its SOURCES.md entry).
+VLLM_LOGS ?= $(wildcard ../shared/traces/vllm-logs/*)
+fidelity: build
+	@test -n "$(VLLM_LOGS)" || { echo "fidelity: no logs in ../shared/traces/vllm-logs (set VLLM_LOGS=dir1 dir2 ...)"; exit 1; }
+	./$(BIN) calibrate --fidelity docs/fidelity.md --gpu RTXPRO6000 $(foreach d,$(VLLM_LOGS),--from-log $(d))
 
 lint:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }

@@ -8,11 +8,21 @@
 //     as constants there (EffBandwidth, EffFLOPs, ...); PresetInfo prints the
 //     derivation, PresetNames lists MODEL@GPU pairs (tensor parallel size
 //     picked by MaxWeightShare).
-//   - Fit to a vLLM request log (replay.go, fitlog.go): ReadLog builds the
-//     engine configuration from meta.json and FitLog replays the logged
-//     arrivals through the engine model, searching the coefficients (log
-//     scale, then Nelder-Mead from gonum/optimize) to minimise TTFT and
-//     end-to-end relative errors, scoring a held-out tail separately.
+//   - Fit to vLLM request logs (replay.go, logkv.go, fitlog.go, fidelity.go):
+//     ReadLog builds the engine configuration from the log's own contents
+//     (meta.json, timeseries.csv; never the directory's name), taking the KV
+//     cache size from meta.json, the usage series, the roofline of a named
+//     GPU, or the log's proof that sequences limited the batch, and refusing
+//     with the flag to pass otherwise (logKVBlocks). FitLogs replays the
+//     logged arrivals through the engine model and searches the seven
+//     profile terms (log scale: a scale scan refined by golden section, then
+//     Nelder-Mead from gonum/optimize) to minimise the mean absolute log
+//     ratio of predicted to measured TTFT and E2E, a symmetric objective;
+//     each term gets a 95% interval from the SVD of the Jacobian and an
+//     identifiability verdict, and the unfitted preset and the one-scale
+//     preset are scored beside the fit, on the fitted, held-out and
+//     --validate runs, by phase and by load. Fidelity and
+//     WriteFidelityMarkdown produce docs/fidelity.md.
 //   - Fit to a live server (design.go, lsq.go, probe.go): NewDesign plans cold,
 //     cached-prefix and concurrent-decode probes; Probe runs them against an
 //     OpenAI-compatible /v1/completions stream; Rows turns measurements into

@@ -142,7 +142,7 @@ func WriteFidelityMarkdown(w io.Writer, runs []FidelityRun, command string) erro
 			if !c.Identified {
 				id = "**no**"
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.4g | %.3g to %.3g | %s |\n", name, c.Name, c.Value, c.Lo, c.Hi, id)
+			fmt.Fprintf(&b, "| %s | %s | %.4g | %s | %s |\n", name, c.Name, c.Value, c.Interval(), id)
 		}
 	}
 	b.WriteString("\n## Error by load\n\nHeld-out requests split into thirds by the number of requests in the engine when each arrived.\n\n")

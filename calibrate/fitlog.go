@@ -112,8 +112,11 @@ type ErrorReport struct {
 // log does not pin the term down, and a value anywhere in the interval
 // fits alike.
 type FittedTerm struct {
-	Name       string  `json:"name"`
-	Value      float64 `json:"value"`
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	// Bounded is false when the logs do not bound the term at all (it
+	// trades off freely against others); Lo and Hi are then 0.
+	Bounded    bool    `json:"bounded"`
 	Lo         float64 `json:"lo95"`
 	Hi         float64 `json:"hi95"`
 	Identified bool    `json:"identified"`
@@ -408,7 +411,7 @@ func coefficientIntervals(runs []*logRun, p engine.Profile) []FittedTerm {
 	out := make([]FittedTerm, k)
 	vals := coefSlice(p)
 	for i := range out {
-		out[i] = FittedTerm{Name: logTermNames[i], Value: vals[i], Lo: 0, Hi: math.Inf(1)}
+		out[i] = FittedTerm{Name: logTermNames[i], Value: vals[i]}
 	}
 	m := len(r0)
 	if m <= k {
@@ -462,6 +465,7 @@ func coefficientIntervals(runs []*logRun, p engine.Profile) []FittedTerm {
 			continue
 		}
 		sd := math.Sqrt(variance)
+		out[i].Bounded = true
 		out[i].Lo = round4(vals[i] * math.Exp(-1.96*sd))
 		out[i].Hi = round4(vals[i] * math.Exp(1.96*sd))
 		out[i].Identified = 1.96*sd <= math.Log(IdentifiedFactor)
@@ -570,4 +574,13 @@ func coefs(p engine.Profile) [5]float64 {
 
 func fromCoefs(c []float64) engine.Profile {
 	return engine.Profile{StepFixedMs: c[0], PrefillTokenUs: c[1], PrefillPairNs: c[2], DecodeSeqUs: c[3], DecodeCtxTokenNs: c[4]}
+}
+
+// Interval renders the term's 95% interval: "LO to HI", or "unbounded"
+// when the logs do not bound it.
+func (c FittedTerm) Interval() string {
+	if !c.Bounded {
+		return "unbounded"
+	}
+	return fmt.Sprintf("%.3g to %.3g", c.Lo, c.Hi)
 }

@@ -138,7 +138,7 @@ func WriteLogProfile(w io.Writer, fit *LogFit) error {
 		if c.Identified {
 			fmt.Fprintf(&h, "#   %-20s %11.4g  (95%%: %.4g to %.4g)\n", c.Name, c.Value, c.Lo, c.Hi)
 		} else {
-			fmt.Fprintf(&h, "#   %-20s not identified: the logs fit alike from %.3g to %.3g (written: %.4g)\n", c.Name, c.Lo, c.Hi, c.Value)
+			fmt.Fprintf(&h, "#   %-20s not identified: the logs fit alike over %s (written: %.4g)\n", c.Name, c.Interval(), c.Value)
 		}
 	}
 	fmt.Fprintf(&h, "# Fit TTFT MAPE %.2f%%, E2E %.2f%%", fit.Fit.TTFTMAPE, fit.Fit.E2EMAPE)

@@ -171,7 +171,9 @@ type logSource struct {
 	kv    string
 }
 
-func (s *logSource) notef(format string, args ...any) { s.notes = append(s.notes, fmt.Sprintf(format, args...)) }
+func (s *logSource) notef(format string, args ...any) {
+	s.notes = append(s.notes, fmt.Sprintf(format, args...))
+}
 
 // LogConfig builds the engine configuration a vLLM log ran with: the
 // scheduler limits and parallelism from meta.json's engine_kwargs, the block
@@ -299,11 +301,13 @@ func logRoofline(meta *traces.VLLMMeta, gpu GPU) *Roofline {
 	if gpu.Name == "" {
 		return nil
 	}
-	m, ok := findModel(shortModel(meta.Model))
+	m, ok := ModelForID(meta.Model)
 	if !ok {
 		return nil
 	}
-	r, err := NewRoofline(m, gpu, max(meta.EngineKwargs.TensorParallelSize, 1))
+	k := meta.EngineKwargs
+	par := Parallel{TP: max(k.TensorParallelSize, 1), DP: max(k.DataParallelSize, 1), EP: k.EnableExpertParallel}
+	r, err := NewRooflineParallel(m, gpu, par)
 	if err != nil {
 		return nil
 	}

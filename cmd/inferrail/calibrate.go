@@ -291,7 +291,7 @@ func runCalibrateLog(cmd *cobra.Command, f calibrateFlags, stderr io.Writer) err
 		if c.Identified {
 			fmt.Fprintf(stderr, "calibrate: %-20s %10.4g  (95%%: %.4g to %.4g)\n", c.Name, c.Value, c.Lo, c.Hi)
 		} else {
-			fmt.Fprintf(stderr, "calibrate: %-20s not identified: the logs fit alike from %.3g to %.3g\n", c.Name, c.Lo, c.Hi)
+			fmt.Fprintf(stderr, "calibrate: %-20s not identified: the logs fit alike over %s\n", c.Name, c.Interval())
 		}
 	}
 	line := func(label string, r *calibrate.ErrorReport) {

@@ -166,3 +166,48 @@ func TestCalibrateProbesMockEngine(t *testing.T) {
 		t.Errorf("measurements not written beside the profile: %v", err)
 	}
 }
+
+// calibrate --fidelity writes the report; --validate predicts another run;
+// a log that gives no KV size is refused with the flag to pass.
+func TestCalibrateFromLogModes(t *testing.T) {
+	shared := filepath.Join("..", "..", "..", "shared", "traces", "vllm-logs")
+	a, b := filepath.Join(shared, "RTX4090-Llama-3.1-8B"), filepath.Join(shared, "RTXPRO6000-Qwen3-32B")
+	if _, err := os.Stat(a); err != nil {
+		t.Skipf("shared vLLM logs %s not found; skipping", shared)
+	}
+	tmp := t.TempDir()
+	md := filepath.Join(tmp, "fidelity.md")
+	code, _, stderr := calibrateCLI(t, "--from-log", a, "--from-log", b, "--gpu", "RTXPRO6000", "--max-evals", "40", "--fidelity", md)
+	if code != 0 {
+		t.Fatalf("--fidelity: exit %d: %s", code, stderr)
+	}
+	doc, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"RTX4090-Llama-3.1-8B", "RTXPRO6000-Qwen3-32B", "scheduled to first token", "| scale |", "| preset |"} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("fidelity report lacks %q", want)
+		}
+	}
+	out := filepath.Join(tmp, "p.yaml")
+	code, _, stderr = calibrateCLI(t, "--from-log", a, "--validate", a, "--max-evals", "40", "--out", out)
+	if code != 0 || !strings.Contains(stderr, "validate 1") || !strings.Contains(stderr, "scale") {
+		t.Errorf("--validate: exit %d: %s", code, stderr)
+	}
+	bare := filepath.Join(tmp, "bare")
+	if err := os.MkdirAll(bare, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	reqs, _ := os.ReadFile(filepath.Join(a, "requests.jsonl"))
+	meta := `{"schema_version":1,"model":"meta-llama/Llama-3.1-8B","engine_kwargs":{"max_num_seqs":256,"max_num_batched_tokens":2048}}`
+	os.WriteFile(filepath.Join(bare, "requests.jsonl"), reqs, 0o644)
+	os.WriteFile(filepath.Join(bare, "meta.json"), []byte(meta), 0o644)
+	code, _, stderr = calibrateCLI(t, "--from-log", bare, "--out", out)
+	if code != 2 || !strings.Contains(stderr, "--num-gpu-blocks") {
+		t.Errorf("no KV size: exit %d, stderr %q; want 2 and --num-gpu-blocks named", code, stderr)
+	}
+	if code, _, stderr = calibrateCLI(t, "--from-log", bare, "--num-gpu-blocks", "2588", "--max-evals", "30", "--out", out); code != 0 {
+		t.Errorf("--num-gpu-blocks 2588: exit %d: %s", code, stderr)
+	}
+}

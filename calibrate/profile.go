@@ -124,7 +124,7 @@ func ResolveProfile(arg string) (engine.Config, error) {
 	if strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml") {
 		return engine.LoadConfig(arg) // not found: LoadConfig says so
 	}
-	return engine.Config{}, fmt.Errorf("profile %q: no such file, and not a preset (MODEL@GPU, for example %s)", arg, PresetNames()[0])
+	return engine.Config{}, fmt.Errorf("profile %q: no such file, and not a preset (MODEL@GPU, for example Llama-3.1-8B@H100; see calibrate --list-presets)", arg)
 }
 
 // WriteLogProfile writes a profile fitted to vLLM logs (see FitLogs): the

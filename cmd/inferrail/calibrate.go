@@ -132,7 +132,7 @@ func runCalibrate(cmd *cobra.Command, f calibrateFlags, stdout, stderr io.Writer
 		}
 		for _, name := range calibrate.PresetNames() {
 			c, _ := calibrate.Preset(name)
-			fmt.Fprintf(stdout, "%-32s %-24s %6d blocks  step %.3g ms  prefill %.3g us/token\n", name, c.Name, c.NumGPUBlocks, c.Latency.StepFixedMs, c.Latency.PrefillTokenUs)
+			fmt.Fprintf(stdout, "%-34s %-34s %7d blocks  step %.3g ms  prefill %.3g us/token\n", name, c.Name, c.NumGPUBlocks, c.Latency.StepFixedMs, c.Latency.PrefillTokenUs)
 		}
 		return nil
 	}

@@ -38,3 +38,45 @@ func BenchmarkStep(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(scheduled, 1)), "ns/request-step")
 }
+
+// BenchmarkGroupStep is BenchmarkStep through a Group: one rank (the
+// pass-through every replica of a DP=1 fleet pays), two independent ranks
+// and two in lockstep, 64 requests per rank.
+func BenchmarkGroupStep(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		ranks int
+		ep    bool
+	}{{"dp1", 1, false}, {"dp2", 2, false}, {"dp2-ep", 2, true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.DataParallelSize = tc.ranks
+			cfg.ExpertParallel = tc.ep
+			g, _ := NewGroup(cfg)
+			var id RequestID
+			add := func(now time.Duration) {
+				id++
+				req := mkReq(id, cfg.BlockSize, []kvblock.Segment{{ID: uint64(id % 8), Len: 512}, {ID: uint64(id) << 8, Len: 64}}, 200)
+				if err := g.Add(now, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range 64 * tc.ranks {
+				add(0)
+			}
+			scheduled := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				at, _ := g.NextStep()
+				res := g.Step(at)
+				scheduled += res.Scheduled
+				for _, em := range res.Emitted {
+					if em.Finished {
+						add(res.End())
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(scheduled, 1)), "ns/request-step")
+		})
+	}
+}

@@ -66,6 +66,22 @@ func (p Profile) StepTime(b Batch) time.Duration {
 	return time.Duration(math.Round(ms * 1e6))
 }
 
+// OutputAt returns when the tokens of a step that ends at end and lasted d
+// reach the API server, given that the previous step's reached it at prev:
+// end + OutputLagSteps*d + OutputDelayMs, but never before prev, so that a
+// request's tokens never arrive out of order. With both terms zero it is
+// end (steps end in order).
+func (p Profile) OutputAt(end, d, prev time.Duration) time.Duration {
+	at := end
+	if p.OutputLagSteps != 0 {
+		at += time.Duration(math.Round(float64(p.OutputLagSteps * float64(d))))
+	}
+	if p.OutputDelayMs != 0 {
+		at += time.Duration(math.Round(float64(p.OutputDelayMs * 1e6)))
+	}
+	return max(at, prev)
+}
+
 // PrefillTime returns the modelled time of prefilling u uncached tokens after
 // c cached ones alone in one step (no chunking): P(u,c).
 func (p Profile) PrefillTime(u, c int) time.Duration {

@@ -15,10 +15,21 @@
 // while blocks, budget and max_num_seqs last, with no admissions in a step that
 // preempted. Blocks live in a pool with a prefix cache keyed by chained block
 // hashes (package kvblock), ref counts and an LRU free queue. The step's
-// duration comes from the linear latency model in Profile; everything the step
-// produced (tokens, first tokens, finished requests, KV events) happens at
-// now+Duration.
+// duration comes from the linear latency model in Profile; the scheduler's
+// state (slots, blocks, finished requests) and the KV events change at the
+// step's end, now+Duration, and its tokens reach the API server at
+// Result.OutputAt: the end, or later by Profile.OutputLagSteps step
+// durations and Profile.OutputDelayMs (vLLM's asynchronous scheduling and
+// output processing), never before the previous step's tokens.
+//
+// A Group (group.go) is what one endpoint serves: Config.Ranks() engines
+// (data_parallel_size) behind vLLM's internal data-parallel load balancer,
+// independent or, with enable_expert_parallel, stepping in lockstep. It has
+// Engine's methods, so drivers take a Group: fleet's simulator (one replica
+// is one Group), the mock server in engine/server, and with one rank it is a
+// thin pass-through to that rank's Engine.
 //
 // Start with Engine (engine.go), then scheduler.go and pool.go; Config and
-// Profile (config.go) hold the knobs and their YAML form.
+// Profile (config.go) hold the knobs and their YAML form; group.go models
+// data parallelism.
 package engine

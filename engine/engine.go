@@ -74,11 +74,13 @@ type Engine struct {
 	sched   []*seq // scheduled in the current step
 	hitBuf  []int32
 
-	now       time.Duration // latest time the engine was told
-	busyUntil time.Duration // end of the last step
-	metrics   Metrics
-	res       Result
-	events    []KVEvent
+	now        time.Duration // latest time the engine was told
+	busyUntil  time.Duration // end of the last step
+	lastOutput time.Duration // OutputAt of the last step
+	lagged     bool          // the profile delays outputs past the step's end
+	metrics    Metrics
+	res        Result
+	events     []KVEvent
 }
 
 // New returns an idle engine with an empty cache. cfg is validated.
@@ -95,6 +97,7 @@ func New(cfg Config) (*Engine, error) {
 		e.pool.events = &e.events
 	}
 	e.metrics.NumGPUBlocks = cfg.NumGPUBlocks
+	e.lagged = cfg.Latency.OutputLagSteps != 0 || cfg.Latency.OutputDelayMs != 0
 	return e, nil
 }
 
@@ -182,11 +185,13 @@ func (e *Engine) Abort(now time.Duration, id RequestID) error {
 // NextStep returns when the engine wants to run its next step: the end of the
 // current step (or now, if idle) when it has work, ok=false when it has none.
 func (e *Engine) NextStep() (time.Duration, bool) {
-	if len(e.running) == 0 && e.waiting.len() == 0 {
+	if !e.hasWork() {
 		return 0, false
 	}
 	return max(e.now, e.busyUntil), true
 }
+
+func (e *Engine) hasWork() bool { return len(e.running) > 0 || e.waiting.len() > 0 }
 
 // ResetPrefixCache drops every cached block, as vLLM's /reset_prefix_cache.
 // It fails (false) while any block is in use.

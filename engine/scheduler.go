@@ -22,11 +22,18 @@ type Emission struct {
 	Preemptions int
 }
 
-// Result is what one step did. Everything in it happens at Start+Duration.
-// The slices are reused by the next Step call.
+// Result is what one step did. The scheduler's state (slots, blocks,
+// finished requests) and the KV events change at End(); the emitted tokens
+// reach the API server at OutputAt, which is End() unless the profile models
+// an output lag. The slices are reused by the next Step call.
 type Result struct {
 	Start    time.Duration
 	Duration time.Duration
+	// OutputAt is when the step's emitted tokens reach the API server:
+	// Latency.OutputAt(End(), Duration, the previous step's OutputAt), so
+	// never before End() and never before the previous step's tokens (a
+	// request's tokens arrive in order).
+	OutputAt time.Duration
 	// Batch holds the priced features of the step.
 	Batch Batch
 	// Scheduled is the number of requests in the batch.
@@ -183,12 +190,18 @@ func (e *Engine) Step(now time.Duration) *Result {
 	res.Batch = b
 	res.Scheduled = len(e.sched)
 	if len(e.sched) == 0 {
+		res.OutputAt = max(start, e.lastOutput)
 		res.Events = e.events
 		return res
 	}
 	res.Duration = e.cfg.Latency.StepTime(b)
 	end := start + res.Duration
 	e.busyUntil = end
+	res.OutputAt = end // steps end in order: no need to wait for the previous output
+	if e.lagged {
+		res.OutputAt = e.cfg.Latency.OutputAt(end, res.Duration, e.lastOutput)
+	}
+	e.lastOutput = res.OutputAt
 	e.metrics.Steps++
 	e.metrics.BusyTime += res.Duration
 

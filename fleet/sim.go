@@ -231,7 +231,7 @@ func (c *Config) gatewayConfig(ledger gateway.Ledger) gateway.Config {
 	g.Overcommit = c.Overcommit
 	g.OutputQuantile = c.OutputQuantile
 	g.MaxModelLen = c.Engine.MaxModelLen
-	g.DefaultCapacityBlocks = c.Engine.NumGPUBlocks
+	g.DefaultCapacityBlocks = c.Engine.NumGPUBlocks * c.Engine.Ranks()
 	g.Queue.Timeout = c.QueueTimeout
 	g.Queue.MaxRequests = c.QueueMaxRequests
 	g.Queue.MaxPriority = c.MaxPriority
@@ -242,13 +242,22 @@ func (c *Config) gatewayConfig(ledger gateway.Ledger) gateway.Config {
 	return g
 }
 
-// replica is one engine and what the fleet measures of it.
+// replica is one engine (a data-parallel group of engine ranks behind one
+// address) and what the fleet measures of it.
 type replica struct {
-	name      string
-	eng       *engine.Engine
-	stepping  bool               // a step-end event is in the heap
-	pending   []engine.Emission  // outputs of the step in progress
-	kvBatches [][]engine.KVEvent // KV events on their way to the gateways, oldest first
+	name string
+	eng  *engine.Group
+	// stepAt holds the times of the replica's evStepEnd events in the heap:
+	// one per step in progress (several with independent data-parallel
+	// ranks) and a kick after a dispatch to an idle rank.
+	stepAt []time.Duration
+	// outs are the emissions of steps on their way to the API server, by
+	// OutputAt (each step's own evOutput event, or the step's end event
+	// when OutputAt is its end); kvBatches the KV events on their way to
+	// the gateways, by when they arrive. Both pop in the heap's order.
+	outs      timedQueue[[]engine.Emission]
+	kvBatches timedQueue[[]engine.KVEvent]
+	spare     [][]engine.Emission // emission buffers for reuse
 	// peakReserved is the most KV blocks all gateways together had
 	// reserved on the replica (their ledgers' sum).
 	peakReserved int
@@ -380,7 +389,7 @@ func newSim(cfg Config) (*sim, error) {
 	ecfg := cfg.Engine
 	ecfg.EnableKVEvents = cfg.Index == IndexEvents
 	for i := range s.reps {
-		eng, err := engine.New(ecfg)
+		eng, err := engine.NewGroup(ecfg)
 		if err != nil {
 			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
@@ -440,6 +449,8 @@ func (s *sim) run() error {
 			s.scrape(int(ev.gateway), int(ev.replica))
 		case evKVEvents:
 			s.applyKVEvents(int(ev.replica))
+		case evOutput:
+			s.deliverDue(s.reps[ev.replica])
 		case evGateway:
 			g := s.gws[ev.gateway]
 			if g.wake == ev.at {
@@ -652,10 +663,18 @@ func (s *sim) dispatch(g int, rs *reqState, d gateway.Decision) {
 	}
 	rs.replica = d.Replica
 	s.notePeak(d.Replica)
-	if !rep.stepping {
-		rep.stepping = true
-		s.heap.push(event{at: s.now, kind: evStepEnd, replica: int32(d.Replica)})
+	// Kick the replica if the rank that took the request can start now and
+	// no step event of the replica is due now anyway.
+	if at, ok := rep.eng.NextStep(); ok && at <= s.now && !slices.Contains(rep.stepAt, s.now) {
+		s.pushStep(d.Replica, s.now)
 	}
+}
+
+// pushStep schedules a step event of replica i at time at.
+func (s *sim) pushStep(i int, at time.Duration) {
+	rep := s.reps[i]
+	rep.stepAt = append(rep.stepAt, at)
+	s.heap.push(event{at: at, kind: evStepEnd, replica: int32(i)})
 }
 
 // notePeak records replica i's reservations over every gateway's ledger.
@@ -705,34 +724,66 @@ func (s *sim) followUp(w *workload.Request, ok bool) {
 // request preempted itself the next step readmits it).
 const maxEmptySteps = 1000
 
-// stepEnd delivers the outputs of replica i's finished step and starts the next.
+// stepEnd delivers the outputs due at replica i's step end and starts every
+// step due now (one per data-parallel rank that is free; one for the group
+// in lockstep).
 func (s *sim) stepEnd(i int) error {
 	rep := s.reps[i]
-	s.deliver(rep)
-	for range maxEmptySteps {
-		if _, ok := rep.eng.NextStep(); !ok {
-			rep.stepping = false
+	// The event counts as pending while outputs are delivered, so that a
+	// request they cause and dispatch here does not kick the replica again.
+	s.deliverDue(rep)
+	if k := slices.Index(rep.stepAt, s.now); k >= 0 {
+		rep.stepAt = slices.Delete(rep.stepAt, k, k+1)
+	}
+	for empty := 0; ; {
+		if at, ok := rep.eng.NextStep(); !ok || at > s.now {
 			return nil
 		}
 		res := rep.eng.Step(s.now)
 		if res.Duration == 0 {
+			if empty++; empty == maxEmptySteps {
+				return fmt.Errorf("%s made no progress in %d steps", rep.name, maxEmptySteps)
+			}
 			continue
 		}
-		rep.pending = append(rep.pending[:0], res.Emitted...)
+		end := res.End()
 		if len(res.Events) > 0 {
 			// The engine reuses its event slice; the hash slices inside are fresh.
-			rep.kvBatches = append(rep.kvBatches, append([]engine.KVEvent(nil), res.Events...))
-			s.heap.push(event{at: res.End() + s.cfg.KVEventDelay, kind: evKVEvents, replica: int32(i)})
+			rep.kvBatches.push(end+s.cfg.KVEventDelay, append([]engine.KVEvent(nil), res.Events...))
+			s.heap.push(event{at: end + s.cfg.KVEventDelay, kind: evKVEvents, replica: int32(i)})
 		}
-		s.heap.push(event{at: res.End(), kind: evStepEnd, replica: int32(i)})
-		return nil
+		s.pushStep(i, end)
+		if len(res.Emitted) > 0 {
+			var buf []engine.Emission
+			if n := len(rep.spare); n > 0 {
+				buf, rep.spare = rep.spare[n-1], rep.spare[:n-1]
+			}
+			rep.outs.push(res.OutputAt, append(buf, res.Emitted...))
+			if res.OutputAt != end {
+				// Output lag: the tokens reach the API server after the step
+				// (the step's end event delivers them otherwise).
+				s.heap.push(event{at: res.OutputAt, kind: evOutput, replica: int32(i)})
+			}
+		}
 	}
-	return fmt.Errorf("%s made no progress in %d steps", rep.name, maxEmptySteps)
 }
 
-// deliver applies the tokens of a step that ended now.
-func (s *sim) deliver(rep *replica) {
-	for _, em := range rep.pending {
+// deliverDue applies, in order, the tokens of replica rep that have reached
+// the API server by now.
+func (s *sim) deliverDue(rep *replica) {
+	for {
+		if at, ok := rep.outs.front(); !ok || at > s.now {
+			return
+		}
+		ems := rep.outs.pop()
+		s.deliver(ems)
+		rep.spare = append(rep.spare, ems[:0])
+	}
+}
+
+// deliver applies the tokens of one step at the time they reach the API server.
+func (s *sim) deliver(ems []engine.Emission) {
+	for _, em := range ems {
 		rs := s.reqs.get(uint64(em.ID))
 		rec := &s.records[rs.rec]
 		core := s.gws[rs.gateway].core
@@ -759,15 +810,11 @@ func (s *sim) deliver(rep *replica) {
 			s.decided(rs.gateway, others)
 		}
 	}
-	rep.pending = rep.pending[:0]
 }
 
 // applyKVEvents feeds a replica's oldest batch of KV events to every gateway.
 func (s *sim) applyKVEvents(i int) {
-	rep := s.reps[i]
-	batch := rep.kvBatches[0]
-	rep.kvBatches[0] = nil
-	rep.kvBatches = rep.kvBatches[1:]
+	batch := s.reps[i].kvBatches.pop()
 	s.kvEv = s.kvEv[:0]
 	for _, ev := range batch {
 		s.kvEv = append(s.kvEv, gateway.FromEngine(ev))
@@ -796,7 +843,7 @@ func (s *sim) output(wall time.Duration) *Output {
 	engines := make([]engine.Metrics, len(s.reps))
 	for i, r := range s.reps {
 		engines[i] = r.eng.Metrics()
-		infos[i] = results.ReplicaInfo{Name: r.name, Busy: engines[i].BusyTime, PeakReservedBlocks: r.peakReserved, PeakRunning: r.peakRunning, CapacityBlocks: s.cfg.Engine.NumGPUBlocks}
+		infos[i] = results.ReplicaInfo{Name: r.name, Busy: engines[i].BusyTime, PeakReservedBlocks: r.peakReserved, PeakRunning: r.peakRunning, CapacityBlocks: engines[i].NumGPUBlocks}
 	}
 	sum := results.Summarize(s.records, results.SummaryOptions{
 		Warmup:       s.cfg.Warmup,

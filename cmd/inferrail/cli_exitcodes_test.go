@@ -215,6 +215,7 @@ func TestCLIEngineFlagsRefuseNonsense(t *testing.T) {
 		{[]string{"--max-num-seqs", "0"}, []string{"max_num_seqs"}},
 		{[]string{"--max-num-batched-tokens", "0"}, []string{"max_num_batched_tokens"}},
 		{[]string{"--max-model-len", "-1"}, []string{"max_model_len"}},
+		{[]string{"--data-parallel-size", "-1"}, []string{"data_parallel_size"}},
 		{[]string{"--output-tokens", "-1"}, []string{"output tokens"}},
 		{[]string{"--fault-error-rate", "-0.5"}, []string{"fault error rate"}},
 		{[]string{"--fault-error-status", "200"}, []string{"fault error status"}},

@@ -27,6 +27,8 @@ type engineFlags struct {
 	blockSize, gpuBlocks int
 	maxSeqs, maxBatched  int
 	maxModelLen          int
+	dataParallel         int
+	expertParallel       bool
 	noPrefixCaching      bool
 	promptTokensDetails  bool
 	kvEventsConfig       string
@@ -52,6 +54,7 @@ words, exactly max_tokens of them with ignore_eos (or min(max_tokens,
 profile. A client that goes away has its request aborted at once.`,
 		Example: `  inferrail engine --port 8000
   inferrail engine --port 8001 --profile my-gpu.yaml --served-model-name llama --max-num-seqs 64
+  inferrail engine --port 8003 --data-parallel-size 2 --enable-expert-parallel
   inferrail engine --port 8002 --enable-prompt-tokens-details \
       --kv-events-config '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:5557"}'`,
 		Args: noArgs,
@@ -65,6 +68,12 @@ profile. A client that goes away has its request aborted at once.`,
 			return runEngine(ctx, f, cfg, stderr)
 		},
 	}
+	f.addFlags(cmd)
+	return cmd
+}
+
+// addFlags registers the engine command's flags on cmd.
+func (f *engineFlags) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.host, "host", "127.0.0.1", "address to listen on (0.0.0.0 for every interface)")
 	fl.IntVar(&f.port, "port", 8000, "port to listen on")
@@ -75,6 +84,8 @@ profile. A client that goes away has its request aborted at once.`,
 	fl.IntVar(&f.maxSeqs, "max-num-seqs", 0, "running sequences per step (overrides the profile)")
 	fl.IntVar(&f.maxBatched, "max-num-batched-tokens", 0, "token budget per step (overrides the profile)")
 	fl.IntVar(&f.maxModelLen, "max-model-len", 0, "longest prompt + max_tokens (overrides the profile)")
+	fl.IntVar(&f.dataParallel, "data-parallel-size", 0, "engine ranks behind the one address, balanced as vLLM's internal load balancer does; the limits above are per rank (overrides the profile)")
+	fl.BoolVar(&f.expertParallel, "enable-expert-parallel", false, "with --data-parallel-size > 1, the ranks step in lockstep as an expert-parallel MoE model does")
 	fl.BoolVar(&f.noPrefixCaching, "no-enable-prefix-caching", false, "turn the prefix cache off")
 	fl.BoolVar(&f.promptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens")
 	fl.StringVar(&f.kvEventsConfig, "kv-events-config", "", `KV cache events, as vLLM's JSON: {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv"}`)
@@ -87,7 +98,6 @@ profile. A client that goes away has its request aborted at once.`,
 	fl.Float64Var(&f.faults.StallRate, "fault-stall-rate", 0, "share of streams that stop after half their tokens and stay open")
 	fl.BoolVar(&f.faults.GarbageMetrics, "fault-garbage-metrics", false, "serve an unparsable /metrics page")
 	fl.DurationVar(&f.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long running requests may take to finish")
-	return cmd
 }
 
 func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
@@ -109,8 +119,12 @@ func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
 	set("max-num-seqs", f.maxSeqs, &ec.MaxNumSeqs)
 	set("max-num-batched-tokens", f.maxBatched, &ec.MaxNumBatchedTokens)
 	set("max-model-len", f.maxModelLen, &ec.MaxModelLen)
+	set("data-parallel-size", f.dataParallel, &ec.DataParallelSize)
 	if f.noPrefixCaching {
 		ec.DisablePrefixCaching = true
+	}
+	if f.expertParallel {
+		ec.ExpertParallel = true
 	}
 	if f.port < 0 || f.port > 65535 {
 		return server.Config{}, usagef("--port %d: must be within 0..65535", f.port)
@@ -159,8 +173,15 @@ func runEngine(ctx context.Context, f engineFlags, cfg server.Config, stderr io.
 	if len(names) == 0 {
 		names = []string{server.DefaultModelName}
 	}
-	fmt.Fprintf(stderr, "inferrail engine: serving %s on http://%s (%d KV blocks of %d tokens, max_num_seqs %d)\n",
-		strings.Join(names, ", "), ln.Addr(), cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize, cfg.Engine.MaxNumSeqs)
+	ranks := ""
+	if n := cfg.Engine.Ranks(); n > 1 {
+		ranks = fmt.Sprintf("%d data-parallel ranks of ", n)
+		if cfg.Engine.ExpertParallel {
+			ranks = fmt.Sprintf("%d expert-parallel ranks in lockstep, each of ", n)
+		}
+	}
+	fmt.Fprintf(stderr, "inferrail engine: serving %s on http://%s (%s%d KV blocks of %d tokens, max_num_seqs %d)\n",
+		strings.Join(names, ", "), ln.Addr(), ranks, cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize, cfg.Engine.MaxNumSeqs)
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)

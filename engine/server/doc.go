@@ -1,6 +1,8 @@
 // Package server is `inferrail engine`: a mock vLLM server whose requests are
-// served by the same engine state machine the simulator uses, driven from one
-// goroutine on wall-clock time.
+// served by the same engine state machine the simulator uses (an
+// engine.Group: one rank, or data_parallel_size ranks behind vLLM's load
+// balancer), driven from one goroutine on wall-clock time. Steps start when
+// the group asks; tokens stream out at each step's OutputAt.
 //
 // It speaks vLLM's OpenAI-compatible wire format (POST /v1/completions and
 // /v1/chat/completions, streaming and not; GET /v1/models, /health, /version,

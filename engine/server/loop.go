@@ -7,6 +7,7 @@ import (
 
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/timeheap"
 )
 
 // active is one request inside the engine, shared by the engine goroutine
@@ -21,6 +22,9 @@ type active struct {
 	arrival   time.Time
 	// stallAt stops the stream after that many tokens (0: never).
 	stallAt int
+	// rank is the data-parallel rank serving the request (engine goroutine
+	// only: it labels the request's metrics).
+	rank int
 
 	// notify is signalled (without blocking) whenever progress changes.
 	notify chan struct{}
@@ -63,14 +67,15 @@ type command struct {
 
 // loop is the engine goroutine's state. Only Run touches it.
 type loop struct {
-	s        *Server
-	eng      *engine.Engine
-	start    time.Time
-	reqs     map[engine.RequestID]*active
-	pending  []engine.Emission
-	events   []engine.KVEvent
-	stepping bool
-	stepEnd  time.Duration
+	s     *Server
+	eng   *engine.Group
+	start time.Time
+	reqs  map[engine.RequestID]*active
+	// outs are the emissions of steps, due at their OutputAt; kvs the KV
+	// events of steps, due at their ends (times since start).
+	outs  timeheap.Heap[[]engine.Emission]
+	kvs   timeheap.Heap[[]engine.KVEvent]
+	spare [][]engine.Emission
 	// blockTokens maps the hash of a block of a live request to its tokens,
 	// for the token_ids of BlockStored events; refs counts the live
 	// requests that hold it.
@@ -107,21 +112,14 @@ func (l *loop) run(ctx context.Context) error {
 		}
 	}()
 	for {
-		if !l.stepping {
-			if err := l.startStep(timer); err != nil {
-				return err
-			}
-		}
-		var tick <-chan time.Time
-		if l.stepping {
-			tick = timer.C
+		if err := l.advance(timer); err != nil {
+			return err
 		}
 		select {
 		case c := <-l.s.cmds:
 			l.handle(c)
 			l.drain()
-		case <-tick:
-			l.finishStep()
+		case <-timer.C:
 		case <-ctx.Done():
 			return nil
 		}
@@ -142,41 +140,80 @@ func (l *loop) drain() {
 	}
 }
 
-// startStep runs the engine's next step, if it has work, and arms the timer
-// for the step's end.
-func (l *loop) startStep(timer *time.Timer) error {
-	for range maxEmptySteps {
-		if _, ok := l.eng.NextStep(); !ok {
-			return nil
+// advance does what is due by now: the KV events of steps that ended, the
+// tokens that reached the API server (OutputAt), then every step due (one
+// per free data-parallel rank, one for the group in lockstep); it arms the
+// timer for the next of these.
+func (l *loop) advance(timer *time.Timer) error {
+	now := l.now()
+	for {
+		it, ok := l.kvs.Top()
+		if !ok || it.At > now {
+			break
 		}
-		now := l.now()
-		at := now
-		if l.stepEnd > 0 && now-l.stepEnd < maxLateStep {
-			at = l.stepEnd
+		l.kvs.Pop()
+		if l.s.cfg.KVEvents != nil {
+			l.s.cfg.KVEvents(l.start.Add(it.At), it.V, l.tokensOf)
+		}
+	}
+	for {
+		it, ok := l.outs.Top()
+		if !ok || it.At > now {
+			break
+		}
+		l.outs.Pop()
+		l.deliver(it.V)
+		l.spare = append(l.spare, it.V[:0])
+	}
+	l.s.publishSnapshot(l.eng)
+	for empty := 0; ; {
+		at, ok := l.eng.NextStep()
+		if !ok || at > now {
+			break
+		}
+		// Within maxLateStep the step starts when the model says, so timer
+		// lateness does not add up over a long decode.
+		if now-at >= maxLateStep {
+			at = now
 		}
 		res := l.eng.Step(at)
 		if res.Scheduled == 0 {
+			if empty++; empty == maxEmptySteps {
+				return errStuck
+			}
 			continue
 		}
-		l.pending = append(l.pending[:0], res.Emitted...)
-		l.events = append(l.events[:0], res.Events...)
-		l.stepEnd = res.End()
-		l.stepping = true
-		timer.Reset(l.stepEnd - l.now())
-		return nil
+		if len(res.Events) > 0 && l.s.cfg.KVEvents != nil {
+			// The group reuses its event slice; the hash slices inside are fresh.
+			l.kvs.Push(res.End(), append([]engine.KVEvent(nil), res.Events...))
+		}
+		if len(res.Emitted) > 0 {
+			var buf []engine.Emission
+			if n := len(l.spare); n > 0 {
+				buf, l.spare = l.spare[n-1], l.spare[:n-1]
+			}
+			l.outs.Push(res.OutputAt, append(buf, res.Emitted...))
+		}
 	}
-	return errStuck
+	next, ok := l.eng.NextStep()
+	if it, has := l.outs.Top(); has && (!ok || it.At < next) {
+		next, ok = it.At, true
+	}
+	if it, has := l.kvs.Top(); has && (!ok || it.At < next) {
+		next, ok = it.At, true
+	}
+	if ok {
+		timer.Reset(next - l.now())
+	} else {
+		timer.Stop()
+	}
+	return nil
 }
 
-// finishStep delivers the outputs of the step that just ended.
-func (l *loop) finishStep() {
-	l.stepping = false
-	wall := l.start.Add(l.stepEnd)
-	if len(l.events) > 0 && l.s.cfg.KVEvents != nil {
-		l.s.cfg.KVEvents(wall, l.events, l.tokensOf)
-	}
+// deliver hands one step's tokens to their requests' handlers.
+func (l *loop) deliver(ems []engine.Emission) {
 	now := time.Now()
-	for _, em := range l.pending {
+	for _, em := range ems {
 		a := l.reqs[em.ID]
 		if a == nil {
 			continue // aborted while the step ran
@@ -193,8 +230,6 @@ func (l *loop) finishStep() {
 			l.s.met.finished(a, a.finishReason(), now)
 		}
 	}
-	l.pending = l.pending[:0]
-	l.s.publishSnapshot(l.eng.Metrics())
 }
 
 // finishReason is "length" when the request ran to max_tokens, "stop" when
@@ -220,6 +255,7 @@ func (l *loop) handle(c command) {
 			BlockHashes:  a.hashes,
 		})
 		if err == nil {
+			a.rank, _ = l.eng.RankOf(a.id)
 			l.reqs[a.id] = a
 			l.remember(a)
 		}
@@ -231,7 +267,7 @@ func (l *loop) handle(c command) {
 		}
 		if err := l.eng.Abort(l.now(), c.id); err == nil {
 			l.forget(a)
-			l.s.met.aborted()
+			l.s.met.aborted(a)
 		}
 	case cmdReset:
 		ok, evs := l.eng.ResetPrefixCache()
@@ -240,7 +276,6 @@ func (l *loop) handle(c command) {
 		}
 		c.ok <- ok
 	}
-	l.s.publishSnapshot(l.eng.Metrics())
 }
 
 func (l *loop) remember(a *active) {

@@ -32,25 +32,33 @@ func build125Buckets(max int) []float64 {
 }
 
 // metrics are the server's Prometheus metrics, named, labelled and bucketed
-// as vLLM's (labels model_name and engine).
+// as vLLM's: label model_name, and engine (the data-parallel rank, "0" with
+// one), as vLLM's PrometheusStatLogger writes one series per engine index.
 type metrics struct {
 	reg      *prometheus.Registry
-	snapshot atomic.Pointer[engine.Metrics]
+	snapshot atomic.Pointer[engine.Metrics]   // the group's, summed over ranks
+	ranks    atomic.Pointer[[]engine.Metrics] // each rank's (nil with one rank)
 
-	ttft, itl, e2e    prometheus.Observer
-	promptLen, genLen prometheus.Observer
-	iteration         prometheus.Observer
-	success           *prometheus.CounterVec
+	// One observer per rank, indexed by rank.
+	ttft, itl, e2e    []prometheus.Observer
+	promptLen, genLen []prometheus.Observer
+	iteration         []prometheus.Observer
+	success           [][3]prometheus.Counter // stop, length, abort
 }
 
 func newMetrics(cfg *Config) *metrics {
 	model := cfg.ServedModelNames[0]
-	labels := prometheus.Labels{"model_name": model, "engine": "0"}
+	n := cfg.Engine.Ranks()
+	labels := prometheus.Labels{"model_name": model}
 	m := &metrics{reg: prometheus.NewRegistry()}
-	hist := func(name, help string, buckets []float64) prometheus.Observer {
-		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
+	hist := func(name, help string, buckets []float64) []prometheus.Observer {
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels}, []string{"engine"})
 		m.reg.MustRegister(h)
-		return h
+		out := make([]prometheus.Observer, n)
+		for r := range out {
+			out[r] = h.WithLabelValues(strconv.Itoa(r))
+		}
+		return out
 	}
 	m.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets)
 	m.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets)
@@ -59,38 +67,68 @@ func newMetrics(cfg *Config) *metrics {
 	m.promptLen = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokBuckets)
 	m.genLen = hist("vllm:request_generation_tokens", "Number of generation tokens processed.", tokBuckets)
 	m.iteration = hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", iterBuckets)
-	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{
+	success := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: labels,
-	}, []string{"finished_reason"})
-	for _, r := range []string{"stop", "length", "abort"} {
-		m.success.WithLabelValues(r)
+	}, []string{"engine", "finished_reason"})
+	m.success = make([][3]prometheus.Counter, n)
+	for r := range m.success {
+		for k, reason := range []string{"stop", "length", "abort"} {
+			m.success[r][k] = success.WithLabelValues(strconv.Itoa(r), reason)
+		}
 	}
-	m.reg.MustRegister(m.success)
+	m.reg.MustRegister(success)
 	m.reg.MustRegister(newEngineCollector(m, cfg, labels))
-	m.snapshot.Store(&engine.Metrics{NumGPUBlocks: cfg.Engine.NumGPUBlocks})
+	m.snapshot.Store(&engine.Metrics{NumGPUBlocks: cfg.Engine.NumGPUBlocks * n})
+	if n > 1 {
+		ranks := make([]engine.Metrics, n)
+		for r := range ranks {
+			ranks[r].NumGPUBlocks = cfg.Engine.NumGPUBlocks
+		}
+		m.ranks.Store(&ranks)
+	}
 	return m
+}
+
+// publish stores the group's metrics for /metrics (from the engine
+// goroutine, after every step and command).
+func (m *metrics) publish(g *engine.Group) {
+	sum := g.Metrics()
+	m.snapshot.Store(&sum)
+	if n := g.Ranks(); n > 1 {
+		ranks := make([]engine.Metrics, n)
+		for r := range ranks {
+			ranks[r] = g.RankMetrics(r)
+		}
+		m.ranks.Store(&ranks)
+	}
 }
 
 func (m *metrics) observeToken(a *active, em engine.Emission, now time.Time, last map[engine.RequestID]time.Time) {
 	if em.Output == 1 {
-		m.ttft.Observe(now.Sub(a.arrival).Seconds())
+		m.ttft[a.rank].Observe(now.Sub(a.arrival).Seconds())
 	} else if t, ok := last[em.ID]; ok {
-		m.itl.Observe(now.Sub(t).Seconds())
+		m.itl[a.rank].Observe(now.Sub(t).Seconds())
 	}
 	last[em.ID] = now
 }
 
 func (m *metrics) finished(a *active, reason string, now time.Time) {
-	m.e2e.Observe(now.Sub(a.arrival).Seconds())
-	m.promptLen.Observe(float64(a.promptLen))
-	m.genLen.Observe(float64(a.outLen))
-	m.success.WithLabelValues(reason).Inc()
+	m.e2e[a.rank].Observe(now.Sub(a.arrival).Seconds())
+	m.promptLen[a.rank].Observe(float64(a.promptLen))
+	m.genLen[a.rank].Observe(float64(a.outLen))
+	k := 0
+	if reason == "length" {
+		k = 1
+	}
+	m.success[a.rank][k].Inc()
 }
 
-func (m *metrics) aborted() { m.success.WithLabelValues("abort").Inc() }
+func (m *metrics) aborted(a *active) { m.success[a.rank][2].Inc() }
 
 // engineCollector exposes the engine's own gauges and counters from the
-// snapshot the engine goroutine publishes after every step and command.
+// snapshot the engine goroutine publishes after every step and command: one
+// series per data-parallel rank (label engine), as vLLM's /metrics page of a
+// DP deployment has; a scraper sums them (fleet/remote does).
 type engineCollector struct {
 	m                                              *metrics
 	cfg                                            *Config
@@ -99,7 +137,7 @@ type engineCollector struct {
 }
 
 func newEngineCollector(m *metrics, cfg *Config, l prometheus.Labels) *engineCollector {
-	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, l) }
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, []string{"engine"}, l) }
 	return &engineCollector{
 		m: m, cfg: cfg,
 		running:   d("vllm:num_requests_running", "Number of requests in model execution batches."),
@@ -110,7 +148,7 @@ func newEngineCollector(m *metrics, cfg *Config, l prometheus.Labels) *engineCol
 		preempt:   d("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
 		prompt:    d("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
 		gen:       d("vllm:generation_tokens_total", "Number of generation tokens processed."),
-		cacheInfo: prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", []string{"block_size", "num_gpu_blocks", "enable_prefix_caching"}, nil),
+		cacheInfo: prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", []string{"block_size", "engine", "num_gpu_blocks", "enable_prefix_caching"}, nil),
 	}
 }
 
@@ -121,23 +159,31 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.m.snapshot.Load()
-	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	k := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	ranks := []engine.Metrics{*c.m.snapshot.Load()}
+	if p := c.m.ranks.Load(); p != nil {
+		ranks = *p
 	}
-	g(c.running, float64(s.Running))
-	g(c.waiting, float64(s.Waiting))
-	g(c.kv, s.KVCacheUsage)
-	k(c.queries, float64(s.PrefixCacheQueries))
-	k(c.hits, float64(s.PrefixCacheHits))
-	k(c.preempt, float64(s.Preemptions))
-	k(c.prompt, float64(s.PromptTokens))
-	k(c.gen, float64(s.GenerationTokens))
 	caching := "True"
 	if c.cfg.Engine.DisablePrefixCaching {
 		caching = "False"
 	}
-	ch <- prometheus.MustNewConstMetric(c.cacheInfo, prometheus.GaugeValue, 1,
-		strconv.Itoa(c.cfg.Engine.BlockSize), strconv.Itoa(c.cfg.Engine.NumGPUBlocks), caching)
+	for r, s := range ranks {
+		eng := strconv.Itoa(r)
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, eng)
+		}
+		k := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, eng)
+		}
+		g(c.running, float64(s.Running))
+		g(c.waiting, float64(s.Waiting))
+		g(c.kv, s.KVCacheUsage)
+		k(c.queries, float64(s.PrefixCacheQueries))
+		k(c.hits, float64(s.PrefixCacheHits))
+		k(c.preempt, float64(s.Preemptions))
+		k(c.prompt, float64(s.PromptTokens))
+		k(c.gen, float64(s.GenerationTokens))
+		ch <- prometheus.MustNewConstMetric(c.cacheInfo, prometheus.GaugeValue, 1,
+			strconv.Itoa(c.cfg.Engine.BlockSize), eng, strconv.Itoa(c.cfg.Engine.NumGPUBlocks), caching)
+	}
 }

@@ -64,7 +64,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return errors.New("engine server: Run called twice")
 	}
 	defer close(s.done)
-	eng, err := engine.New(s.cfg.Engine)
+	eng, err := engine.NewGroup(s.cfg.Engine)
 	if err != nil {
 		return fmt.Errorf("engine server: %w", err)
 	}
@@ -81,7 +81,7 @@ func (s *Server) Run(ctx context.Context) error {
 	return l.run(ctx)
 }
 
-func (s *Server) publishSnapshot(m engine.Metrics) { s.met.snapshot.Store(&m) }
+func (s *Server) publishSnapshot(g *engine.Group) { s.met.publish(g) }
 
 // Handler returns the HTTP API.
 func (s *Server) Handler() http.Handler {

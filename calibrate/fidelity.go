@@ -103,6 +103,7 @@ func WriteFidelityMarkdown(w io.Writer, runs []FidelityRun, command string) erro
 	b.WriteString("## Held-out error, beside the two baselines\n\n")
 	b.WriteString("`preset`: the roofline preset of the log's model and GPU, unfitted. `scale`: that preset with one fitted scale factor " +
 		"on its five step coefficients. `fit`: all seven terms fitted.\n\n")
+	b.WriteString("Scheduled to first token is given as MAPE and as the median of predicted over measured time (1.00 is unbiased).\n\n")
 	b.WriteString("| log | requests | queue share of TTFT | profile | TTFT | E2E | queue | scheduled to first token | TPOT |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		rows := []struct {
@@ -125,7 +126,7 @@ func WriteFidelityMarkdown(w io.Writer, runs []FidelityRun, command string) erro
 				share = pct(100 * row.rep.QueueShare)
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, n, share, row.name,
-				pct(row.rep.TTFTMAPE), pct(row.rep.E2EMAPE), phasePct(row.rep, row.rep.QueueMAPE), phasePct(row.rep, row.rep.SchedToFirstMAPE), pct(row.rep.TPOTMAPE))
+				pct(row.rep.TTFTMAPE), pct(row.rep.E2EMAPE), phasePct(row.rep, row.rep.QueueMAPE), s2f(row.rep), pct(row.rep.TPOTMAPE))
 		}
 	}
 	b.WriteString("\n## Fitted terms and what the logs can tell\n\n")
@@ -168,7 +169,7 @@ func WriteFidelityMarkdown(w io.Writer, runs []FidelityRun, command string) erro
 				cross = true
 			}
 			fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s | %s |\n", baseName(r.Name), baseName(c.Log), pct(c.Report.TTFTMAPE), pct(c.Report.E2EMAPE),
-				phasePct(&c.Report, c.Report.QueueMAPE), phasePct(&c.Report, c.Report.SchedToFirstMAPE), pct(c.Report.TPOTMAPE))
+				phasePct(&c.Report, c.Report.QueueMAPE), s2f(&c.Report), pct(c.Report.TPOTMAPE))
 		}
 	}
 	if !cross {
@@ -201,6 +202,14 @@ func phasePct(r *ErrorReport, v float64) string {
 		return "n/a"
 	}
 	return pct(v)
+}
+
+// s2f renders the scheduled-to-first-token error: MAPE and median ratio.
+func s2f(r *ErrorReport) string {
+	if !r.Phases {
+		return "n/a"
+	}
+	return fmt.Sprintf("%s (median x%.2f)", pct(r.SchedToFirstMAPE), r.SchedToFirstRatio)
 }
 
 // writeCaveats states, from the runs' own numbers, what the report shows.

@@ -95,7 +95,10 @@ type ErrorReport struct {
 	Phases           bool    `json:"phases"`
 	QueueMAPE        float64 `json:"queue_mape"`
 	SchedToFirstMAPE float64 `json:"sched_to_first_mape"`
-	TPOTMAPE         float64 `json:"tpot_mape"`
+	// SchedToFirstRatio is the median of predicted over measured
+	// scheduled-to-first-token time: the bias the MAPE's tail hides.
+	SchedToFirstRatio float64 `json:"sched_to_first_median_ratio"`
+	TPOTMAPE          float64 `json:"tpot_mape"`
 	// QueueShare is the share of the measured TTFT that is queueing: near 1,
 	// the run tests throughput more than the step model.
 	QueueShare float64    `json:"queue_share"`
@@ -172,7 +175,7 @@ type LogFit struct {
 }
 
 // objectiveName describes the objective FitLog minimises.
-const objectiveName = "mean |ln(predicted/measured)| of TTFT plus that of E2E, per request, averaged over the fitted logs"
+const objectiveName = "mean |ln(predicted/measured)| of TTFT, plus that of E2E, plus that of scheduled-to-first-token time where logged, per request, averaged over the fitted logs"
 
 // FitLog fits the latency profile to one request log; see FitLogs.
 func FitLog(l *Log, opts LogOptions) (*LogFit, error) {
@@ -237,8 +240,8 @@ func FitLogs(logs []*Log, opts LogOptions) (*LogFit, error) {
 				evalErr = err
 				return math.Inf(1)
 			}
-			t, e := r.rp.logErrors(0, r.nFit)
-			total += t + e
+			t, e, s := r.rp.logErrors(0, r.nFit)
+			total += t + e + s
 		}
 		return total / float64(len(runs))
 	}
@@ -465,6 +468,9 @@ func coefficientIntervals(runs []*logRun, p engine.Profile) []FittedTerm {
 			continue
 		}
 		sd := math.Sqrt(variance)
+		if 1.96*sd > math.Log(1e3) {
+			continue // three orders of magnitude either side: no bound worth a number
+		}
 		out[i].Bounded = true
 		out[i].Lo = round4(vals[i] * math.Exp(-1.96*sd))
 		out[i].Hi = round4(vals[i] * math.Exp(1.96*sd))

@@ -78,7 +78,7 @@ func synthLog(t testing.TB, p engine.Profile, n int, seed uint64) *Log {
 		t.Fatal(err)
 	}
 	for i := range l.Requests {
-		l.Requests[i].TTFT, l.Requests[i].E2E = rp.first[i].Seconds(), rp.last[i].Seconds()
+		l.Requests[i].TTFT, l.Requests[i].E2E, l.Requests[i].Queue = rp.first[i].Seconds(), rp.last[i].Seconds(), rp.sched[i].Seconds()
 	}
 	return l
 }

@@ -246,3 +246,30 @@ func TestFitLogNotIdentified(t *testing.T) {
 		t.Errorf("prefill_token_us not identified from a prefill-only log: %+v", fit.Coefficients)
 	}
 }
+
+// A log whose engine delivers tokens a step late (vLLM's asynchronous
+// scheduling) is fitted with the lag: scheduled-to-first-token time comes
+// out right, where a profile without lag under-predicts it.
+func TestFitLogRecoversOutputLag(t *testing.T) {
+	truth := engine.DefaultConfig().Latency
+	truth.OutputLagSteps, truth.OutputDelayMs = 1, 3
+	l := synthLog(t, truth, 160, 5)
+	noLag := truth
+	noLag.OutputLagSteps, noLag.OutputDelayMs = 0, 0
+	rp := newReplayer(l)
+	if err := rp.run(noLag); err != nil {
+		t.Fatal(err)
+	}
+	if r := rp.report(0, len(l.Requests)); r.SchedToFirstRatio > 0.8 {
+		t.Fatalf("without lag the median scheduled-to-first-token ratio is %.2f; the test needs a lag that matters", r.SchedToFirstRatio)
+	}
+	start := noLag
+	start.OutputLagSteps, start.OutputDelayMs = 0.3, 0.5 // not the truth, not the search's default start
+	fit, err := FitLog(l, LogOptions{Holdout: 0.25, Start: start, MaxEvaluations: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := fit.Holdout; r.SchedToFirstRatio < 0.9 || r.SchedToFirstRatio > 1.1 || r.E2EMAPE > 3 {
+		t.Errorf("fitted %+v: holdout scheduled-to-first-token median ratio %.2f, E2E %.2f%%", fit.Profile, r.SchedToFirstRatio, r.E2EMAPE)
+	}
+}

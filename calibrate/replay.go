@@ -341,11 +341,14 @@ func newReplayer(l *Log) *replayer {
 	return &replayer{log: l, sched: make([]time.Duration, n), first: make([]time.Duration, n), last: make([]time.Duration, n)}
 }
 
-// run replays every request with profile p and fills sched, first and last.
+// run replays every request with profile p and fills sched, first and last:
+// one engine group (data-parallel ranks behind vLLM's load balancer, see
+// engine.Group), tokens timed when they reach the API server
+// (Result.OutputAt), as vLLM's first_token_ts and last_token_ts are.
 func (r *replayer) run(p engine.Profile) error {
 	cfg := r.log.Config
 	cfg.Latency = p
-	e, err := engine.New(cfg)
+	e, err := engine.NewGroup(cfg)
 	if err != nil {
 		return err
 	}
@@ -375,7 +378,7 @@ func (r *replayer) run(p engine.Profile) error {
 			i := int(id) - 1
 			r.sched[i] = res.Start - reqs[i].Arrival
 		}
-		out := res.End()
+		out := res.OutputAt
 		for _, em := range res.Emitted {
 			i := int(em.ID) - 1
 			if em.Output == 1 {
@@ -410,26 +413,39 @@ func logRatio(pred, meas float64) float64 {
 	return math.Abs(math.Log(math.Max(pred, ttftFloor) / math.Max(meas, ttftFloor)))
 }
 
-// logErrors returns the mean absolute log ratios of TTFT and E2E over
-// requests [lo, hi) of the last replay: the fit's objective.
-func (r *replayer) logErrors(lo, hi int) (ttft, e2e float64) {
+// logErrors returns the mean absolute log ratios of TTFT, of E2E and of
+// scheduled-to-first-token time (0 when the log has no scheduled_ts) over
+// requests [lo, hi) of the last replay: the terms of the fit's objective.
+func (r *replayer) logErrors(lo, hi int) (ttft, e2e, s2f float64) {
 	reqs := r.log.Requests
 	for i := lo; i < hi; i++ {
 		ttft += logRatio(r.first[i].Seconds(), reqs[i].TTFT)
 		e2e += logRatio(r.last[i].Seconds(), reqs[i].E2E)
+		if q := reqs[i].Queue; q >= 0 {
+			s2f += phaseLogRatio((r.first[i] - r.sched[i]).Seconds(), reqs[i].TTFT-q)
+		}
 	}
 	n := float64(max(hi-lo, 1))
-	return ttft / n, e2e / n
+	return ttft / n, e2e / n, s2f / n
 }
 
-// appendResiduals appends the signed log ratios of TTFT and of E2E of
-// requests [lo, hi), weighted as the objective weighs them.
+// phaseLogRatio is logRatio with the phases' 10 ms floor.
+func phaseLogRatio(pred, meas float64) float64 {
+	return math.Abs(math.Log(math.Max(pred, phaseFloor) / math.Max(meas, phaseFloor)))
+}
+
+// appendResiduals appends the signed log ratios of TTFT, of E2E and (when
+// logged) of scheduled-to-first-token time of requests [lo, hi), as the
+// objective weighs them.
 func (r *replayer) appendResiduals(out []float64, lo, hi int) []float64 {
 	reqs := r.log.Requests
 	for i := lo; i < hi; i++ {
 		out = append(out,
 			math.Log(math.Max(r.first[i].Seconds(), ttftFloor)/math.Max(reqs[i].TTFT, ttftFloor)),
 			math.Log(math.Max(r.last[i].Seconds(), ttftFloor)/math.Max(reqs[i].E2E, ttftFloor)))
+		if q := reqs[i].Queue; q >= 0 {
+			out = append(out, math.Log(math.Max((r.first[i]-r.sched[i]).Seconds(), phaseFloor)/math.Max(reqs[i].TTFT-q, phaseFloor)))
+		}
 	}
 	return out
 }
@@ -441,6 +457,7 @@ func (r *replayer) report(lo, hi int) ErrorReport {
 	var sumT, sumE, sumQ, sumS, sumP float64
 	var nP int
 	var queued, ttft float64
+	var ratios []float64
 	mt, pt, me, pe := make([]float64, 0, hi-lo), make([]float64, 0, hi-lo), make([]float64, 0, hi-lo), make([]float64, 0, hi-lo)
 	for i := lo; i < hi; i++ {
 		q := reqs[i]
@@ -453,6 +470,7 @@ func (r *replayer) report(lo, hi int) ErrorReport {
 			sumQ += relErrFloor(ps, q.Queue, phaseFloor)
 			sumS += relErrFloor(pf-ps, q.TTFT-q.Queue, phaseFloor)
 			queued += q.Queue
+			ratios = append(ratios, math.Max(pf-ps, 1e-6)/math.Max(q.TTFT-q.Queue, 1e-6))
 		}
 		ttft += q.TTFT
 		if q.OutputTokens > 1 {
@@ -467,6 +485,8 @@ func (r *replayer) report(lo, hi int) ErrorReport {
 	rep.TTFTMAPE, rep.E2EMAPE = round4(100*sumT/n), round4(100*sumE/n)
 	if rep.Phases {
 		rep.QueueMAPE, rep.SchedToFirstMAPE = round4(100*sumQ/n), round4(100*sumS/n)
+		slices.Sort(ratios)
+		rep.SchedToFirstRatio = round4(ratios[len(ratios)/2])
 		if ttft > 0 {
 			rep.QueueShare = round4(queued / ttft)
 		}

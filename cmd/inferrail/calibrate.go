@@ -297,7 +297,7 @@ func runCalibrateLog(cmd *cobra.Command, f calibrateFlags, stderr io.Writer) err
 	line := func(label string, r *calibrate.ErrorReport) {
 		fmt.Fprintf(stderr, "calibrate: %-16s TTFT %5.1f%%  E2E %5.1f%%", label, r.TTFTMAPE, r.E2EMAPE)
 		if r.Phases {
-			fmt.Fprintf(stderr, "  queue %5.1f%%  scheduled-to-first-token %5.1f%%", r.QueueMAPE, r.SchedToFirstMAPE)
+			fmt.Fprintf(stderr, "  queue %5.1f%%  scheduled-to-first-token %5.1f%% (median x%.2f)", r.QueueMAPE, r.SchedToFirstMAPE, r.SchedToFirstRatio)
 		}
 		fmt.Fprintf(stderr, "  TPOT %5.1f%%  (%d requests, MAPE)\n", r.TPOTMAPE, r.Requests)
 	}

@@ -25,7 +25,7 @@ ShareGPT), vLLM request logs and the project's own parquet format.`,
   inferrail trace convert trace.jsonl trace.parquet`,
 		Args: noArgs,
 	}
-	cmd.AddCommand(newTraceStatsCmd(stdout), newTraceConvertCmd(stdout, stderr))
+	cmd.AddCommand(newTraceStatsCmd(stdout), newTraceConvertCmd(stdout, stderr), newTraceSynthCmd(stdout))
 	return cmd
 }
 

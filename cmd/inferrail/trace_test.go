@@ -86,3 +86,26 @@ func TestCompareOnATrace(t *testing.T) {
 		t.Fatalf("report does not name the trace: %v", err)
 	}
 }
+
+func TestTraceSynth(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "long.jsonl")
+	code, stdout, stderr := runCLI("trace", "synth", "--requests", "200", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "wrote 200 requests") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI("trace", "stats", out)
+	if code != 0 || !strings.Contains(stdout, "200 (0 skipped)") {
+		t.Errorf("stats of the synthetic trace: exit %d: %s", code, stdout)
+	}
+	for _, args := range [][]string{
+		{"--input-max", "100", "--out", out},
+		{"--rate", "0", "--out", out},
+		{"--requests", "10"},
+	} {
+		code, _, stderr := runCLI(append([]string{"trace", "synth"}, args...)...)
+		if code != 2 || !strings.Contains(stderr, "--") && !strings.Contains(stderr, "must") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and the parameter named", args, code, stderr)
+		}
+	}
+}

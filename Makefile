@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live fidelity
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live fidelity leaderboard
 
 all: build
 
@@ -81,6 +81,14 @@ VLLM_LOGS ?= $(wildcard ../shared/traces/vllm-logs/*)
 fidelity: build
 	@test -n "$(VLLM_LOGS)" || { echo "fidelity: no logs in ../shared/traces/vllm-logs (set VLLM_LOGS=dir1 dir2 ...)"; exit 1; }
 	./$(BIN) calibrate --fidelity docs/fidelity.md --gpu RTXPRO6000 $(foreach d,$(VLLM_LOGS),--from-log $(d))
+
+# Every policy on W1-W7, the Mooncake conversation trace and generated
+# long-prompt traces, at four profiles, three seeds, the default rate and
+# 1.3x, and capacity on W1 and W2: docs/benchmarks/leaderboard/leaderboard.md
+# (scripts/leaderboard.sh says how to narrow it; the whole takes about
+# half an hour on 2 cores).
+leaderboard: build
+	scripts/leaderboard.sh
 
 lint:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }

@@ -187,7 +187,12 @@ func (p *KVAware) Pick(req *Request, cands []Candidate) int {
 // decoding_ctx (their prompt tokens) are the gateway's own exact counters.
 // Guards keep a hot prefix from melting one replica:
 //   - bounded load: candidates whose in-flight count would exceed
-//     ceil(Bound * (sum in_flight + 1) / candidates) are skipped;
+//     max(BoundFloor, ceil(Bound * (sum in_flight + 1) / candidates)) are
+//     skipped. The floor keeps the guard out of lightly loaded fleets,
+//     where the bound is one or two requests and would push a session off
+//     the replica holding its prefix while the queue terms already price
+//     the load (on a long-prompt, heavy-reuse trace on 16 replicas it cost
+//     6% of the hit rate and 13% of TTFT p99);
 //   - KV pressure: a replica whose scraped KV usage is above KVHigh has its
 //     estimate inflated by up to KVPenalty x (at 100% usage), since admitting
 //     there evicts cached prefixes and risks preemption.
@@ -197,6 +202,7 @@ func (p *KVAware) Pick(req *Request, cands []Candidate) int {
 // Ties go to fewer requests in flight, then at random.
 type CostModel struct {
 	Bound        float64 // 3
+	BoundFloor   int     // 8
 	KVHigh       float64 // 0.9
 	KVPenalty    float64 // 4
 	SessionSlack float64 // 0.25
@@ -219,7 +225,7 @@ const maxSessions = 1 << 20
 // NewCostModel returns cost_model with its defaults.
 func NewCostModel(o Options) *CostModel {
 	o = o.withDefaults()
-	p := &CostModel{Bound: 3, KVHigh: 0.9, KVPenalty: 4, SessionSlack: 0.25, PlaceWeight: 0.5, opts: o, rng: subRNG(o.Seed, "cost_model")}
+	p := &CostModel{Bound: 3, BoundFloor: 8, KVHigh: 0.9, KVPenalty: 4, SessionSlack: 0.25, PlaceWeight: 0.5, opts: o, rng: subRNG(o.Seed, "cost_model")}
 	if o.SessionAffinity {
 		p.sessions = make(map[uint64]int)
 	}
@@ -243,7 +249,7 @@ func (p *CostModel) EstimateTTFT(prompt int, c *Candidate) float64 {
 }
 
 func (p *CostModel) Pick(req *Request, cands []Candidate) int {
-	bound := LoadBound(p.Bound, cands)
+	bound := max(LoadBound(p.Bound, cands), p.BoundFloor)
 	minIndexed := math.MaxInt
 	for i := range cands {
 		minIndexed = min(minIndexed, cands[i].IndexedBlocks)

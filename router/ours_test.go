@@ -43,7 +43,11 @@ func TestBoundedLoadIsNeverExceeded(t *testing.T) {
 					c := genLoadedCands(t, prompt)
 					req := &Request{ID: rapid.Uint64().Draw(t, "id"), PromptTokens: prompt, BlockHashes: hashesFor(rapid.Uint64Range(1, 3).Draw(t, "prefix"), prompt/16)}
 					got := c[p.Pick(req, c)].Load.InFlight + 1
-					if lim := LoadBound(bound, c); got > lim {
+					lim := LoadBound(bound, c)
+					if name == "cost_model" {
+						lim = max(lim, NewCostModel(Options{}).BoundFloor)
+					}
+					if got > lim {
 						t.Fatalf("picked a replica that ends with %d in flight, bound %d", got, lim)
 					}
 				}
@@ -78,6 +82,29 @@ func TestPrefixHashIsStickyAndSpreads(t *testing.T) {
 	cands[home].Load.InFlight = 10
 	if p.Pick(req, cands) == home {
 		t.Fatal("hot replica over the bound kept the prefix")
+	}
+}
+
+// In a lightly loaded fleet the bounded-load guard does not push a request
+// off the replica holding its prefix: with 16 replicas and 3 requests in
+// flight the plain bound would be 1.
+func TestCostModelBoundFloor(t *testing.T) {
+	p := NewCostModel(Options{})
+	req := &Request{PromptTokens: 8000}
+	cands := make([]Candidate, 16)
+	for i := range cands {
+		cands[i].Replica = i
+	}
+	cands[5].PredictedCachedTokens = 7984
+	cands[5].Load = Load{InFlight: 2, InFlightPromptTokens: 3000}
+	cands[9].Load = Load{InFlight: 1, InFlightPromptTokens: 1000}
+	if got := p.Pick(req, cands); got != 5 {
+		t.Fatalf("picked %d, want 5, the replica with the prefix (bound %d without the floor)", got, LoadBound(p.Bound, cands))
+	}
+	// Past the floor the guard holds.
+	cands[5].Load.InFlight = 40
+	if got := p.Pick(req, cands); got == 5 {
+		t.Fatal("a replica far over the bound kept the request")
 	}
 }
 

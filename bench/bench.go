@@ -43,6 +43,12 @@ type Config struct {
 	// APIKey, when set, is sent as Authorization: Bearer (an inferrail
 	// gateway with auth: keys, or any OpenAI-compatible server).
 	APIKey string
+	// Header is sent with every request, after bench's own headers, which a
+	// name here replaces (X-Request-Id, say); ParseHeader reads one from
+	// "Name: value". Content-Type, Content-Length, Host and
+	// Transfer-Encoding are bench's and refused, as is Authorization when
+	// APIKey is set (two keys).
+	Header http.Header
 	// Endpoint is completions (prompt text) or chat (one user message).
 	Endpoint Endpoint
 	// Source yields the requests and their arrival times.
@@ -69,35 +75,52 @@ type Config struct {
 
 // Output is what a run measured.
 type Output struct {
+	// Summary is the simulator's summary of Records, but for the
+	// predictions: Summary.PredictedHitRate and Summary.Prediction cover
+	// only the requests whose answer carried a prediction (Predictions), and
+	// are zero when none did. Summary.HitRate is 0 when the server reported
+	// no cached tokens at all (HitRateKnown says which).
 	Summary results.Summary
 	Records []results.Record
+	// Predictions is the router's cached-token predictions
+	// (x-inferrail-predicted-cached-tokens, which inferrail live sends with
+	// predicted_cached_header or to a request with its own cache_salt)
+	// against what the engines found, over the measured completed requests
+	// whose answer carried one.
+	Predictions Predictions
+	// CachedReported counts the measured completed requests whose usage
+	// carried prompt_tokens_details.cached_tokens (vLLM sends it only with
+	// --enable-prompt-tokens-details), of Summary.Completed.
+	CachedReported int
 	// SendLag is the delay from each request's schedule to the moment its
 	// body was written, over every request, in milliseconds.
 	SendLag results.Latency
-	// Errors counts failed requests by reason (never nil).
-	Errors map[string]int
-	WallS  float64
+	// Errors counts failed requests by reason (never nil): "http 500",
+	// "timeout", "connection closed", "stream error: TYPE", ... Like the
+	// send lag it covers every request, warmup included; ErrorExamples holds
+	// the first message seen for each reason that came with one (the
+	// server's error message, the transport's error).
+	Errors        map[string]int
+	ErrorExamples map[string]string
+	WallS         float64
 }
 
-// Report is what `inferrail bench --json` prints: the summary's fields, flat
-// as `inferrail sim --json` prints them (so the two compare, and scripts
-// that read a summary read this), then what only a run against a real
-// server has: send lag and the failures by reason.
-type Report struct {
-	results.Summary
-	SendLag results.Latency `json:"send_lag_ms"`
-	Errors  map[string]int  `json:"errors"`
-	WallS   float64         `json:"wall_s"`
+// Predictions compares predicted with found cached tokens over the measured
+// completed requests whose answer carried a prediction.
+type Predictions struct {
+	// Requests is how many answers carried the header (0: no predictions,
+	// and every other field is zero).
+	Requests int `json:"requests"`
+	// PredictedHitRate and HitRate are the predicted and the found cached
+	// tokens over the prompt tokens of these requests.
+	PredictedHitRate float64 `json:"predicted_hit_rate"`
+	HitRate          float64 `json:"hit_rate"`
+	results.Prediction
 }
 
-// Report returns o's summary with its send lag and errors, for JSON.
-func (o *Output) Report() Report {
-	errs := o.Errors
-	if errs == nil {
-		errs = map[string]int{} // {} rather than null
-	}
-	return Report{Summary: o.Summary, SendLag: o.SendLag, Errors: errs, WallS: o.WallS}
-}
+// HitRateKnown reports whether the server said what it found cached: at
+// least one answer's usage carried prompt_tokens_details.cached_tokens.
+func (o *Output) HitRateKnown() bool { return o.CachedReported > 0 }
 
 func (c *Config) validate() error {
 	var errs []error
@@ -118,6 +141,9 @@ func (c *Config) validate() error {
 	}
 	if c.Timeout < 0 || c.Warmup < 0 || c.Lookahead < 0 {
 		errs = append(errs, errors.New("timeout, warmup and lookahead must not be negative"))
+	}
+	if err := checkHeader(c.Header, c.APIKey != ""); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Minute
@@ -173,6 +199,15 @@ type result struct {
 	lag  time.Duration
 	itl  []time.Duration
 	err  string
+	// detail is what the server or the transport said about err, if
+	// anything.
+	detail string
+	// predicted: the answer carried x-inferrail-predicted-cached-tokens
+	// (in rec.PredictedCachedTokens).
+	predicted bool
+	// cachedReported: the answer's usage carried
+	// prompt_tokens_details.cached_tokens.
+	cachedReported bool
 }
 
 // runner owns the schedule. Only its dispatch goroutine touches the source
@@ -216,10 +251,12 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 	finished := make(chan result, 1024)
 	var wg sync.WaitGroup
 	inFlight := 0
-	var recs []results.Record
+	var recs, predicted []results.Record // predicted: answers with a prediction
 	var lags []time.Duration
 	itl := results.NewHistogram()
 	errs := map[string]int{}
+	examples := map[string]string{}
+	cachedReported := 0
 	done := 0
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -229,6 +266,9 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 		done++
 		if res.err != "" {
 			errs[res.err]++
+			if _, seen := examples[res.err]; !seen && res.detail != "" {
+				examples[res.err] = res.detail
+			}
 		}
 		lags = append(lags, res.lag)
 		if res.w.Arrival >= r.cfg.Warmup {
@@ -238,6 +278,12 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 		}
 		recs = append(recs, res.rec)
 		ok := res.rec.Outcome == results.OutcomeOK
+		if ok && res.predicted {
+			predicted = append(predicted, res.rec)
+		}
+		if ok && res.cachedReported && res.w.Arrival >= r.cfg.Warmup {
+			cachedReported++
+		}
 		if ok && res.text != nil && res.w.Output.Len > 0 {
 			r.answers[res.w.Output.ID] = res.text
 		}
@@ -312,7 +358,20 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 		SimulatedEnd: wall,
 	})
 	sum.SimWallS = wall.Seconds()
-	return &Output{Summary: sum, Records: recs, SendLag: lagLatency(lags), Errors: errs, WallS: wall.Seconds()}, nil
+	// A request without a prediction has PredictedCachedTokens 0, which is
+	// no prediction of 0: the predictions are summarised over the requests
+	// that carried one, and nothing stands in for the others.
+	pred := results.Summarize(predicted, results.SummaryOptions{Warmup: r.cfg.Warmup, SLO: r.cfg.SLO})
+	sum.PredictedHitRate, sum.Prediction = pred.PredictedHitRate, pred.Prediction
+	return &Output{
+		Summary: sum, Records: recs,
+		Predictions: Predictions{
+			Requests: pred.Completed, PredictedHitRate: pred.PredictedHitRate,
+			HitRate: pred.HitRate, Prediction: pred.Prediction,
+		},
+		CachedReported: cachedReported,
+		SendLag:        lagLatency(lags), Errors: errs, ErrorExamples: examples, WallS: wall.Seconds(),
+	}, nil
 }
 
 func (r *runner) push(q *queue, w *workload.Request) {
@@ -324,6 +383,9 @@ func (r *runner) push(q *queue, w *workload.Request) {
 const (
 	headerPriority = "X-Inferrail-Priority"
 	headerQueuedMs = "X-Inferrail-Queued-Ms"
+	// HeaderPredicted is live.HeaderPredicted: the prompt tokens the router
+	// expected the engine to find cached.
+	HeaderPredicted = "X-Inferrail-Predicted-Cached-Tokens"
 )
 
 // gatewayReject returns the reason a gateway refused a request (429 or 503
@@ -403,6 +465,7 @@ func (r *runner) readStream(body io.Reader, scheduled time.Time, rec *results.Re
 					if e.Error.Type != "" {
 						reason += ": " + e.Error.Type
 					}
+					res.detail = excerpt(e.Error.Message)
 				}
 				continue
 			}
@@ -410,6 +473,7 @@ func (r *runner) readStream(body io.Reader, scheduled time.Time, rec *results.Re
 				rec.PromptTokens = e.Usage.PromptTokens
 				rec.OutputTokens = e.Usage.CompletionTokens
 				rec.CachedTokens = max(e.Usage.CachedTokens, 0)
+				res.cachedReported = e.Usage.CachedTokens >= 0
 			}
 			if !e.Generated() {
 				continue // a role-only, finish-only or usage-only chunk
@@ -445,6 +509,7 @@ func (r *runner) readStream(body io.Reader, scheduled time.Time, rec *results.Re
 		if err != nil {
 			if reason == "" {
 				reason = classify(err)
+				res.detail = r.transportDetail(reason, err)
 			}
 			break
 		}
@@ -495,12 +560,16 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 	if w.Priority > 0 {
 		req.Header.Set(headerPriority, strconv.Itoa(w.Priority))
 	}
+	for name, vs := range r.cfg.Header {
+		req.Header[name] = vs // canonical names, checked by validate
+	}
 	sent := time.Now()
 	res.lag = sent.Sub(scheduled)
 	resp, err := r.cfg.Client.Do(req)
 	rec.Dispatch = w.Arrival + sent.Sub(scheduled)
 	if err != nil {
 		res.err = classify(err)
+		res.detail = r.transportDetail(res.err, err)
 		res.rec = rec
 		return res
 	}
@@ -513,11 +582,17 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		res.err = fmt.Sprintf("http %d", resp.StatusCode)
+		res.detail = errorMessage(b)
 		if reason := gatewayReject(resp.StatusCode, b); reason != "" {
 			rec.Outcome, rec.Reject, rec.Replica = results.OutcomeRejected, reason, -1
 		}
 		res.rec = rec
 		return res
+	}
+	// The router's prediction, if the gateway names it; a value that is no
+	// count is no prediction.
+	if v, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get(HeaderPredicted))); err == nil && v >= 0 {
+		rec.PredictedCachedTokens, res.predicted = v, true
 	}
 	text, last, reason := r.readStream(resp.Body, scheduled, &rec, &res)
 	if res.err == "" {
@@ -560,6 +635,33 @@ func classify(err error) string {
 		return "connection reset"
 	}
 	return "transport error"
+}
+
+// transportDetail says what went wrong with a request that failed for
+// reason, err.
+func (r *runner) transportDetail(reason string, err error) string {
+	if reason == "timeout" {
+		return fmt.Sprintf("no whole answer within the timeout (%v)", r.cfg.Timeout)
+	}
+	return excerpt(err.Error())
+}
+
+// errorMessage is an error response's message: OpenAI's error body's, else
+// the body's text.
+func errorMessage(body []byte) string {
+	if e, err := openai.ParseResponse(body); err == nil && e.Kind == openai.KindError && e.Error != nil && e.Error.Message != "" {
+		return excerpt(e.Error.Message)
+	}
+	return excerpt(string(body))
+}
+
+// excerpt is s on one line, at most 200 bytes of it.
+func excerpt(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 200 {
+		s = strings.ToValidUTF8(s[:200], "") + "..."
+	}
+	return s
 }
 
 // lagLatency summarises send lags in milliseconds.

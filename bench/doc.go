@@ -9,8 +9,15 @@
 // request's schedule and its bytes leaving, is recorded too.
 //
 // Its records and summary are the simulator's (package results), so runs
-// against live servers and simulations compare side by side.
+// against live servers and simulations compare side by side, but it never
+// makes up what the server did not say: the router's cached-token
+// predictions come only from answers that carried
+// x-inferrail-predicted-cached-tokens (Output.Predictions), and without
+// prompt_tokens_details.cached_tokens in any answer the hit rate is unknown
+// (Output.HitRateKnown, Output.Warnings).
 //
 // Start with Run. Responses are read with internal/openai's stream reader;
-// Output.Report is what --json prints.
+// Output.Report is what --json prints (and --out writes as summary.json),
+// Output.WriteText what the command prints otherwise; ParseHeader reads a
+// --header.
 package bench

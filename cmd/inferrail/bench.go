@@ -1,14 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -25,9 +26,15 @@ type benchFlags struct {
 	simFlags
 	baseURL  string
 	model    string
+	apiKey   string
 	keyFile  string
+	headers  []string
 	endpoint string
 	timeout  time.Duration
+
+	// Resolved by config: the key to send and the extra headers.
+	key    string
+	header http.Header
 }
 
 func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -45,13 +52,24 @@ request streams, with ignore_eos and max_tokens set to its output length.
 Later turns of a session quote what the server really answered.
 
 The summary is the simulator's, so a bench run and a sim run of the same
-workload compare side by side (--json, --out DIR as for sim). Without --rate
-the rate is the workload's default per-replica rate times --replicas
-(default 1: one engine).`,
+workload compare side by side (--json, --out DIR as for sim), with the send
+lag, failures by reason and warnings added, and what the server did not say
+null rather than 0: the hit rate when no answer's usage carried
+prompt_tokens_details.cached_tokens (vLLM sends it with
+--enable-prompt-tokens-details; a warning says so), the predictions when no
+answer carried x-inferrail-predicted-cached-tokens (inferrail live sends it
+with predicted_cached_header or to a request with its own cache_salt).
+Without --rate the rate is the workload's default per-replica rate times
+--replicas (default 1: one engine).
+
+The API key sent as Authorization: Bearer is --api-key or --api-key-file
+(giving both is refused), else an Authorization --header, else
+$INFERRAIL_API_KEY, else none.`,
 		Example: `  inferrail engine --port 8000 &
   inferrail bench --base-url http://127.0.0.1:8000 --workload w1 --requests 500
   inferrail bench --base-url http://127.0.0.1:8080 --workload w2 --replicas 3 --json --out runs/live-w2
-  inferrail bench --base-url http://127.0.0.1:8000 --trace conversation_trace.jsonl --limit 1000 --speedup 4`,
+  inferrail bench --base-url http://127.0.0.1:8000 --trace conversation_trace.jsonl --limit 1000 --speedup 4
+  inferrail bench --base-url https://llm.example.com --api-key-file key.txt --header 'X-Team: search' --workload w1`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := f.config(cmd)
@@ -70,7 +88,9 @@ the rate is the workload's default per-replica rate times --replicas
 	fl.Lookup("replicas").Usage = "replicas behind --base-url, to scale the default rate"
 	fl.StringVar(&f.baseURL, "base-url", "", "server to load, e.g. http://127.0.0.1:8000 (required); several, comma-separated, are taken in turn")
 	fl.StringVar(&f.model, "model", "", "model field of every request (default: left out, so the server uses its own model)")
-	fl.StringVar(&f.keyFile, "api-key-file", "", "file holding the API key sent as Authorization: Bearer (default: $INFERRAIL_API_KEY, else none)")
+	fl.StringVar(&f.apiKey, "api-key", "", "API key sent as Authorization: Bearer (visible in ps: prefer --api-key-file or $INFERRAIL_API_KEY); not with --api-key-file")
+	fl.StringVar(&f.keyFile, "api-key-file", "", "file holding the API key sent as Authorization: Bearer; not with --api-key (default: $INFERRAIL_API_KEY, else none)")
+	fl.StringArrayVar(&f.headers, "header", nil, "extra header sent with every request, as 'Name: value' (repeatable; not Content-Type, Content-Length, Host or Transfer-Encoding; an Authorization header replaces $INFERRAIL_API_KEY and is refused beside --api-key or --api-key-file)")
 	fl.StringVar(&f.endpoint, "endpoint", "completions", "API: completions (prompt text) or chat (one user message)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up on a request after this long")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload; the same seed sends the same requests at the same times")
@@ -91,6 +111,9 @@ func (f *benchFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 	}
 	if f.timeout <= 0 {
 		return fleet.Config{}, usagef("--timeout: must be positive, got %v", f.timeout)
+	}
+	if err := f.resolveAuth(); err != nil {
+		return fleet.Config{}, err
 	}
 	cfg, err := f.simFlags.config(cmd)
 	if err != nil {
@@ -122,20 +145,10 @@ func runBench(ctx context.Context, f benchFlags, cfg fleet.Config, stdout, stder
 		target = 0
 	}
 	finished := 0
-	key := os.Getenv("INFERRAIL_API_KEY")
-	if f.keyFile != "" {
-		b, err := os.ReadFile(f.keyFile)
-		if err != nil {
-			return usagef("--api-key-file: %w", err)
-		}
-		key = strings.TrimSpace(string(b))
-		if key == "" || strings.ContainsAny(key, " \t\r\n") {
-			return usagef("--api-key-file %s: must hold one key on one line", f.keyFile)
-		}
-	}
 	out, err := bench.Run(ctx, bench.Config{
 		BaseURL:  f.baseURL,
-		APIKey:   key,
+		APIKey:   f.key,
+		Header:   f.header,
 		Model:    f.model,
 		Endpoint: bench.Endpoint(f.endpoint),
 		Source:   src,
@@ -166,11 +179,18 @@ func runBench(ctx context.Context, f benchFlags, cfg fleet.Config, stdout, stder
 	s.Policy = "bench"
 	s.Seed = cfg.Seed
 	s.RateRPS = cfg.Workload.Rate
+	for _, w := range out.Warnings() {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
 	if f.out != "" {
 		if err := os.MkdirAll(f.out, 0o755); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
-		if err := results.WriteSummaryFile(filepath.Join(f.out, "summary.json"), *s); err != nil {
+		var buf bytes.Buffer
+		if err := results.WriteJSON(&buf, out.Report()); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(f.out, "summary.json"), buf.Bytes(), 0o644); err != nil {
 			return fmt.Errorf("write summary: %w", err)
 		}
 		rows := results.RowsFromRecords(out.Records, s.Workload, s.Policy, s.Seed)
@@ -181,24 +201,52 @@ func runBench(ctx context.Context, f benchFlags, cfg fleet.Config, stdout, stder
 	if f.json {
 		return results.WriteJSON(stdout, out.Report())
 	}
-	if err := results.FormatTable(stdout, []results.Summary{*s}); err != nil {
+	if err := out.WriteText(stdout); err != nil {
 		return err
-	}
-	fmt.Fprintf(stdout, "send lag: p50 %.3f ms, p99 %.3f ms; wall %.1f s\n", out.SendLag.P50, out.SendLag.P99, out.WallS)
-	if len(out.Errors) > 0 {
-		reasons := make([]string, 0, len(out.Errors))
-		for r := range out.Errors {
-			reasons = append(reasons, r)
-		}
-		sort.Strings(reasons)
-		fmt.Fprint(stdout, "errors:")
-		for _, r := range reasons {
-			fmt.Fprintf(stdout, " %s %d;", r, out.Errors[r])
-		}
-		fmt.Fprintln(stdout)
 	}
 	if f.out != "" {
 		fmt.Fprintf(stdout, "wrote %s and %s\n", filepath.Join(f.out, "summary.json"), filepath.Join(f.out, "requests.parquet"))
+	}
+	return nil
+}
+
+// resolveAuth settles the key and headers to send. Flags beat the
+// environment: the key is --api-key or --api-key-file (not both), else an
+// Authorization given with --header, else $INFERRAIL_API_KEY, else none.
+func (f *benchFlags) resolveAuth() error {
+	f.header = nil
+	for _, h := range f.headers {
+		name, value, err := bench.ParseHeader(h)
+		if err != nil {
+			return usagef("--header %w", err)
+		}
+		if f.header == nil {
+			f.header = http.Header{}
+		}
+		f.header[name] = append(f.header[name], value)
+	}
+	_, auth := f.header["Authorization"]
+	switch {
+	case f.apiKey != "" && f.keyFile != "":
+		return usagef("--api-key and --api-key-file: give one of them")
+	case auth && (f.apiKey != "" || f.keyFile != ""):
+		return usagef("--header Authorization and --api-key or --api-key-file: give one of them")
+	case f.apiKey != "":
+		f.key = f.apiKey
+		if strings.ContainsAny(f.key, " \t\r\n") {
+			return usagef("--api-key: must be one key, without spaces")
+		}
+	case f.keyFile != "":
+		b, err := os.ReadFile(f.keyFile)
+		if err != nil {
+			return usagef("--api-key-file: %w", err)
+		}
+		f.key = strings.TrimSpace(string(b))
+		if f.key == "" || strings.ContainsAny(f.key, " \t\r\n") {
+			return usagef("--api-key-file %s: must hold one key on one line", f.keyFile)
+		}
+	case !auth:
+		f.key = os.Getenv("INFERRAIL_API_KEY")
 	}
 	return nil
 }

@@ -26,14 +26,16 @@ var (
 const BuiltinSim = "builtin:sim"
 
 // Load returns the Encoder named by spec: "builtin:sim", a directory holding
-// tokenizer.json (and tokenizer_config.json), or a tokenizer.json path.
+// tokenizer.json (and tokenizer_config.json), a tokenizer.json path, or a
+// Hugging Face model id (ORG/NAME) found in the local Hugging Face cache
+// (see HFCacheDir; never downloaded). A path that exists wins over an id.
 func Load(spec string) (Encoder, error) {
 	if spec == BuiltinSim {
 		return simEncoder{simtok.New()}, nil
 	}
-	st, err := os.Stat(spec)
+	spec, st, err := locate(spec)
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer %q: want %s, a model directory or a tokenizer.json path: %w", spec, BuiltinSim, err)
+		return nil, err
 	}
 	if st.IsDir() {
 		if _, err := os.Stat(filepath.Join(spec, "tokenizer.json")); err != nil {

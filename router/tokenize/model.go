@@ -55,9 +55,9 @@ func LoadModel(spec string, opts Options) (*Model, error) {
 		}
 		return m, nil
 	}
-	st, err := os.Stat(spec)
+	spec, st, err := locate(spec)
 	if err != nil {
-		return nil, fmt.Errorf("model %q: want %s, a model directory or a tokenizer.json path: %w", spec, BuiltinSim, err)
+		return nil, err
 	}
 	m := &Model{spec: spec}
 	var cfgData []byte

@@ -77,6 +77,7 @@ runs as a production proxy (live) in front of real engines, or of mock ones
 	// they are guarded like the rest.
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
+	registerCompletions(root)
 	guardGroups(root)
 	guardHelp(root)
 	return root

@@ -159,9 +159,10 @@ type LogFit struct {
 	// Start is the profile the search started from; StartFit scores it.
 	Start    engine.Profile `json:"start_profile"`
 	StartFit ErrorReport    `json:"start_fit"`
-	// Baselines are the unfitted start profile ("preset") and the start
-	// profile with one fitted scale factor on its five step coefficients
-	// ("scale"), scored as the fit is.
+	// Baselines are the unfitted start profile ("preset": the roofline of
+	// the log's model and GPU; "default" when either is unknown; "start"
+	// for LogOptions.Start) and the start profile with one fitted scale
+	// factor on its five step coefficients ("scale"), scored as the fit is.
 	Baselines   []Baseline   `json:"baselines"`
 	ScaleFactor float64      `json:"scale_factor"`
 	HoldoutFrac float64      `json:"holdout_fraction"`
@@ -216,12 +217,13 @@ func FitLogs(logs []*Log, opts LogOptions) (*LogFit, error) {
 	}
 	first := logs[0]
 	start := opts.Start
+	startName := "start" // the caller's start profile
 	if start == (engine.Profile{}) {
-		start = engine.DefaultConfig().Latency
+		start, startName = engine.DefaultConfig().Latency, "default"
 		if first.Meta != nil {
 			if g, ok := findGPU(first.GPU); ok {
 				if r := logRoofline(first.Meta, g); r != nil {
-					start = r.Config.Latency
+					start, startName = r.Config.Latency, "preset"
 				}
 			}
 		}
@@ -335,7 +337,7 @@ func FitLogs(logs []*Log, opts LogOptions) (*LogFit, error) {
 	for _, b := range []struct {
 		name string
 		p    engine.Profile
-	}{{"preset", start}, {"scale", roundProfile(scaled)}} {
+	}{{startName, start}, {"scale", roundProfile(scaled)}} {
 		bl := Baseline{Name: b.name, Profile: b.p}
 		if bl.Fit, bl.Holdout, bl.Validation, err = score(b.p); err != nil {
 			return nil, err

@@ -40,6 +40,13 @@ type SizePoint struct {
 	// Met: every request completed and the medians over seeds of TTFT p99
 	// and TPOT p99 are within the SLO.
 	Met bool
+	// Failed is the most measured requests one seed's run left incomplete
+	// (Met needs none); CapacityReport.FailureNotes says why.
+	Failed int
+	// Unsteady counts the seeds whose run looks too short for its answer
+	// (results.SteadyState), and Warning is the first one's warning.
+	Unsteady int
+	Warning  string
 }
 
 // CapacityResult is one variant's answer.
@@ -52,6 +59,13 @@ type CapacityResult struct {
 	Replicas int
 	// Points are the fleet sizes evaluated, ascending.
 	Points []SizePoint
+	// Warning, when set, says the answer may be too low: a seed's run at
+	// Replicas looks too short for it (SizePoint.Unsteady), so a longer run
+	// may need more replicas.
+	Warning string
+	// failures holds each probe's failure counts and reasons (the
+	// FailedBy and FailureReasons of its summaries), for FailureNotes.
+	failures []results.Summary
 }
 
 // Validate checks the spec before any simulation starts.
@@ -108,6 +122,7 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 		points map[int]SizePoint
 	}
 	vs := s.Variants()
+	fails := make([][]results.Summary, len(vs))
 	st := make([]*state, len(vs))
 	for i := range st {
 		st[i] = &state{lo: 1, hi: s.MaxReplicas, points: map[int]SizePoint{}}
@@ -148,6 +163,9 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 		for g, i := range probes {
 			group := pts[g*len(s.Seeds) : (g+1)*len(s.Seeds)]
 			p := evaluate(group, s.Base.SLO)
+			for _, pt := range group {
+				fails[i] = append(fails[i], results.Summary{Failed: pt.Summary.Failed, FailedBy: pt.Summary.FailedBy, FailureReasons: pt.Summary.FailureReasons})
+			}
 			x := st[i]
 			x.points[p.Replicas] = p
 			switch {
@@ -168,11 +186,15 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 	out := make([]CapacityResult, len(vs))
 	for i, x := range st {
 		v := vs[i]
-		r := CapacityResult{Policy: v.Policy, Admission: v.Admission, Ledger: v.Ledger, Label: v.Label, Replicas: x.hi}
+		r := CapacityResult{Policy: v.Policy, Admission: v.Admission, Ledger: v.Ledger, Label: v.Label, Replicas: x.hi, failures: fails[i]}
 		for _, p := range x.points {
 			r.Points = append(r.Points, p)
 		}
 		slices.SortFunc(r.Points, func(a, b SizePoint) int { return a.Replicas - b.Replicas })
+		if p, ok := x.points[r.Replicas]; ok && r.Replicas > 0 && p.Unsteady > 0 {
+			r.Warning = fmt.Sprintf("%s: %d replicas may be too few: %d of %d seeds' runs at %d replicas are %s",
+				v.Label, r.Replicas, p.Unsteady, len(s.Seeds), r.Replicas, p.Warning)
+		}
 		out[i] = r
 	}
 	return out, nil
@@ -183,12 +205,20 @@ func evaluate(group []Point, slo results.SLO) SizePoint {
 	ttft := make([]float64, len(group))
 	tpot := make([]float64, len(group))
 	complete := true
+	sp := SizePoint{Replicas: group[0].Replicas}
 	for i, p := range group {
 		ttft[i] = p.Summary.TTFT.P99
 		tpot[i] = p.Summary.TPOT.P99
 		complete = complete && p.Summary.Completed == p.Summary.Requests
+		sp.Failed = max(sp.Failed, p.Summary.Requests-p.Summary.Completed)
+		if w := p.Summary.Steady.Warning; w != "" {
+			if sp.Unsteady == 0 {
+				sp.Warning = w
+			}
+			sp.Unsteady++
+		}
 	}
-	sp := SizePoint{Replicas: group[0].Replicas, TTFTP99Ms: median(ttft), TPOTP99Ms: median(tpot)}
+	sp.TTFTP99Ms, sp.TPOTP99Ms = median(ttft), median(tpot)
 	def := results.DefaultSLO()
 	if slo.TTFTP99 == 0 {
 		slo.TTFTP99 = def.TTFTP99

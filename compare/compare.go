@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/inferrail/inferrail/fleet"
 	"github.com/inferrail/inferrail/results"
@@ -15,6 +16,33 @@ import (
 	"github.com/inferrail/inferrail/router/gateway"
 	"github.com/inferrail/inferrail/workload"
 )
+
+// Defaults of comparisons and capacity searches (the compare and capacity
+// commands).
+const (
+	// DefaultRequests is the length of every run when neither a request
+	// count nor a duration is given.
+	DefaultRequests = 5000
+	// DefaultMaxWarmup bounds DefaultWarmup.
+	DefaultMaxWarmup = 2 * time.Minute
+	// CapacityRateReplicas is the fleet whose default rate
+	// (fleet.Config.DefaultRate) a capacity search offers when no rate is
+	// given.
+	CapacityRateReplicas = 8
+)
+
+// DefaultWarmup is the warmup of a run of requests (0: unbounded) at rate
+// over at most duration (0: unbounded) when none is given: the first tenth
+// of the run, at most DefaultMaxWarmup, rounded to the second.
+func DefaultWarmup(requests int, duration time.Duration, rate float64) time.Duration {
+	length := duration
+	if requests > 0 && rate > 0 {
+		if d := time.Duration(float64(requests) / rate * float64(time.Second)); length == 0 || d < length {
+			length = d
+		}
+	}
+	return min(DefaultMaxWarmup, length/10).Round(time.Second)
+}
 
 // Spec describes a comparison: one workload and fleet under several
 // policies, admission rules, ledgers, seeds and offered loads.
@@ -269,8 +297,16 @@ func (s *Spec) Validate() error {
 		errs = append(errs, fmt.Errorf("parallel: must be zero (all cores) or positive, got %d", s.Parallel))
 	}
 	base := s.Base
-	if len(s.Policies) > 0 {
-		base.Policy = s.Policies[0]
+	// The base is checked under a policy of the list that exists: an
+	// unknown one is reported above, once.
+	for _, p := range s.Policies {
+		if _, err := router.New(p, router.Options{}); err == nil {
+			base.Policy = p
+			break
+		}
+	}
+	if _, err := router.New(base.Policy, router.Options{}); err != nil && len(s.Policies) > 0 {
+		base.Policy = fleet.DefaultConfig().Policy
 	}
 	if len(s.Rates) > 0 && s.Rates[0] > 0 {
 		base.Workload.Rate = s.Rates[0]
@@ -418,10 +454,60 @@ feed:
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("comparison stopped: %w", err)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	// The first failure, in job order, says what went wrong; the others
+	// (often the same error on every seed and variant) are only counted.
+	var first error
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
+		}
+	}
+	switch {
+	case failed > 1:
+		return nil, fmt.Errorf("%w (and %d more of %d simulations failed)", first, failed-1, len(jobs))
+	case failed == 1:
+		return nil, first
 	}
 	return out, nil
+}
+
+// SteadyWarnings lists the runs that look too short for their answer
+// (results.SteadyState), one line per variant, rate and fleet size with any:
+// how many of its seeds warned, and the first one's warning; nil when every
+// run looks steady.
+func SteadyWarnings(pts []Point) []string {
+	type key struct {
+		label    string
+		rate     float64
+		replicas int
+	}
+	var order []key
+	seeds := map[key]int{}
+	unsteady := map[key][]Point{}
+	for _, p := range pts {
+		k := key{p.name(), p.Rate, p.Replicas}
+		if _, ok := seeds[k]; !ok {
+			order = append(order, k)
+		}
+		seeds[k]++
+		if p.Summary.Steady.Warning != "" {
+			unsteady[k] = append(unsteady[k], p)
+		}
+	}
+	var out []string
+	for _, k := range order {
+		u := unsteady[k]
+		if len(u) == 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s at %.3g req/s on %d replicas, %d of %d seeds (seed %d): %s",
+			k.label, k.rate, k.replicas, len(u), seeds[k], u[0].Seed, u[0].Summary.Steady.Warning))
+	}
+	return out
 }
 
 // PolicyList parses a comma-separated list of policies; "all" expands to

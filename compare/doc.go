@@ -8,6 +8,15 @@
 // order whatever the parallelism. Capacity (capacity.go) searches, per
 // variant, the fewest replicas that meet the SLO at a rate. Write (output.go)
 // stores results.json, requests.parquet and the report (package report).
+// The defaults of the commands live here too: DefaultRequests, DefaultWarmup
+// and CapacityRateReplicas (capacity without a rate offers the default rate,
+// fleet.Config.DefaultRate, of that many replicas).
+//
+// Runs that fail requests say why once (results.FailureNotes,
+// CapacityReport.FailureNotes), and runs that look too short for their
+// answer are listed (SteadyWarnings; a capacity answer whose runs are not
+// steady carries CapacityResult.Warning: a longer run may need more
+// replicas).
 //
 // With a tenant mix, Spec.Limits compares the workload's tenant rate limits
 // on and off (variants +limits-on, +limits-off) and Spec.Isolate runs every

@@ -138,17 +138,44 @@ func (c *CapacityReport) Baseline() string {
 	return best
 }
 
+// FailureNotes says once, over every run of the search, why requests did
+// not complete (results.FailureNotes); nil when none failed.
+func (c *CapacityReport) FailureNotes() []results.FailureNote {
+	var sums []results.Summary
+	for _, r := range c.Results {
+		sums = append(sums, r.failures...)
+	}
+	return results.FailureNotes(sums)
+}
+
+// Warnings lists the results whose answer may be too low because the runs
+// behind it look too short (CapacityResult.Warning).
+func (c *CapacityReport) Warnings() []string {
+	var out []string
+	for _, r := range c.Results {
+		if r.Warning != "" {
+			out = append(out, r.Warning)
+		}
+	}
+	return out
+}
+
 func (c *CapacityReport) toReport() *report.Capacity {
 	out := &report.Capacity{
 		Workload:    c.Spec.Base.Workload.Workload,
 		RateRPS:     c.Spec.Rate,
 		MaxReplicas: c.Spec.MaxReplicas,
 		Baseline:    c.Baseline(),
+		Warnings:    c.Warnings(),
+	}
+	for _, n := range c.FailureNotes() {
+		out.Failures = append(out.Failures, n.String())
 	}
 	for _, r := range c.Results {
 		row := report.CapacityRow{Policy: r.name(), Replicas: r.Replicas}
 		for _, p := range r.Points {
-			row.Points = append(row.Points, report.CapacityPoint{Replicas: p.Replicas, TTFTP99Ms: p.TTFTP99Ms, TPOTP99Ms: p.TPOTP99Ms, Met: p.Met})
+			row.Points = append(row.Points, report.CapacityPoint{Replicas: p.Replicas, TTFTP99Ms: p.TTFTP99Ms, TPOTP99Ms: p.TPOTP99Ms, Met: p.Met,
+				Failed: p.Failed, Unsteady: p.Unsteady})
 		}
 		out.Rows = append(out.Rows, row)
 	}
@@ -165,8 +192,12 @@ func yamlOf(v any) (string, error) {
 
 func reportInput(s Spec, pts []Point, caps *CapacityReport, meta Meta) (report.Input, error) {
 	base := s.Base
+	// The workload YAML shows the rate the runs ran at: the main rate of a
+	// comparison, the searched rate of a capacity search.
+	base.Workload.Rate = s.rates()[0]
 	if caps != nil && len(pts) == 0 {
 		base = caps.Spec.Base
+		base.Workload.Rate = caps.Spec.Rate
 	}
 	wy, err := workloadYAML(base.Workload)
 	if err != nil {
@@ -269,6 +300,11 @@ type capacityJSON struct {
 	SLOTPOTP99Ms float64          `json:"slo_tpot_p99_ms"`
 	Baseline     string           `json:"baseline"`
 	Policies     []capacityPolicy `json:"policies"`
+	// Failures says once why requests did not complete in the search's
+	// runs (CapacityReport.FailureNotes), Warnings which answers may be too
+	// low because their runs look too short (CapacityReport.Warnings).
+	Failures []string `json:"failures,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 type capacityPolicy struct {
@@ -282,6 +318,8 @@ type capacityPolicy struct {
 	// Saved is the baseline's replicas minus this policy's (when both met the SLO).
 	Saved  *int            `json:"gpus_saved,omitempty"`
 	Points []capacityPoint `json:"points"`
+	// Warning is CapacityResult.Warning.
+	Warning string `json:"warning,omitempty"`
 }
 
 type capacityPoint struct {
@@ -289,6 +327,9 @@ type capacityPoint struct {
 	TTFTP99Ms float64 `json:"ttft_p99_ms"`
 	TPOTP99Ms float64 `json:"tpot_p99_ms"`
 	Met       bool    `json:"met"`
+	// Failed and Unsteady are SizePoint's.
+	Failed   int `json:"failed"`
+	Unsteady int `json:"unsteady_seeds"`
 }
 
 func (c *CapacityReport) summary() capacityJSON {
@@ -296,6 +337,10 @@ func (c *CapacityReport) summary() capacityJSON {
 	out := capacityJSON{
 		Workload: c.Spec.Base.Workload.Workload, RateRPS: c.Spec.Rate, MaxReplicas: c.Spec.MaxReplicas,
 		Seeds: c.Spec.Seeds, SLOTTFTP99Ms: ms(slo.TTFTP99), SLOTPOTP99Ms: ms(slo.TPOTP99), Baseline: c.Baseline(),
+		Warnings: c.Warnings(),
+	}
+	for _, n := range c.FailureNotes() {
+		out.Failures = append(out.Failures, n.String())
 	}
 	baseN := 0
 	for _, r := range c.Results {
@@ -304,7 +349,7 @@ func (c *CapacityReport) summary() capacityJSON {
 		}
 	}
 	for _, r := range c.Results {
-		p := capacityPolicy{Policy: r.name(), Replicas: r.Replicas}
+		p := capacityPolicy{Policy: r.name(), Replicas: r.Replicas, Warning: r.Warning}
 		if r.name() != r.Policy {
 			p.Admission, p.Ledger = string(r.Admission), r.Ledger
 		}
@@ -313,7 +358,7 @@ func (c *CapacityReport) summary() capacityJSON {
 			p.Saved = &saved
 		}
 		for _, pt := range r.Points {
-			p.Points = append(p.Points, capacityPoint{pt.Replicas, pt.TTFTP99Ms, pt.TPOTP99Ms, pt.Met})
+			p.Points = append(p.Points, capacityPoint{pt.Replicas, pt.TTFTP99Ms, pt.TPOTP99Ms, pt.Met, pt.Failed, pt.Unsteady})
 		}
 		out.Policies = append(out.Policies, p)
 	}

@@ -20,5 +20,12 @@
 // gateways share the buckets). Config.NoLimits runs the same traffic
 // without them.
 //
+// Without a rate, Config.DefaultRate (rate.go) offers each replica the
+// workload's measured default-profile rate, scaled by how much the
+// profile's engines serve (EstimateThroughput), so that a faster GPU is not
+// left nearly idle. A request an engine refuses fails with the reason
+// (results.Record.Fail), and Config.FailureReasons says what each reason
+// means with the run's limits (max_model_len, the KV cache's blocks).
+//
 // Start with Simulate (sim.go); events.go holds the event heap.
 package fleet

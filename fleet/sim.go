@@ -262,6 +262,10 @@ type replica struct {
 	// reserved on the replica (their ledgers' sum).
 	peakReserved int
 	peakRunning  int
+	// filled is the replica's step time weighted by the share of the token
+	// budget each step used, summed over its ranks (results.ReplicaInfo.Filled
+	// times the ranks).
+	filled float64
 }
 
 // gw is one gateway: its core and when it asked to be woken.
@@ -655,6 +659,7 @@ func (s *sim) dispatch(g int, rs *reqState, d gateway.Decision) {
 	if err != nil {
 		// The engine refused it (too long, too large) before computing
 		// anything: the client gets an error and the gateway takes it back.
+		rec.Fail = failReason(err)
 		rec.Replica = -1
 		others := s.gws[g].core.Fail(s.now, d.Ticket, false)
 		s.end(rs, false)
@@ -747,6 +752,7 @@ func (s *sim) stepEnd(i int) error {
 			continue
 		}
 		end := res.End()
+		rep.filled += res.Duration.Seconds() * float64(res.Batch.PrefillTokens+res.Batch.DecodeSeqs) / float64(s.cfg.Engine.MaxNumBatchedTokens)
 		if len(res.Events) > 0 {
 			// The engine reuses its event slice; the hash slices inside are fresh.
 			rep.kvBatches.push(end+s.cfg.KVEventDelay, append([]engine.KVEvent(nil), res.Events...))
@@ -843,7 +849,9 @@ func (s *sim) output(wall time.Duration) *Output {
 	engines := make([]engine.Metrics, len(s.reps))
 	for i, r := range s.reps {
 		engines[i] = r.eng.Metrics()
-		infos[i] = results.ReplicaInfo{Name: r.name, Busy: engines[i].BusyTime, PeakReservedBlocks: r.peakReserved, PeakRunning: r.peakRunning, CapacityBlocks: engines[i].NumGPUBlocks}
+		filled := time.Duration(r.filled / float64(s.cfg.Engine.Ranks()) * float64(time.Second))
+		infos[i] = results.ReplicaInfo{Name: r.name, Busy: engines[i].BusyTime, Filled: filled,
+			PeakReservedBlocks: r.peakReserved, PeakRunning: r.peakRunning, CapacityBlocks: engines[i].NumGPUBlocks}
 	}
 	sum := results.Summarize(s.records, results.SummaryOptions{
 		Warmup:       s.cfg.Warmup,
@@ -851,6 +859,8 @@ func (s *sim) output(wall time.Duration) *Output {
 		Replicas:     infos,
 		ITL:          s.itl,
 		SimulatedEnd: s.now,
+		Reasons:      s.cfg.FailureReasons(),
+		OfferedRate:  s.cfg.offeredRate(),
 	})
 	sum.Workload = s.cfg.Workload.Workload
 	sum.RateRPS = s.cfg.Workload.Rate
@@ -878,6 +888,50 @@ func (s *sim) output(wall time.Duration) *Output {
 	sum.SimEvents = s.events
 	sum.SimWallS = math.Round(wall.Seconds()*1000) / 1000
 	return &Output{Summary: sum, Records: s.records, Engines: engines}
+}
+
+// offeredRate is the rate the run's arrivals should come at, for the
+// steady-state check (results.SummaryOptions.OfferedRate): the rate of a
+// closed-loop workload (workload.ClosedLoop), whose sessions take a while to
+// ramp up to it. It is 0 (unchecked) for a trace replay, which offers what
+// it offers, for a run that leaves tenants out, and for open-loop
+// workloads, whose arrivals hold their rate from the start (Poisson
+// arrivals fall short of it by chance only; w5's batches and w7's bursts
+// by more, without any ramp).
+func (c *Config) offeredRate() float64 {
+	if c.Source != nil || !workload.ClosedLoop(c.Workload.Workload) || len(c.Workload.WithoutTenants) > 0 {
+		return 0
+	}
+	return c.Workload.Rate
+}
+
+// failReason is the Record.Fail of a request an engine refused.
+func failReason(err error) string {
+	switch {
+	case errors.Is(err, engine.ErrTooLong):
+		return results.RejectTooLong
+	case errors.Is(err, engine.ErrTooLarge):
+		return results.FailTooLarge
+	}
+	return results.FailEngine
+}
+
+// FailureReasons says what the reasons requests fail for mean in a run of
+// c, with the limits they hit (results.SummaryOptions.Reasons), e.g.
+// too_long: "prompt + max_tokens over max_model_len 32768".
+func (c *Config) FailureReasons() map[string]string {
+	m := map[string]string{
+		results.RejectTooLong: fmt.Sprintf("prompt + max_tokens over max_model_len %d", c.Engine.MaxModelLen),
+		results.FailTooLarge: fmt.Sprintf("prompt + output need more KV blocks than an engine's %d (of %d tokens)",
+			c.Engine.NumGPUBlocks, c.Engine.BlockSize),
+		results.RejectQueueTimeout: fmt.Sprintf("waited in the gateway's queue past its timeout, %v", c.QueueTimeout),
+	}
+	if c.QueueMaxRequests > 0 {
+		m[results.RejectQueueFull] = fmt.Sprintf("the gateway's queue was full (%d requests)", c.QueueMaxRequests)
+	} else {
+		m[results.RejectQueueFull] = "no replica admitted it at once and the gateway has no queue (queue max 0)"
+	}
+	return m
 }
 
 // reqTable finds in-flight requests by id: a slice for the dense ids that

@@ -10,7 +10,9 @@
 //
 // The report has a Setup section (fleet, engine profile and workload YAML,
 // seeds, SLO, version and the command to reproduce), a Results table with
-// the median over seeds of every policy, an "Admission and queueing"
+// the median over seeds of every policy (with a failed column, the failure
+// reasons once below it, and the runs that look too short for their
+// answer), an "Admission and queueing"
 // section (admission.go) when a run has an admission rule other than none or
 // a rejection, or the runs compare several admission rules or ledgers, the
 // charts, a Load sweep and a Capacity section when the input has them, and a

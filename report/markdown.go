@@ -115,6 +115,13 @@ func joinSeeds(seeds []uint64) string {
 	return strings.Join(s, ", ")
 }
 
+func pluralWord(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return "1 " + one
@@ -274,12 +281,13 @@ func writeResults(b *strings.Builder, in Input, aggs []policyAgg) {
 	b.WriteString("One row per " + strings.TrimPrefix(w.one, "routing ") + ", medians over seeds. TTFT p99 shows the min–max over seeds in brackets. " +
 		"Hit rate is the share of prompt tokens served from the prefix cache, measured by the engines / predicted by the router; " +
 		"exact is the share of requests whose predicted cached tokens equalled the engine's. " +
-		"SLO attainment is the share of requests meeting both SLO bounds; SLO met counts the seeds whose TTFT and TPOT p99 are within the SLO. " +
-		"Goodput is requests meeting the SLO per second.\n\n")
-	b.WriteString("| " + w.header + " | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p99 (ms) | Hit rate meas. / pred. | Exact | SLO attainment | SLO met | Goodput (req/s) | Preemptions |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		"SLO attainment is the share of requests meeting both SLO bounds, failed requests counting as misses; SLO met counts the seeds whose TTFT and TPOT p99 are within the SLO. " +
+		"Goodput is requests meeting the SLO per second of the measured window (from the first to the last measured arrival, the drain after it left out). " +
+		"Failed counts the measured requests that did not complete (rejected by the gateway or failed by an engine); the reasons follow the table.\n\n")
+	b.WriteString("| " + w.header + " | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p99 (ms) | Hit rate meas. / pred. | Exact | SLO attainment | SLO met | Goodput (req/s) | Failed | Preemptions |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, a := range aggs {
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s / %s | %s | %s | %d/%d | %s | %s |\n",
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s / %s | %s | %s | %d/%d | %s | %s | %s |\n",
 			cell(a.Policy),
 			fmtMs(a.TTFTP50.Med),
 			withRange(a.TTFTP99, fmtMs),
@@ -289,9 +297,55 @@ func writeResults(b *strings.Builder, in Input, aggs []policyAgg) {
 			fmtPct(a.Attainment.Med),
 			a.SLOMet, len(a.Runs),
 			fmtRate(a.Goodput.Med),
+			withRange(a.Failed, fmtCount),
 			fmtCount(a.Preemptions.Med))
 	}
 	b.WriteString("\n")
+	writeRunNotes(b, in.Runs)
+}
+
+// writeRunNotes says once why requests failed in the runs, and which runs
+// look too short for their answer.
+func writeRunNotes(b *strings.Builder, runs []Run) {
+	sums := make([]results.Summary, len(runs))
+	for i, r := range runs {
+		sums[i] = r.Summary
+	}
+	if notes := results.FailureNotes(sums); len(notes) > 0 {
+		b.WriteString("Failed requests by reason, over every run above:\n\n")
+		for _, n := range notes {
+			b.WriteString("- " + cell(n.String()) + "\n")
+		}
+		b.WriteString("\n")
+	}
+	// One line per policy: its unsteady seeds and the first one's warning.
+	var warns []string
+	for _, p := range policyOrder(runs) {
+		var seeds []uint64
+		first := ""
+		for _, r := range runs {
+			if runPolicy(r) == p && r.Summary.Steady.Warning != "" {
+				if first == "" {
+					first = r.Summary.Steady.Warning
+				}
+				seeds = append(seeds, r.Seed)
+			}
+		}
+		if len(seeds) > 0 {
+			slices.Sort(seeds)
+			warns = append(warns, fmt.Sprintf("%s, %s %s (the first: %s)", code(p), pluralWord(len(seeds), "seed", "seeds"), joinSeeds(seeds), first))
+		}
+	}
+	if len(warns) > 0 {
+		b.WriteString("Steady state: these runs look too short for their answer (the second half of the measured window has a TTFT p99 more than " +
+			strconv.FormatFloat(results.SteadyRise, 'g', -1, 64) + "× the first half's, or " +
+			strconv.FormatFloat(results.SteadyBacklogRise, 'g', -1, 64) + "× as many requests in flight, or the requests arrived at less than " +
+			strconv.FormatFloat(100*results.SteadyRate, 'g', -1, 64) + "% of the configured rate):\n\n")
+		for _, w := range warns {
+			b.WriteString("- " + w + "\n")
+		}
+		b.WriteString("\n")
+	}
 }
 
 // chartCaption returns the alt text and caption of a chart.
@@ -327,7 +381,7 @@ func chartCaption(name string, in Input, aggs []policyAgg) (alt, caption string)
 				"Measured requests dispatched to each replica (" + which + "); " + even + ". Bars of equal height mean balanced load."
 		}
 		return "Busy fraction per replica",
-			"Share of the simulated time each replica's engine was executing steps (" + which + ")."
+			"Share of the simulated time each replica's engine was running a step, any step (" + which + "): one request in flight keeps an engine busy, so busy nears 100% at any load that rarely empties a replica; it says the replica had work, not how much of its capacity the work used."
 	case chartSweepTTFT:
 		return "TTFT p99 against offered load",
 			"TTFT p99 in ms (log scale, median over seeds) against offered load in req/s; the dash-dotted line is the TTFT SLO."
@@ -482,9 +536,21 @@ func writeCapacity(b *strings.Builder, in Input) {
 	slices.Sort(sizes)
 	sizes = slices.Compact(sizes)
 	if len(sizes) == 0 {
+		writeCapacityNotes(b, c)
 		return
 	}
-	b.WriteString("TTFT p99 / TPOT p99 in ms (medians over seeds) at each fleet size evaluated; ✓ meets the SLO, ✗ does not.\n\n| " + wordsOf(in).header + " |")
+	legend := "TTFT p99 / TPOT p99 in ms (medians over seeds) at each fleet size evaluated; ✓ meets the SLO, ✗ does not"
+	if slices.ContainsFunc(c.Rows, func(r CapacityRow) bool {
+		return slices.ContainsFunc(r.Points, func(p CapacityPoint) bool { return p.Failed > 0 })
+	}) {
+		legend += "; (N failed): the most requests a seed's run did not complete (the SLO needs every request completed)"
+	}
+	if slices.ContainsFunc(c.Rows, func(r CapacityRow) bool {
+		return slices.ContainsFunc(r.Points, func(p CapacityPoint) bool { return p.Unsteady > 0 })
+	}) {
+		legend += "; ⚠ some seed's run looks too short for its answer (not steady)"
+	}
+	b.WriteString(legend + ".\n\n| " + wordsOf(in).header + " |")
 	for _, n := range sizes {
 		fmt.Fprintf(b, " %s |", plural(n, "replica", "replicas"))
 	}
@@ -506,11 +572,37 @@ func writeCapacity(b *strings.Builder, in Input) {
 			if p.Met {
 				mark = "✓"
 			}
+			if p.Failed > 0 {
+				mark += " (" + fmtInt(p.Failed) + " failed)"
+			}
+			if p.Unsteady > 0 {
+				mark += " ⚠"
+			}
 			fmt.Fprintf(b, " %s / %s %s |", fmtMs(p.TTFTP99Ms), fmtMs(p.TPOTP99Ms), mark)
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
+	writeCapacityNotes(b, c)
+}
+
+// writeCapacityNotes says once why requests failed in the search, and which
+// answers may be too low.
+func writeCapacityNotes(b *strings.Builder, c *Capacity) {
+	if len(c.Failures) > 0 {
+		b.WriteString("Failed requests by reason, over every run of the search:\n\n")
+		for _, f := range c.Failures {
+			b.WriteString("- " + cell(f) + "\n")
+		}
+		b.WriteString("\n")
+	}
+	if len(c.Warnings) > 0 {
+		b.WriteString("Steady state:\n\n")
+		for _, w := range c.Warnings {
+			b.WriteString("- " + cell(w) + "\n")
+		}
+		b.WriteString("\n")
+	}
 }
 
 func writeReading(b *strings.Builder, in Input, aggs []policyAgg, sweep sweepTable) {

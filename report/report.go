@@ -71,6 +71,11 @@ type CapacityPoint struct {
 	TTFTP99Ms float64
 	TPOTP99Ms float64
 	Met       bool
+	// Failed is the most requests one seed's run did not complete (the SLO
+	// is met only with none); Unsteady counts the seeds whose run looked too
+	// short for its answer.
+	Failed   int
+	Unsteady int
 }
 
 // CapacityRow is one policy's capacity search.
@@ -91,6 +96,11 @@ type Capacity struct {
 	// BaselinePolicy computes it from Rows.
 	Baseline string
 	Rows     []CapacityRow // in the caller's policy order
+	// Failures says, once for the whole search, why requests did not
+	// complete (e.g. results.FailureNote's text); Warnings lists the
+	// answers that may be too low because their runs look too short.
+	Failures []string
+	Warnings []string
 }
 
 // Input is everything a report is made from.
@@ -276,7 +286,8 @@ type policyAgg struct {
 	HitRate, Predicted, Exact spread
 	Attainment, Goodput       spread
 	Throughput, Preemptions   spread
-	SLOMet                    int // runs meeting the SLO
+	Failed                    spread // measured requests that did not complete
+	SLOMet                    int    // runs meeting the SLO
 }
 
 // aggregate groups runs by policy, in order, and aggregates each over seeds.
@@ -319,6 +330,7 @@ func aggregateRuns(policy string, rs []Run) policyAgg {
 	a.Goodput = field(func(s *results.Summary) float64 { return s.GoodputRPS })
 	a.Throughput = field(func(s *results.Summary) float64 { return s.ThroughputRPS })
 	a.Preemptions = field(func(s *results.Summary) float64 { return float64(s.Preemptions) })
+	a.Failed = field(func(s *results.Summary) float64 { return float64(s.Failed) })
 	for i := range rs {
 		if rs[i].Summary.SLOMet {
 			a.SLOMet++

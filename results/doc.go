@@ -4,12 +4,28 @@
 //
 // Start reading at Record (record.go), then Summarize (summary.go), which
 // reduces a run's records to a Summary: latency percentiles, throughput, cache
-// hit rates, SLO attainment and goodput, per-replica load (busy fraction, peak
-// KV-cache reservation and running requests, preemptions) and, when requests
-// carry priorities, a per-priority breakdown. Requests the gateway refused
-// have OutcomeRejected and a reason (Record.Reject); they count as failed but
-// apart from engine failures (Summary.Rejected, Summary.EngineFailed), and
-// never in dispatch statistics such as the router wait. Histogram
+// hit rates, SLO attainment and goodput, per-replica load (busy fraction,
+// token-budget use, peak KV-cache reservation and running requests,
+// preemptions) and, when requests carry priorities, a per-priority breakdown.
+// Requests the gateway refused have OutcomeRejected and a reason
+// (Record.Reject); they count as failed but apart from engine failures
+// (Summary.Rejected, Summary.EngineFailed), and never in dispatch statistics
+// such as the router wait. Every failure is counted by reason
+// (Summary.FailedBy, with what each reason means in the run in
+// Summary.FailureReasons; failures.go): FailureText says it in one line for
+// a run, FailureNotes once per reason for a comparison's runs.
+//
+// The measured window is the span of the measured arrivals, from the first
+// to the last (measured requests arrive at or after the warmup); goodput is
+// counted over it, so the drain after the last arrival does not dilute it.
+// Throughput is over the window and its drain (DurationS). A replica's busy
+// fraction is the share of the run it spent running a step, any step, so it
+// nears 1 whenever requests are in flight; its token-budget use is the share
+// of its step token budget its steps filled, the load it carried.
+//
+// The steady-state check (steady.go) compares the two halves of the
+// measured window (TTFT p99, requests in flight) and the arrival rate with
+// the configured one, and warns when a run looks too short for its answer. Histogram
 // (histogram.go) is the bounded-error, allocation-free sketch used for metrics
 // with millions of samples such as inter-token latency; Quantile (stats.go) is
 // the exact, interpolating percentile used for per-request metrics.

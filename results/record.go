@@ -37,6 +37,17 @@ const (
 	RejectUnknown = "unknown"
 )
 
+// Reasons for an engine failure, the usual values of Record.Fail. An engine
+// that refuses a request it can never serve uses RejectTooLong's reason too
+// (prompt + max_tokens over max_model_len).
+const (
+	// FailTooLarge: the request's KV footprint is more than the engine's
+	// whole KV cache.
+	FailTooLarge = "too_large"
+	// FailEngine: the engine refused or lost the request for another reason.
+	FailEngine = "engine_error"
+)
+
 // Record is one request's life. Times are durations since the start of the
 // run.
 //
@@ -74,6 +85,10 @@ type Record struct {
 	// rpm, tpm, concurrency or too_large (tenancy/limit's reasons); "" for
 	// any other request.
 	RateLimit string
+	// Fail is the reason a request that reached an engine failed
+	// (OutcomeFailed), e.g. RejectTooLong or FailTooLarge; "" when unknown
+	// and for any other outcome.
+	Fail string
 	// RetryAfter is the Retry-After a rejection came with (the limiter's
 	// for rate_limited, the gateway's for a full queue or a deadline); 0
 	// when there was none.
@@ -117,4 +132,21 @@ func (r *Record) rejectReason() string {
 		return RejectUnknown
 	}
 	return r.Reject
+}
+
+// failReason is the key Summary.FailedBy counts a request that did not
+// complete under: a rejection's reason, an engine failure's Fail, else its
+// outcome (failed, aborted). It is "" for a completed request.
+func (r *Record) failReason() string {
+	switch {
+	case r.Outcome == OutcomeOK:
+		return ""
+	case r.Outcome == OutcomeRejected:
+		return r.rejectReason()
+	case r.Fail != "":
+		return r.Fail
+	case r.Outcome == "":
+		return string(OutcomeFailed)
+	}
+	return string(r.Outcome)
 }

@@ -32,7 +32,16 @@ func (s SLO) Validate() error {
 // ReplicaInfo describes one replica of the fleet for Summarize.
 type ReplicaInfo struct {
 	Name string
-	Busy time.Duration // time the engine spent executing steps over the whole run
+	// Busy is the time the engine spent executing steps over the whole run:
+	// any step, however small (one decoding sequence keeps it busy). For a
+	// data-parallel group it is the mean over its ranks.
+	Busy time.Duration
+	// Filled is the step time weighted by the share of the step's token
+	// budget (max_num_batched_tokens) the step used: the sum over steps of
+	// duration x scheduled tokens / budget, where a step's scheduled tokens
+	// are its prefill tokens plus one per decoding sequence. It is at most
+	// Busy; for a data-parallel group it is the mean over its ranks.
+	Filled time.Duration
 
 	// PeakReservedBlocks is the most KV-cache blocks the engine held
 	// reserved at once over the whole run, PeakRunning the most requests it
@@ -59,6 +68,15 @@ type SummaryOptions struct {
 	// SimulatedEnd is the end of the simulated run, the denominator of busy
 	// fractions.
 	SimulatedEnd time.Duration
+	// OfferedRate is the rate the workload was configured to offer, in
+	// requests per second, for the steady-state check (SteadyRate); 0 when
+	// unknown (a trace replay) or not comparable (a run that leaves tenants
+	// out), and the check then leaves the rate alone.
+	OfferedRate float64
+	// Reasons says what failure reasons (Summary.FailedBy's keys) mean in
+	// this run, e.g. too_long: "prompt + max_tokens over max_model_len
+	// 32768"; a reason without an entry is explained by ReasonMeaning.
+	Reasons map[string]string
 }
 
 // ReplicaSummary is one replica's share of a run.
@@ -72,8 +90,20 @@ type ReplicaSummary struct {
 	PromptTokens int64   `json:"prompt_tokens"`
 	CachedTokens int64   `json:"cached_tokens"`
 	HitRate      float64 `json:"hit_rate"`
-	// BusyFraction is ReplicaInfo.Busy over SummaryOptions.SimulatedEnd.
+	// BusyFraction is ReplicaInfo.Busy over SummaryOptions.SimulatedEnd:
+	// the share of the whole run (warmup and drain included) in which the
+	// engine was running a step, any step. With continuous batching one
+	// request in flight keeps an engine busy, so it nears 1 at any load
+	// that rarely leaves an engine empty; it says the engine had work, not
+	// how much of its capacity the work used (see TokenBudgetUse).
 	BusyFraction float64 `json:"busy_fraction"`
+	// TokenBudgetUse is ReplicaInfo.Filled over SummaryOptions.SimulatedEnd:
+	// the share of the engine's step token budget (max_num_batched_tokens
+	// per step) that its steps filled, averaged over the whole run, an idle
+	// moment counting as empty. It measures prefill and batch width, not
+	// memory bandwidth: decode-heavy traffic can saturate an engine (TPOT
+	// rises) with a low value.
+	TokenBudgetUse float64 `json:"token_budget_use"`
 	// PeakReservedBlocks, PeakRunning and CapacityBlocks are copied from
 	// ReplicaInfo (whole run, warmup included).
 	PeakReservedBlocks int `json:"peak_reserved_blocks"`
@@ -107,8 +137,9 @@ type TenantSummary struct {
 	Completed int    `json:"completed"`
 	// Failed counts the tenant's requests that did not complete, and
 	// FailedBy splits them by reason: a rejection's Record.Reject
-	// (rate_limited, queue_full, ...; RejectUnknown when empty), else the
-	// outcome (failed, aborted). FailedBy is never nil (it encodes as {}).
+	// (rate_limited, queue_full, ...; RejectUnknown when empty), an engine
+	// failure's Record.Fail, else the outcome (failed, aborted), as in
+	// Summary.FailedBy. FailedBy is never nil (it encodes as {}).
 	Failed   int            `json:"failed"`
 	FailedBy map[string]int `json:"failed_by"`
 	// TTFTP50Ms and TTFTP99Ms are over the tenant's requests with a first
@@ -160,10 +191,28 @@ type Summary struct {
 	// non-nil map, so that it encodes as {} rather than null.
 	RejectedTotal int            `json:"rejected_total"`
 	Rejected      map[string]int `json:"rejected"`
+	// FailedBy splits Failed by reason: a rejection's Record.Reject
+	// (too_long, queue_full, ...; RejectUnknown when empty), an engine
+	// failure's Record.Fail (too_long, too_large, ...), else the outcome
+	// (failed, aborted). It is never nil (it encodes as {}).
+	FailedBy map[string]int `json:"failed_by"`
+	// FailureReasons says what each reason of FailedBy means in this run
+	// (SummaryOptions.Reasons, else ReasonMeaning), e.g. too_long: "prompt +
+	// max_tokens over max_model_len 32768"; omitted when nothing failed.
+	// FailureText puts both in one line.
+	FailureReasons map[string]string `json:"failure_reasons,omitempty"`
 
-	// DurationS is the measured window: from the first measured arrival to
-	// the later of the last measured completion and the last measured
-	// arrival.
+	// WindowS is the measured window: from the first to the last measured
+	// arrival (measured requests are those arriving at or after warmup, so
+	// all of them arrive in it). The drain tail after the last arrival, in
+	// which the fleet finishes what it holds and no new load comes, is not
+	// in it. Goodput is counted over it.
+	WindowS float64 `json:"window_s"`
+	// DurationS is the measured span: the window and its drain tail, from
+	// the first measured arrival to the later of the last measured
+	// completion and the last measured arrival. Throughput and output
+	// tokens per second are over it: what the fleet got through, however
+	// long it took.
 	DurationS        float64 `json:"duration_s"`
 	ThroughputRPS    float64 `json:"throughput_rps"`      // completed / duration
 	OutputTokensPerS float64 `json:"output_tokens_per_s"` // output tokens of completed requests / duration
@@ -196,8 +245,12 @@ type Summary struct {
 	// within the SLO.
 	SLOMet bool `json:"slo_met"`
 	// GoodputRPS is the number of requests meeting the SLO (as in
-	// SLOAttainment) per second of the measured window.
+	// SLOAttainment) per second of the measured window (WindowS): when
+	// every request meets the SLO it is the rate the window offered.
 	GoodputRPS float64 `json:"goodput_rps"`
+	// Steady compares the two halves of the measured window and warns
+	// when the run looks too short for its answer (see SteadyState).
+	Steady SteadyState `json:"steady_state"`
 
 	Preemptions int              `json:"preemptions"` // over measured requests
 	PerReplica  []ReplicaSummary `json:"per_replica"`
@@ -249,7 +302,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 	per := make([]ReplicaSummary, len(opts.Replicas))
 	var (
 		s                         Summary
-		first, last               time.Duration
+		first, last, lastArrival  time.Duration
 		prompt, cached, predicted int64
 		outTokens                 int64
 		good                      int
@@ -258,6 +311,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		tenants                   bool // a measured request has a tenant
 	)
 	s.Rejected = map[string]int{}
+	s.FailedBy = map[string]int{}
 	for i := range recs {
 		r := &recs[i]
 		if r.Arrival < opts.Warmup {
@@ -269,6 +323,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		if s.Requests == 0 || r.Arrival > last {
 			last = r.Arrival
 		}
+		lastArrival = max(lastArrival, r.Arrival)
 		s.Requests++
 		s.Preemptions += r.Preemptions
 		classes = classes || r.Priority != 0
@@ -276,6 +331,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 
 		if r.Outcome == OutcomeRejected {
 			s.Failed++
+			s.FailedBy[r.failReason()]++
 			s.RejectedTotal++
 			s.Rejected[r.rejectReason()]++
 			continue
@@ -294,6 +350,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		}
 		if r.Outcome != OutcomeOK {
 			s.Failed++
+			s.FailedBy[r.failReason()]++
 			s.EngineFailed++
 			continue
 		}
@@ -335,10 +392,14 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 	s.ITL = LatencyOfHistogram(opts.ITL)
 
 	dur := durS(last - first)
+	window := durS(lastArrival - first)
+	s.WindowS = roundSig(window)
 	s.DurationS = roundSig(dur)
 	s.ThroughputRPS = roundSig(ratio(float64(s.Completed), dur))
 	s.OutputTokensPerS = roundSig(ratio(float64(outTokens), dur))
-	s.GoodputRPS = roundSig(ratio(float64(good), dur))
+	s.GoodputRPS = roundSig(ratio(float64(good), window))
+	s.FailureReasons = failureReasons(s.FailedBy, opts.Reasons)
+	s.Steady = steadyState(recs, opts.Warmup, first, lastArrival, slo, opts.OfferedRate, len(opts.Replicas))
 	s.HitRate = roundFrac(ratio(float64(cached), float64(prompt)))
 	s.PredictedHitRate = roundFrac(ratio(float64(predicted), float64(prompt)))
 	s.Prediction = pred.summary()
@@ -355,6 +416,7 @@ func Summarize(recs []Record, opts SummaryOptions) Summary {
 		rs.Replica = info.Name
 		rs.HitRate = roundFrac(ratio(float64(rs.CachedTokens), float64(rs.PromptTokens)))
 		rs.BusyFraction = roundFrac(ratio(float64(info.Busy), float64(opts.SimulatedEnd)))
+		rs.TokenBudgetUse = roundFrac(ratio(float64(info.Filled), float64(opts.SimulatedEnd)))
 		rs.PeakReservedBlocks = info.PeakReservedBlocks
 		rs.PeakRunning = info.PeakRunning
 		rs.CapacityBlocks = info.CapacityBlocks
@@ -456,7 +518,7 @@ func perTenant(recs []Record, warmup time.Duration) []TenantSummary {
 		}
 		if r.Outcome != OutcomeOK {
 			a.Failed++
-			a.FailedBy[string(r.Outcome)]++
+			a.FailedBy[r.failReason()]++
 			continue
 		}
 		a.Completed++

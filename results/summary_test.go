@@ -69,7 +69,12 @@ func TestSummarize(t *testing.T) {
 		Failed:       2,
 		EngineFailed: 2,
 		Rejected:     map[string]int{},
-		// Window: first arrival 1s to the last arrival 7s (later than the last end, 6s).
+		FailedBy:     map[string]int{"failed": 1, "aborted": 1},
+		FailureReasons: map[string]string{"failed": "failed, no reason recorded",
+			"aborted": "still in flight when the run stopped, or cancelled"},
+		// Window: first arrival 1s to the last arrival 7s; the span is the
+		// same (the last arrival is later than the last end, 6s).
+		WindowS:          6,
 		DurationS:        6,
 		ThroughputRPS:    0.666667, // 4/6
 		OutputTokensPerS: 6.33333,  // 38/6
@@ -232,6 +237,9 @@ func TestSummarizeRejected(t *testing.T) {
 	want.Failed += 4
 	want.RejectedTotal = 4
 	want.Rejected = map[string]int{RejectQueueFull: 2, RejectQueueTimeout: 1, RejectUnknown: 1}
+	want.FailedBy = map[string]int{"failed": 1, "aborted": 1, RejectQueueFull: 2, RejectQueueTimeout: 1, RejectUnknown: 1}
+	want.FailureReasons = map[string]string{"failed": ReasonMeaning("failed"), "aborted": ReasonMeaning("aborted"),
+		RejectQueueFull: ReasonMeaning(RejectQueueFull), RejectQueueTimeout: ReasonMeaning(RejectQueueTimeout), RejectUnknown: ReasonMeaning(RejectUnknown)}
 	want.SLOAttainment = 0.2 // requests 1 and 4 of 10
 	assertSummary(t, got, want)
 
@@ -323,9 +331,9 @@ func TestSummarizeByPriority(t *testing.T) {
 
 var summaryKeys = []string{
 	"workload", "policy", "replicas", "seed", "rate_rps", "requests", "completed", "failed",
-	"engine_failed", "rejected_total", "rejected", "duration_s", "throughput_rps", "output_tokens_per_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
+	"engine_failed", "rejected_total", "rejected", "failed_by", "window_s", "duration_s", "throughput_rps", "output_tokens_per_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
 	"queue_ms", "hit_rate", "predicted_hit_rate", "prediction", "slo_ttft_p99_ms", "slo_tpot_p99_ms",
-	"slo_attainment", "slo_met", "goodput_rps", "preemptions", "per_replica",
+	"slo_attainment", "slo_met", "goodput_rps", "steady_state", "preemptions", "per_replica",
 	"peak_reserved_over_capacity", "simulated_s", "sim_wall_s", "sim_events",
 }
 
@@ -353,6 +361,9 @@ func TestSummaryJSON(t *testing.T) {
 				t.Fatal(err)
 			}
 			keys := summaryKeys
+			if sum.Failed > 0 {
+				keys = append(slices.Clone(keys), "failure_reasons")
+			}
 			if name == "classes" {
 				keys = append(slices.Clone(keys), "by_priority", "per_tenant") // its records have tenants
 			}
@@ -373,7 +384,7 @@ func TestSummaryJSON(t *testing.T) {
 				}
 			}
 			for _, r := range m["per_replica"].([]any) {
-				for _, rk := range []string{"replica", "requests", "prompt_tokens", "cached_tokens", "hit_rate", "busy_fraction",
+				for _, rk := range []string{"replica", "requests", "prompt_tokens", "cached_tokens", "hit_rate", "busy_fraction", "token_budget_use",
 					"peak_reserved_blocks", "peak_running", "capacity_blocks", "preemptions"} {
 					if _, ok := r.(map[string]any)[rk]; !ok {
 						t.Errorf("missing key per_replica.%s", rk)

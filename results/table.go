@@ -14,10 +14,13 @@ const tableWidth = 100
 
 // FormatTable writes sums as an aligned text table, one row per summary:
 // policy, completed/requests, TTFT and TPOT p50/p99, E2E p99, prefix
-// cache hit rate (measured and predicted), exact predictions, SLO attainment, goodput and preemptions. A legend and, for
-// each summary, a per-replica breakdown (requests, hit rate, busy fraction)
-// follow. With policy names of up to a dozen characters every line fits in
-// 100 columns; the per-replica lines wrap at 100.
+// cache hit rate (measured and predicted), exact predictions, SLO
+// attainment, goodput and preemptions. A legend and, for each summary, a
+// per-replica breakdown (requests, hit rate, busy fraction, token-budget
+// use) follow, then for each summary with failures the failures by reason
+// (Summary.FailureText) and its steady-state warning, if any. With policy
+// names of up to a dozen characters every line fits in 100 columns; the
+// per-replica and failure lines wrap at 100.
 func FormatTable(w io.Writer, sums []Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "policy\tok/req\tttft p50/99\ttpot p50/99\te2e p99\thit/pred\texact\tslo\tgood/s\tpre")
@@ -39,13 +42,15 @@ func FormatTable(w io.Writer, sums []Summary) error {
 	var b strings.Builder
 	b.WriteString("latencies in ms; hit/pred: % of prompt tokens the engines found cached / the router predicted;\n" +
 		"exact: requests predicted exactly; slo: requests meeting the SLO; good/s: goodput in req/s\n" +
-		"pre: preemptions; per replica: name, requests, prefix-cache hit rate, busy fraction\n")
+		"pre: preemptions; per replica: name, requests, prefix-cache hit rate, busy, budget\n" +
+		"busy: share of the run the engine was running a step (any step: one request keeps it busy);\n" +
+		"budget: share of its step token budget (max_num_batched_tokens) filled over the run\n")
 	for i := range sums {
 		s := &sums[i]
 		fmt.Fprintf(&b, "%s on %s, seed %d:\n", s.Policy, s.Workload, s.Seed)
 		line := " "
 		for _, r := range s.PerReplica {
-			item := fmt.Sprintf(" %s %d %s %s", r.Replica, r.Requests, fmtPct(r.HitRate), fmtPct(r.BusyFraction))
+			item := fmt.Sprintf(" %s %d %s %s %s", r.Replica, r.Requests, fmtPct(r.HitRate), fmtPct(r.BusyFraction), fmtPct(r.TokenBudgetUse))
 			if len(line) > 1 && len(line)+len(item)+1 > tableWidth {
 				b.WriteString(line + "\n")
 				line = " "
@@ -73,6 +78,15 @@ func FormatTable(w io.Writer, sums []Summary) error {
 		fmt.Fprintf(&b, ", peak reserved %s of capacity\n", fmtPct(s.PeakReservedOverCapacity))
 	}
 	for i := range sums {
+		s := &sums[i]
+		if t := s.FailureText(); t != "" {
+			wrap(&b, s.Policy+": "+t)
+		}
+		if w := s.Steady.Warning; w != "" {
+			wrap(&b, s.Policy+": warning: "+w)
+		}
+	}
+	for i := range sums {
 		if err := formatTenants(&b, &sums[i]); err != nil {
 			return err
 		}
@@ -81,6 +95,25 @@ func FormatTable(w io.Writer, sums []Summary) error {
 		return fmt.Errorf("format table: %w", err)
 	}
 	return nil
+}
+
+// wrap writes text as lines of at most tableWidth columns, broken between
+// words, the lines after the first indented by two spaces.
+func wrap(b *strings.Builder, text string) {
+	line := ""
+	for _, w := range strings.Fields(text) {
+		if line != "" && len(line)+1+len(w) > tableWidth {
+			b.WriteString(line + "\n")
+			line = " "
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	if line != "" {
+		b.WriteString(line + "\n")
+	}
 }
 
 // fmtMs formats milliseconds with about three significant digits.

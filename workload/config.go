@@ -390,6 +390,12 @@ type W7Params struct {
 // Names returns the workload names New accepts.
 func Names() []string { return []string{"w1", "w2", "w3", "w4", "w5", "w6", "w7"} }
 
+// ClosedLoop reports whether a workload's requests come from sessions that
+// react to completions (w2's chats, w3's agent tasks): its rate ramps up
+// over a session's lifetime and winds down once no session starts, so a
+// short run never holds Config.Rate.
+func ClosedLoop(name string) bool { return name == "w2" || name == "w3" }
+
 func knownWorkload(name string) bool {
 	for _, n := range Names() {
 		if n == name {

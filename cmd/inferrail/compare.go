@@ -15,6 +15,7 @@ import (
 
 	"github.com/inferrail/inferrail/compare"
 	"github.com/inferrail/inferrail/fleet"
+	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/router/gateway"
 )
@@ -34,12 +35,6 @@ type compareFlags struct {
 	isolate     string
 }
 
-// Defaults of compare and capacity runs.
-const (
-	compareRequests = 5000
-	compareMaxWarm  = 2 * time.Minute
-)
-
 // Bounds of compare and capacity: each seed and each rate is a simulation
 // of every variant, and each parallel simulation holds its requests in memory.
 const (
@@ -48,13 +43,15 @@ const (
 	maxParallel = 1024
 )
 
-func (f *compareFlags) registerCompare(cmd *cobra.Command) {
+// registerCompare adds the flags of compare and capacity; out describes
+// what --out receives.
+func (f *compareFlags) registerCompare(cmd *cobra.Command, out string) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.policies, "policies", "all", "comma-separated policies, or all: "+strings.Join(router.Names(), ", "))
 	fl.IntVar(&f.seeds, "seeds", 3, "repetitions, each with its own request stream shared by every policy")
 	fl.Uint64Var(&f.firstSeed, "first-seed", 1, "seed of the first repetition; the others follow it")
 	fl.IntVar(&f.parallel, "parallel", 0, "simulations run at once (default: all cores); results do not depend on it")
-	fl.StringVar(&f.out, "out", "", "directory for results.json, requests.parquet, report.md and the charts")
+	fl.StringVar(&f.out, "out", "", "directory for "+out)
 	fl.StringVar(&f.title, "title", "", "report title (default: the workload's name)")
 	fl.StringVar(&f.admissions, "admissions", "", "admission rules to compare under every policy, comma-separated, or all: "+strings.Join(gateway.Admissions(), ", ")+" (replaces --admission)")
 	fl.StringVar(&f.ledgers, "ledgers", "", "with several --gateways: ledgers to compare, comma-separated: shared, independent (replaces --ledger)")
@@ -68,10 +65,10 @@ func (f *compareFlags) spec(cmd *cobra.Command) (compare.Spec, error) {
 	}
 	fl := cmd.Flags()
 	if !fl.Changed("requests") && !fl.Changed("duration") && f.workloadFile == "" {
-		cfg.Workload.Requests = compareRequests
+		cfg.Workload.Requests = compare.DefaultRequests
 	}
 	if !fl.Changed("warmup") && f.trace == "" {
-		cfg.Warmup = defaultWarmup(cfg.Workload.Requests, cfg.Workload.Duration, cfg.Workload.Rate)
+		cfg.Warmup = compare.DefaultWarmup(cfg.Workload.Requests, cfg.Workload.Duration, cfg.Workload.Rate)
 	}
 	if f.seeds < 1 || f.seeds > maxSeeds {
 		return compare.Spec{}, usagef("--seeds: must be between 1 and %d, got %d (each seed is one simulation of every policy at every rate)", maxSeeds, f.seeds)
@@ -136,17 +133,6 @@ func (f *compareFlags) spec(cmd *cobra.Command) (compare.Spec, error) {
 	return s, nil
 }
 
-// defaultWarmup leaves the first tenth of a run out, at most two minutes.
-func defaultWarmup(requests int, duration time.Duration, rate float64) time.Duration {
-	length := duration
-	if requests > 0 && rate > 0 {
-		if d := time.Duration(float64(requests) / rate * float64(time.Second)); length == 0 || d < length {
-			length = d
-		}
-	}
-	return min(compareMaxWarm, length/10).Round(time.Second)
-}
-
 func newCompareCmd(stdout, stderr io.Writer) *cobra.Command {
 	var f compareFlags
 	cmd := &cobra.Command{
@@ -157,7 +143,9 @@ seed), each on a cold fleet, runs the simulations in parallel, and writes to --o
 results.json (one summary per policy x rate x seed), requests.parquet (every
 request, with policy, seed, rate and fleet-size columns), report.md and PNG charts.
 --rates sweeps offered load. Runs default to 5,000 requests with the first tenth
-(at most 2 minutes) left out.
+(at most 2 minutes) left out. The printed table and the report have a failed
+column (requests that did not complete), with the reasons given once below it,
+and name the runs that look too short for their answer (see sim --help).
 
 --admissions compares gateway admission rules under every policy (all: every
 rule) and, with several --gateways, --ledgers compares a shared reservation
@@ -214,10 +202,11 @@ table: each other tenant's TTFT p99 with it against without it, seed by seed
 			return printComparison(stdout, f.out, s, pts, files)
 		},
 	}
+	f.requestsHelp = strconv.Itoa(compare.DefaultRequests)
 	f.register(cmd, "every summary")
 	f.gw.limitsList = true
 	f.gw.register(cmd)
-	f.registerCompare(cmd)
+	f.registerCompare(cmd, "results.json, requests.parquet, report.md and the charts")
 	cmd.Flags().StringVar(&f.rates, "rates", "", "offered loads to sweep, in requests per second, comma-separated (the first is the main comparison)")
 	cmd.Flags().StringVar(&f.isolate, "isolate", "", "a tenant of the workload's mix: also run every variant without it, and report the other tenants' TTFT p99 with it against without it")
 	return cmd
@@ -225,13 +214,23 @@ table: each other tenant's TTFT p99 with it against without it, seed by seed
 
 func printComparison(w io.Writer, dir string, s compare.Spec, pts []compare.Point, files []string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "policy\trate\tseed\tttft p50 ms\tttft p99 ms\thit\tslo\tgoodput/s")
+	fmt.Fprintln(tw, "policy\trate\tseed\tttft p50 ms\tttft p99 ms\thit\tslo\tgoodput/s\tfailed")
 	for _, p := range pts {
 		m := p.Summary
-		fmt.Fprintf(tw, "%s\t%.2f\t%d\t%.0f\t%.0f\t%.3f\t%.3f\t%.2f\n", p.Label, p.Rate, p.Seed, m.TTFT.P50, m.TTFT.P99, m.HitRate, m.SLOAttainment, m.GoodputRPS)
+		fmt.Fprintf(tw, "%s\t%.2f\t%d\t%.0f\t%.0f\t%.3f\t%.3f\t%.2f\t%d\n", p.Label, p.Rate, p.Seed, m.TTFT.P50, m.TTFT.P99, m.HitRate, m.SLOAttainment, m.GoodputRPS, m.Failed)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	sums := compare.Summaries(pts)
+	if notes := results.FailureNotes(sums); len(notes) > 0 {
+		fmt.Fprintln(w, "failed requests by reason:")
+		for _, n := range notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+	for _, warn := range compare.SteadyWarnings(pts) {
+		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
 	if rows := compare.Isolation(s, pts); len(rows) > 0 {
 		fmt.Fprintf(w, "other tenants' TTFT p99 with %s against without it (medians over seeds; goal: within %.0f%% with limits on):\n", s.Isolate, 100*compare.IsolationGoal)
@@ -257,7 +256,15 @@ func newCapacityCmd(stdout, stderr io.Writer) *cobra.Command {
 whose TTFT p99 and TPOT p99 (medians over the seeds) meet the SLO at --rate, with
 every request completed, and reports the GPUs each policy saves against the best
 cache-blind baseline (round_robin, random, least_request, p2c). Without --rate the
-load is what 8 default replicas serve at about 70% under round robin.
+load is the workload's default rate for 8 replicas of --profile (as sim's for
+--replicas 8: about 70% of what round robin sustains on them). Runs default to
+5,000 requests with the first tenth (at most 2 minutes) left out.
+
+A requirement that can never be met (requests longer than max_model_len) is
+named with its count; an answer whose runs look too short (the TTFT p99 of the
+second half of the measured window well above the first half's, a growing
+backlog, or a closed loop such as w2's chats arriving well below --rate) comes
+with a warning: rerun with more --requests.
 
 --admissions and --ledgers search every policy x admission x ledger, labelled
 policy+admission (+ledger), as in compare; a rejected request counts as not
@@ -267,28 +274,14 @@ completed, so a rule that rejects never meets the SLO.`,
   inferrail capacity --workload w1 --policies round_robin,cost_model --admissions none,kv --out runs/w1-capacity-kv`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !cmd.Flags().Changed("rate") {
-				// The base config's rate is replaced below; keep validation happy.
-				f.rate = 0
-			}
+			// The base's rate is --rate, else the default rate of
+			// compare.CapacityRateReplicas replicas (fleet.Config.DefaultRate).
 			s, err := f.spec(cmd)
 			if err != nil {
 				return err
 			}
-			rate := fleet.DefaultRate(s.Base.Workload.Workload, 8)
-			if cmd.Flags().Changed("rate") {
-				rate = f.rate
-			}
-			if s.Base.Source == nil {
-				if err := checkLength(s.Base.Workload.Requests, s.Base.Workload.Duration, rate); err != nil {
-					return err
-				}
-			}
 			cs := compare.CapacitySpec{Base: s.Base, Policies: s.Policies, Admissions: s.Admissions, Ledgers: s.Ledgers,
-				Seeds: s.Seeds, Rate: rate, MaxReplicas: f.maxReplicas, Parallel: f.parallel}
-			if !cmd.Flags().Changed("warmup") {
-				cs.Base.Warmup = defaultWarmup(cs.Base.Workload.Requests, cs.Base.Workload.Duration, rate)
-			}
+				Seeds: s.Seeds, Rate: s.Base.Workload.Rate, MaxReplicas: f.maxReplicas, Parallel: f.parallel}
 			if err := cs.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -320,9 +313,12 @@ completed, so a rule that rejects never meets the SLO.`,
 			return printCapacity(stdout, rep)
 		},
 	}
+	f.fixedReplicas = compare.CapacityRateReplicas
+	f.requestsHelp = strconv.Itoa(compare.DefaultRequests)
+	f.rateHelp = fmt.Sprintf("the workload's default rate for %d engines of --profile, as sim's with --replicas %d", compare.CapacityRateReplicas, compare.CapacityRateReplicas)
 	f.register(cmd, "every summary")
 	f.gw.register(cmd)
-	f.registerCompare(cmd)
+	f.registerCompare(cmd, "capacity.json, report.md and the charts")
 	cmd.Flags().IntVar(&f.maxReplicas, "max-replicas", 16, "largest fleet to try")
 	return cmd
 }
@@ -355,7 +351,19 @@ func printCapacity(w io.Writer, rep *compare.CapacityReport) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Label, need, saved, per4)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if notes := rep.FailureNotes(); len(notes) > 0 {
+		fmt.Fprintln(w, "failed requests by reason (the SLO needs every request completed):")
+		for _, n := range notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+	for _, warn := range rep.Warnings() {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+	return nil
 }
 
 func orNone(s string) string {

@@ -67,6 +67,13 @@ type simFlags struct {
 	json           bool
 	out            string
 	gw             gatewayFlags
+	// fixedReplicas, when set, is the fleet size and --replicas is not
+	// registered (capacity searches the fleet size; its default rate is that
+	// of this many replicas).
+	fixedReplicas int
+	// requestsHelp and rateHelp describe the defaults of --requests and
+	// --rate for the command ("" for sim's).
+	requestsHelp, rateHelp string
 }
 
 // gatewayFlags are the gateway's admission, queue and scale-out, for sim,
@@ -206,8 +213,15 @@ Workloads: w1 (shared system prompts), w2 (multi-turn chat, closed loop),
 w6 (prompts that share nothing). Every workload parameter can be set in a YAML
 file (--workload-file) or one by one with --set (for example
 --set w1.prompts=64 --set output.median=300). Without --rate, the rate is the
-workload's default per-replica rate times --replicas (about 70% of what round
-robin sustains on the default engine profile).
+workload's default for the fleet: its per-replica rate on the default engine
+profile (about 70% of what round robin sustains there) times --replicas,
+scaled by how much more an engine of --profile serves (README "Default rates").
+
+The summary counts the requests that did not complete and says why (e.g. a
+prompt + max_tokens over the profile's max_model_len), and warns when the run
+looks too short for its answer: when the TTFT p99 of the second half of the
+measured window is well above the first half's, the backlog grows, or a closed
+loop (w2, w3) arrives well below its rate (README "The summary" states the rule).
 
 A workload file may give tenants of its mix rate limits (tenants:, see
 examples/tenants-noisy.yaml): a request over its tenant's rpm, tpm or
@@ -246,9 +260,21 @@ func (f *simFlags) register(cmd *cobra.Command, what string) {
 	fl.StringVar(&f.workload, "workload", "w1", "workload: "+strings.Join(workload.Names(), ", "))
 	fl.StringVar(&f.workloadFile, "workload-file", "", "YAML file with workload parameters (its workload key selects the workload)")
 	fl.StringArrayVar(&f.sets, "set", nil, "override one workload parameter, as yaml.path=value (repeatable)")
-	fl.IntVar(&f.replicas, "replicas", 4, "number of engines in the fleet")
-	fl.Float64Var(&f.rate, "rate", 0, "offered load in requests per second (default: the workload's per-replica rate x replicas)")
-	fl.IntVar(&f.requests, "requests", 0, "requests per simulation (default 2000, 600 for w7, or unlimited with --duration)")
+	if f.fixedReplicas > 0 {
+		f.replicas = f.fixedReplicas
+	} else {
+		fl.IntVar(&f.replicas, "replicas", fleet.DefaultConfig().Replicas, "number of engines in the fleet")
+	}
+	rateHelp := f.rateHelp
+	if rateHelp == "" {
+		rateHelp = "the workload's default rate for --replicas engines of --profile: about 70% of what round robin sustains, see README \"Default rates\""
+	}
+	fl.Float64Var(&f.rate, "rate", 0, "offered load in requests per second (default: "+rateHelp+")")
+	requestsHelp := f.requestsHelp
+	if requestsHelp == "" {
+		requestsHelp = fmt.Sprintf("%d, %d for w7", fleet.DefaultRequests("w1"), fleet.DefaultRequests("w7"))
+	}
+	fl.IntVar(&f.requests, "requests", 0, "requests per simulation (default "+requestsHelp+", or unlimited with --duration)")
 	fl.DurationVar(&f.duration, "duration", 0, "stop arrivals after this much virtual time, e.g. 10m")
 	fl.DurationVar(&f.warmup, "warmup", 0, "leave requests arriving before this virtual time out of "+what)
 	fl.StringVar(&f.profile, "profile", "", "engine profile: a YAML file (scheduler limits, KV blocks, latency model) or a preset MODEL@GPU (inferrail calibrate --list-presets); default: an 8B model on one 24 GB GPU")
@@ -393,6 +419,18 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 			}
 		}
 	}
+	if fl.Changed("seed") || f.workloadFile == "" {
+		cfg.Seed = f.seed
+	} else {
+		cfg.Seed = wl.Seed
+	}
+	if f.profile != "" {
+		ec, err := calibrate.ResolveProfile(f.profile)
+		if err != nil {
+			return cfg, usagef("--profile: %w", err)
+		}
+		cfg.Engine = ec
+	}
 	switch {
 	case fl.Changed("rate"):
 		if !(f.rate > 0 && f.rate <= maxRate) {
@@ -400,7 +438,10 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 		}
 		wl.Rate = f.rate
 	case !rateSet:
-		wl.Rate = fleet.DefaultRate(wl.Workload, f.replicas)
+		// The default rate follows the fleet's engines (fleet.Config.DefaultRate).
+		c := cfg
+		c.Workload, c.Replicas = wl, f.replicas
+		wl.Rate = c.DefaultRate()
 	}
 	if fl.Changed("requests") {
 		if f.requests < 0 || f.requests > maxRequests {
@@ -416,11 +457,6 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 		if !fl.Changed("requests") && f.workloadFile == "" {
 			wl.Requests = 0
 		}
-	}
-	if fl.Changed("seed") || f.workloadFile == "" {
-		cfg.Seed = f.seed
-	} else {
-		cfg.Seed = wl.Seed
 	}
 	if f.warmup < 0 {
 		return cfg, usagef("--warmup: must be zero or positive, got %v", f.warmup)
@@ -453,13 +489,6 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 	}
 	if f.sloTTFT <= 0 || f.sloTPOT <= 0 {
 		return cfg, usagef("--slo-ttft and --slo-tpot: must be positive, got %v and %v", f.sloTTFT, f.sloTPOT)
-	}
-	if f.profile != "" {
-		ec, err := calibrate.ResolveProfile(f.profile)
-		if err != nil {
-			return cfg, usagef("--profile: %w", err)
-		}
-		cfg.Engine = ec
 	}
 	switch fleet.IndexMode(f.index) {
 	case fleet.IndexApproximate, fleet.IndexEvents:

@@ -429,33 +429,3 @@ func commandLine(cmd *cobra.Command) string {
 	return strings.Join(parts, " ")
 }
 
-// countBar draws "label [####....] done/total" on stderr for runs over a second.
-type countBar struct {
-	w     io.Writer
-	label string
-	start time.Time
-	last  time.Time
-	drawn bool
-}
-
-func newCountBar(w io.Writer, label string) *countBar {
-	now := time.Now()
-	return &countBar{w: w, label: label, start: now, last: now}
-}
-
-func (b *countBar) update(done, total int) {
-	now := time.Now()
-	if now.Sub(b.start) < time.Second || (now.Sub(b.last) < 200*time.Millisecond && done < total) {
-		return
-	}
-	b.last, b.drawn = now, true
-	const width = 30
-	n := width * done / max(total, 1)
-	fmt.Fprintf(b.w, "\r%s [%s%s] %d/%d simulations, %s ", b.label, strings.Repeat("#", n), strings.Repeat(".", width-n), done, total, now.Sub(b.start).Round(100*time.Millisecond))
-}
-
-func (b *countBar) finish() {
-	if b.drawn {
-		fmt.Fprintln(b.w)
-	}
-}

@@ -564,6 +564,11 @@ func yamlHasKey(path, key string) bool {
 
 func runSim(cfg fleet.Config, f simFlags, stdout, stderr io.Writer) error {
 	bar := newProgressBar(stderr)
+	if cfg.Source != nil && !bar.off {
+		// A replay's length is known only at its end: count it up front
+		// (one more read of the trace) so the bar shows a true share.
+		bar.expected = countSource(cfg.Source, cfg.Seed)
+	}
 	cfg.Progress = bar.update
 	out, err := fleet.Simulate(cfg)
 	if err != nil {

@@ -428,4 +428,3 @@ func commandLine(cmd *cobra.Command) string {
 	})
 	return strings.Join(parts, " ")
 }
-

@@ -63,9 +63,7 @@ test: node-deps prometheus-deps redis-deps db-deps
 
 # W1 on the default fleet under two baseline policies and cost_model.
 demo: build
-	@for p in round_robin least_request cost_model; do \
-		./$(BIN) sim --workload w1 --policy $$p --requests 3000 --warmup 120s || exit 1; echo; \
-	done
+	@./$(BIN) sim --workload w1 --policy round_robin,least_request,cost_model --requests 3000 --warmup 120s
 
 # Hot-path benchmarks (hashing, engine step, policies, summaries, workloads,
 # whole simulations); see README "Performance".

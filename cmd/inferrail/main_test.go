@@ -162,3 +162,21 @@ func TestEveryPolicyAndIndexRuns(t *testing.T) {
 		}
 	}
 }
+
+// sim with several policies prints one table, one legend and the line
+// that says what it shows (make demo).
+func TestSimSeveralPolicies(t *testing.T) {
+	code, stdout, stderr := runCLI("sim", "--workload", "w1", "--policy", "round_robin,cost_model", "--requests", "300")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if strings.Count(stdout, "latencies in ms") != 1 || strings.Count(stdout, "policy ") != 1 || !strings.Contains(stdout, "cost_model: TTFT p99") {
+		t.Errorf("want one table, one legend and a conclusion:\n%s", stdout)
+	}
+	if code, _, stderr := runCLI("sim", "--policy", "round_robin,cost_model", "--json"); code != 2 || !strings.Contains(stderr, "compare") {
+		t.Errorf("several policies with --json: exit %d, %q", code, stderr)
+	}
+	if code, _, _ := runCLI("sim", "--policy", "round_robin,nosuch", "--requests", "10"); code != 2 {
+		t.Errorf("an unknown policy among several: exit %d, want 2", code)
+	}
+}

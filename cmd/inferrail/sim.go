@@ -235,6 +235,9 @@ the limits; --set 'without_tenants=[noisy]' leaves a tenant out.`,
   inferrail sim --workload-file examples/tenants-noisy.yaml --policy cost_model --limits off`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if policies := strings.Split(f.policy, ","); len(policies) > 1 {
+				return runSims(cmd, f, policies, stdout, stderr)
+			}
 			cfg, err := f.config(cmd)
 			if err != nil {
 				return err
@@ -245,7 +248,7 @@ the limits; --set 'without_tenants=[noisy]' leaves a tenant out.`,
 	fl := cmd.Flags()
 	f.register(cmd, "the run")
 	f.gw.register(cmd)
-	fl.StringVar(&f.policy, "policy", "round_robin", "routing policy: "+strings.Join(router.Names(), ", "))
+	fl.StringVar(&f.policy, "policy", "round_robin", "routing policy, or several comma-separated (each run on the same requests, one table): "+strings.Join(router.Names(), ", "))
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload and the router; the same seed gives the same result")
 	fl.BoolVar(&f.affinity, "session-affinity", false, "cost_model keeps a session on its previous replica unless that is 25% slower")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object on stdout (progress stays on stderr)")
@@ -560,6 +563,40 @@ func yamlHasKey(path, key string) bool {
 	}
 	_, ok := m[key]
 	return ok
+}
+
+// runSims runs the same requests under several policies and prints one
+// table and what it shows (make demo); compare is the tool for more.
+func runSims(cmd *cobra.Command, f simFlags, policies []string, stdout, stderr io.Writer) error {
+	if f.out != "" || f.json {
+		return usagef("--policy: several policies print one table; for --out or --json use compare --policies %s", f.policy)
+	}
+	var sums []results.Summary
+	for _, p := range policies {
+		g := f
+		g.policy = strings.TrimSpace(p)
+		cfg, err := g.config(cmd)
+		if err != nil {
+			return err
+		}
+		bar := newProgressBar(stderr)
+		cfg.Progress = bar.update
+		out, err := fleet.Simulate(cfg)
+		if err != nil {
+			if bad := f.badTrace(err); bad != nil {
+				return bad
+			}
+			return fmt.Errorf("simulate %s: %w", g.policy, err)
+		}
+		sums = append(sums, out.Summary)
+	}
+	if err := results.FormatTable(stdout, sums); err != nil {
+		return err
+	}
+	if line := results.Conclusion(sums, "cost_model"); line != "" {
+		fmt.Fprintln(stdout, line)
+	}
+	return nil
 }
 
 func runSim(cfg fleet.Config, f simFlags, stdout, stderr io.Writer) error {

@@ -226,7 +226,7 @@ func (s *Spec) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, p := range s.Policies {
-		if _, err := router.New(p, router.Options{}); err != nil {
+		if _, err := router.NewPolicy(p, router.Options{}); err != nil {
 			errs = append(errs, fmt.Errorf("policies: %w", err))
 		}
 		if seen[p] {
@@ -300,12 +300,12 @@ func (s *Spec) Validate() error {
 	// The base is checked under a policy of the list that exists: an
 	// unknown one is reported above, once.
 	for _, p := range s.Policies {
-		if _, err := router.New(p, router.Options{}); err == nil {
+		if _, err := router.NewPolicy(p, router.Options{}); err == nil {
 			base.Policy = p
 			break
 		}
 	}
-	if _, err := router.New(base.Policy, router.Options{}); err != nil && len(s.Policies) > 0 {
+	if _, err := router.NewPolicy(base.Policy, router.Options{}); err != nil && len(s.Policies) > 0 {
 		base.Policy = fleet.DefaultConfig().Policy
 	}
 	if len(s.Rates) > 0 && s.Rates[0] > 0 {

@@ -173,7 +173,7 @@ func (c *Config) Validate() error {
 	if c.Warmup < 0 {
 		errs = append(errs, fmt.Errorf("warmup: must be zero or positive, got %v", c.Warmup))
 	}
-	if _, err := router.New(c.Policy, router.Options{}); err != nil {
+	if _, err := router.NewPolicy(c.Policy, router.Options{}); err != nil {
 		errs = append(errs, fmt.Errorf("policy: %w", err))
 	}
 	if c.Gateways < 1 || c.Gateways > MaxGateways {

@@ -36,7 +36,7 @@ func TestBoundedLoadIsNeverExceeded(t *testing.T) {
 	for _, name := range []string{"prefix_hash", "cost_model"} {
 		t.Run(name, func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
-				p, _ := New(name, Options{Seed: rapid.Uint64().Draw(t, "seed")})
+				p, _ := NewPolicy(name, Options{Seed: rapid.Uint64().Draw(t, "seed")})
 				bound := map[string]float64{"prefix_hash": 1.25, "cost_model": 3}[name]
 				for range 4 {
 					prompt := rapid.IntRange(1, 8000).Draw(t, "prompt")
@@ -186,7 +186,7 @@ func TestPoliciesOnlySeeEligibleReplicas(t *testing.T) {
 		}
 		cands := Eligible("m", reps, nil)
 		for _, name := range Names() {
-			p, _ := New(name, Options{Seed: 3})
+			p, _ := NewPolicy(name, Options{Seed: 3})
 			i, err := Pick(p, &Request{PromptTokens: 100}, cands)
 			if len(cands) == 0 {
 				if err != ErrNoCandidates {

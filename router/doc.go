@@ -3,8 +3,9 @@
 // imports neither: it sees requests and candidates, never HTTP or engines.
 //
 // Start with Policy and Candidate (policy.go), then the baselines in
-// baseline.go, and New, which builds a policy by name from a seed. Router
-// (router.go) puts a policy and the KV index (router/kvindex) together:
+// baseline.go, our cache-aware policies in cacheaware.go, and NewPolicy,
+// which builds a policy by name from a seed. New builds a Router
+// (router.go), which puts a policy and the KV index (router/kvindex) together:
 // RouteAdmitted filters the eligible replicas (eligible.go), predicts what
 // each holds, lets an admission filter drop those that cannot take the
 // request, and lets the policy choose among the rest.

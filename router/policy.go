@@ -146,8 +146,8 @@ func Names() []string {
 	return names
 }
 
-// New builds the policy called name.
-func New(name string, o Options) (Policy, error) {
+// NewPolicy builds the policy called name.
+func NewPolicy(name string, o Options) (Policy, error) {
 	f, ok := registry()[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown policy %q (allowed: %s)", name, strings.Join(Names(), ", "))

@@ -21,7 +21,7 @@ func TestEveryPolicyPicksACandidate(t *testing.T) {
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
-				p, err := New(name, Options{Seed: rapid.Uint64().Draw(rt, "seed")})
+				p, err := NewPolicy(name, Options{Seed: rapid.Uint64().Draw(rt, "seed")})
 				if err != nil {
 					rt.Fatal(err)
 				}
@@ -37,7 +37,7 @@ func TestEveryPolicyPicksACandidate(t *testing.T) {
 
 func TestLeastRequestPicksAMinimum(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		p, _ := New("least_request", Options{Seed: rapid.Uint64().Draw(t, "seed")})
+		p, _ := NewPolicy("least_request", Options{Seed: rapid.Uint64().Draw(t, "seed")})
 		c := genCands(t)
 		got := c[p.Pick(&Request{}, c)].Load.InFlight
 		for _, x := range c {
@@ -50,7 +50,7 @@ func TestLeastRequestPicksAMinimum(t *testing.T) {
 
 func TestP2CNeverPicksAUniqueMaximum(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		p, _ := New("p2c", Options{Seed: rapid.Uint64().Draw(t, "seed")})
+		p, _ := NewPolicy("p2c", Options{Seed: rapid.Uint64().Draw(t, "seed")})
 		c := genCands(t)
 		if len(c) < 2 {
 			return
@@ -70,7 +70,7 @@ func TestP2CNeverPicksAUniqueMaximum(t *testing.T) {
 }
 
 func TestRoundRobinCycles(t *testing.T) {
-	p, _ := New("round_robin", Options{})
+	p, _ := NewPolicy("round_robin", Options{})
 	c := make([]Candidate, 3)
 	for i := range 9 {
 		if got := p.Pick(&Request{}, c); got != i%3 {
@@ -82,7 +82,7 @@ func TestRoundRobinCycles(t *testing.T) {
 func TestRandomIsUniformAndSeeded(t *testing.T) {
 	c := make([]Candidate, 4)
 	draw := func(seed uint64) []int {
-		p, _ := New("random", Options{Seed: seed})
+		p, _ := NewPolicy("random", Options{Seed: seed})
 		counts := make([]int, 4)
 		for range 40000 {
 			counts[p.Pick(&Request{}, c)]++
@@ -104,11 +104,11 @@ func TestRandomIsUniformAndSeeded(t *testing.T) {
 }
 
 func TestUnknownPolicy(t *testing.T) {
-	_, err := New("fastest", Options{})
+	_, err := NewPolicy("fastest", Options{})
 	if err == nil || !strings.Contains(err.Error(), "round_robin") {
 		t.Fatalf("error should list the allowed policies: %v", err)
 	}
-	p, _ := New("random", Options{})
+	p, _ := NewPolicy("random", Options{})
 	if _, err := Pick(p, &Request{}, nil); err != ErrNoCandidates {
 		t.Fatalf("empty candidates: %v", err)
 	}
@@ -118,7 +118,7 @@ func BenchmarkPick(b *testing.B) {
 	for _, name := range Names() {
 		for _, n := range []int{8, 64} {
 			b.Run(name+"/"+strconv.Itoa(n), func(b *testing.B) {
-				p, _ := New(name, Options{Seed: 1})
+				p, _ := NewPolicy(name, Options{Seed: 1})
 				c := make([]Candidate, n)
 				for i := range c {
 					c[i].Load.InFlight = (i * 7) % 5

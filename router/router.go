@@ -65,8 +65,8 @@ type Decision struct {
 	promptBlocks          int
 }
 
-// NewRouter validates cfg and builds its policy and index.
-func NewRouter(cfg Config) (*Router, error) {
+// New validates cfg and builds the router: its policy and index.
+func New(cfg Config) (*Router, error) {
 	cfg.Options = cfg.Options.withDefaults()
 	if cfg.Index == "" {
 		cfg.Index = IndexApproximate
@@ -77,7 +77,7 @@ func NewRouter(cfg Config) (*Router, error) {
 	if cfg.SpeculationTTL < 0 {
 		return nil, fmt.Errorf("speculation ttl: must be zero or positive, got %v", cfg.SpeculationTTL)
 	}
-	pol, err := New(cfg.Policy, cfg.Options)
+	pol, err := NewPolicy(cfg.Policy, cfg.Options)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ func promptOf(id uint64, tokens int) *Request {
 }
 
 func TestRouteRecordsPredictsAndTakesBack(t *testing.T) {
-	r, err := NewRouter(Config{Policy: "cost_model"})
+	r, err := New(Config{Policy: "cost_model"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestRouteRecordsPredictsAndTakesBack(t *testing.T) {
 }
 
 func TestRouteOnlyToEligibleReplicas(t *testing.T) {
-	r, _ := NewRouter(Config{Policy: "round_robin"})
+	r, _ := New(Config{Policy: "round_robin"})
 	reps := fleetOf(4)
 	reps[0].Healthy = false
 	reps[2].Models = []string{"other"}
@@ -71,7 +71,7 @@ func TestRouteOnlyToEligibleReplicas(t *testing.T) {
 }
 
 func TestEventsModeFollowsTheEngine(t *testing.T) {
-	r, _ := NewRouter(Config{Policy: "kv_aware", Index: IndexEvents, SpeculationTTL: time.Second})
+	r, _ := New(Config{Policy: "kv_aware", Index: IndexEvents, SpeculationTTL: time.Second})
 	reps := fleetOf(2)
 	req := promptOf(7, 320)
 	d, _ := r.Route(0, req, reps)
@@ -98,11 +98,11 @@ func TestEventsModeFollowsTheEngine(t *testing.T) {
 	}
 }
 
-func TestNewRouterRejectsBadConfig(t *testing.T) {
-	if _, err := NewRouter(Config{Policy: "cost_model", Index: "exact"}); err == nil {
+func TestNewRejectsBadConfig(t *testing.T) {
+	if _, err := New(Config{Policy: "cost_model", Index: "exact"}); err == nil {
 		t.Fatal("unknown index mode accepted")
 	}
-	if _, err := NewRouter(Config{Policy: "nope"}); err == nil {
+	if _, err := New(Config{Policy: "nope"}); err == nil {
 		t.Fatal("unknown policy accepted")
 	}
 }
@@ -116,7 +116,7 @@ func BenchmarkRoute(b *testing.B) {
 	for _, pol := range []string{"round_robin", "cost_model", "llmd"} {
 		for _, n := range []int{8, 64} {
 			b.Run(fmt.Sprintf("%s/%d", pol, n), func(b *testing.B) {
-				r, _ := NewRouter(Config{Policy: pol})
+				r, _ := New(Config{Policy: pol})
 				reps := fleetOf(n)
 				prompts := make([]*Request, 32)
 				for i := range prompts {

@@ -476,7 +476,7 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 		}
 	}
 	if f.policy != "" {
-		if _, err := router.New(f.policy, router.Options{}); err != nil {
+		if _, err := router.NewPolicy(f.policy, router.Options{}); err != nil {
 			return cfg, usagef("--policy: %w", err)
 		}
 	}

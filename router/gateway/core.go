@@ -250,7 +250,7 @@ func New(cfg Config) (*Core, error) {
 	if cfg.Router.DefaultCapacityBlocks == 0 {
 		cfg.Router.DefaultCapacityBlocks = cfg.DefaultCapacityBlocks
 	}
-	rt, err := router.NewRouter(cfg.Router)
+	rt, err := router.New(cfg.Router)
 	if err != nil {
 		return nil, err
 	}

@@ -212,10 +212,7 @@ func (s *Spec) ledgers() []string {
 // IsCacheBlind reports whether a policy ignores cache state: the baselines
 // round_robin, random, least_request and p2c. A variant's label is judged by
 // its policy, the part before the first "+".
-func IsCacheBlind(policy string) bool {
-	policy, _, _ = strings.Cut(policy, "+")
-	return slices.Contains([]string{"round_robin", "random", "least_request", "p2c"}, policy)
-}
+func IsCacheBlind(policy string) bool { return router.CacheBlind(policy) }
 
 // Validate checks the spec before any simulation starts; every problem is
 // reported at once.
@@ -514,19 +511,7 @@ func SteadyWarnings(pts []Point) []string {
 // every policy: the cache-blind baselines, ours, then the peers'.
 func PolicyList(s string) []string {
 	if strings.TrimSpace(s) == "all" {
-		order := []string{"round_robin", "random", "least_request", "p2c", "prefix_hash", "kv_aware", "cost_model", "llmd", "dynamo", "sglang", "aibrix", "preble"}
-		var all []string
-		for _, p := range order {
-			if slices.Contains(router.Names(), p) {
-				all = append(all, p)
-			}
-		}
-		for _, p := range router.Names() {
-			if !slices.Contains(all, p) {
-				all = append(all, p)
-			}
-		}
-		return all
+		return router.Ordered()
 	}
 	return splitList(s)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/inferrail/inferrail/router"
 	"os"
 	"path/filepath"
 	"slices"
@@ -249,13 +250,7 @@ func basePolicy(label string) string {
 
 // isCacheBlind reports whether a policy (or a variant's label, by its
 // policy) routes without looking at caches.
-func isCacheBlind(policy string) bool {
-	switch basePolicy(policy) {
-	case "round_robin", "random", "least_request", "p2c":
-		return true
-	}
-	return false
-}
+func isCacheBlind(policy string) bool { return router.CacheBlind(policy) }
 
 // spread is the median, minimum and maximum of a value over seeds.
 type spread struct {

@@ -136,7 +136,68 @@ func registry() map[string]factory {
 	}
 }
 
-// Names lists the policies New accepts, sorted.
+// Family says where a policy comes from and whether it reads caches.
+type Family int
+
+// The families, in the order reports list them.
+const (
+	// Baseline policies route without looking at any cache (cache-blind):
+	// the bar a cache-aware policy must beat.
+	Baseline Family = iota
+	// Ours are this project's cache-aware policies.
+	Ours
+	// Peer policies reimplement other routers' rules.
+	Peer
+)
+
+// families sorts the registry's policies; a policy not listed is a peer.
+func families() map[string]Family {
+	return map[string]Family{
+		"round_robin": Baseline, "random": Baseline, "least_request": Baseline, "p2c": Baseline,
+		"prefix_hash": Ours, "kv_aware": Ours, "cost_model": Ours,
+	}
+}
+
+// FamilyOf returns the family of a policy, or of a variant label such as
+// cost_model+kv (its policy before the first "+"); ok is false for an
+// unknown name.
+func FamilyOf(name string) (f Family, ok bool) {
+	name, _, _ = strings.Cut(name, "+")
+	if _, known := registry()[name]; !known {
+		return 0, false
+	}
+	if f, listed := families()[name]; listed {
+		return f, true
+	}
+	return Peer, true
+}
+
+// CacheBlind reports whether a policy (or a variant label) routes without
+// looking at caches: the baselines round_robin, random, least_request, p2c.
+func CacheBlind(name string) bool {
+	f, ok := FamilyOf(name)
+	return ok && f == Baseline
+}
+
+// Ordered lists every policy the way reports list them: the baselines,
+// ours, then the peers', each group in a fixed order.
+func Ordered() []string {
+	order := []string{"round_robin", "random", "least_request", "p2c", "prefix_hash", "kv_aware", "cost_model", "llmd", "dynamo", "sglang", "aibrix", "preble"}
+	var out []string
+	for _, n := range order {
+		if _, ok := registry()[n]; ok {
+			out = append(out, n)
+		}
+	}
+	for _, n := range Names() {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Names lists the policies NewPolicy accepts, sorted.
 func Names() []string {
 	names := make([]string, 0, 8)
 	for n := range registry() {

@@ -132,3 +132,17 @@ func BenchmarkPick(b *testing.B) {
 		}
 	}
 }
+
+func TestFamilies(t *testing.T) {
+	for name, want := range map[string]Family{"round_robin": Baseline, "p2c": Baseline, "cost_model": Ours, "kv_aware": Ours, "dynamo": Peer, "preble": Peer, "cost_model+kv": Ours} {
+		if got, ok := FamilyOf(name); !ok || got != want {
+			t.Errorf("%s: family %v (%v), want %v", name, got, ok, want)
+		}
+	}
+	if _, ok := FamilyOf("nosuch"); ok || CacheBlind("nosuch") {
+		t.Error("an unknown policy has a family")
+	}
+	if got := Ordered(); len(got) != len(Names()) || got[0] != "round_robin" || got[6] != "cost_model" {
+		t.Errorf("ordered %v", got)
+	}
+}

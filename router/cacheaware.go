@@ -193,9 +193,13 @@ func (p *KVAware) Pick(req *Request, cands []Candidate) int {
 //     the replica holding its prefix while the queue terms already price
 //     the load (on a long-prompt, heavy-reuse trace on 16 replicas it cost
 //     6% of the hit rate and 13% of TTFT p99);
-//   - KV pressure: a replica whose scraped KV usage is above KVHigh has its
-//     estimate inflated by up to KVPenalty x (at 100% usage), since admitting
-//     there evicts cached prefixes and risks preemption.
+//   - KV pressure, off by default (KVPenalty 1): a replica whose scraped KV
+//     usage is above KVHigh has its estimate inflated by up to KVPenalty x
+//     (at 100% usage). It was on (4x) until measured: it changed nothing on
+//     W1-W6 and the long-prompt traces, and under overload (W7 without
+//     admission) it cost 15% of TTFT p99 (250 s against 219 s), because in
+//     a burst every replica is full and the scraped usage, up to a scrape
+//     interval old, tilts the estimates without measuring the queue.
 //
 // With SessionAffinity, a session's turn stays on the replica of its
 // previous turn unless that estimate exceeds the best by more than SessionSlack.
@@ -204,7 +208,7 @@ type CostModel struct {
 	Bound        float64 // 3
 	BoundFloor   int     // 8
 	KVHigh       float64 // 0.9
-	KVPenalty    float64 // 4
+	KVPenalty    float64 // 1 (off)
 	SessionSlack float64 // 0.25
 	// PlaceWeight charges a choice for the cached prefixes it will evict:
 	// PlaceWeight * fullness * the request's own prefill time, where
@@ -225,7 +229,7 @@ const maxSessions = 1 << 20
 // NewCostModel returns cost_model with its defaults.
 func NewCostModel(o Options) *CostModel {
 	o = o.withDefaults()
-	p := &CostModel{Bound: 3, BoundFloor: 8, KVHigh: 0.9, KVPenalty: 4, SessionSlack: 0.25, PlaceWeight: 0.5, opts: o, rng: subRNG(o.Seed, "cost_model")}
+	p := &CostModel{Bound: 3, BoundFloor: 8, KVHigh: 0.9, KVPenalty: 1, SessionSlack: 0.25, PlaceWeight: 0.5, opts: o, rng: subRNG(o.Seed, "cost_model")}
 	if o.SessionAffinity {
 		p.sessions = make(map[uint64]int)
 	}

@@ -132,9 +132,14 @@ func TestCostModelTradesCacheAgainstQueue(t *testing.T) {
 	if d := e - 410.4; d > 1e-9 || d < -1e-9 {
 		t.Fatalf("estimate %v ms, want 410.4", e)
 	}
-	// KV pressure makes a full replica less attractive than a slightly worse one.
+	// KV pressure, when enabled, makes a full replica less attractive than
+	// a slightly worse one; by default it is off.
 	full := Candidate{Replica: 0, PredictedCachedTokens: 2000, Load: Load{Engine: EngineLoad{Valid: true, KVCacheUsage: 1}}}
 	roomy := Candidate{Replica: 1, PredictedCachedTokens: 1000}
+	if got := p.Pick(req, []Candidate{full, roomy}); got != 0 {
+		t.Fatalf("KV pressure off: picked %d, want the replica with more cached", got)
+	}
+	p.KVPenalty = 4
 	if got := p.Pick(req, []Candidate{full, roomy}); got != 1 {
 		t.Fatalf("KV pressure guard: picked %d", got)
 	}

@@ -337,7 +337,11 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			finished <- r.send(ctx, p)
+			res := r.send(ctx, p)
+			if res.rec.Outcome == results.OutcomeFailed && res.rec.Fail == "" {
+				res.rec.Fail = res.err // the summary's failures by reason say what bench saw
+			}
+			finished <- res
 		}()
 		runtime.Gosched() // let the sender go before rendering more
 		// Render the next few now, while there is time.

@@ -284,6 +284,10 @@ func TestErrorExamples(t *testing.T) {
 	if out.Errors["http 400"] != 3 || out.ErrorExamples["http 400"] != msg {
 		t.Fatalf("errors %v, examples %v", out.Errors, out.ErrorExamples)
 	}
+	// The summary's failures by reason say the same, not "no reason recorded".
+	if out.Summary.FailedBy["http 400"] != 3 {
+		t.Errorf("summary failed_by %v, want http 400: 3", out.Summary.FailedBy)
+	}
 	m := reportJSON(t, out)
 	if ex, _ := m["error_examples"].(map[string]any); ex["http 400"] != msg {
 		t.Errorf("JSON error_examples %v", m["error_examples"])

@@ -100,7 +100,7 @@ clean:
 # the index-driven policies with the event-fed index on W1 and W2, and the
 # replicas each policy needs on W1 and W2.
 report: build
-	rm -rf docs/benchmarks
+	rm -rf docs/benchmarks/w1 docs/benchmarks/w2 docs/benchmarks/w6 docs/benchmarks/w1-events docs/benchmarks/w2-events docs/benchmarks/w6-events docs/benchmarks/w1-capacity docs/benchmarks/w2-capacity docs/benchmarks/w7-overload docs/benchmarks/w7-gateways
 	./$(BIN) compare --workload w1 --policies all --seeds 3 --rates 3.2,2.4,4,4.8 --out docs/benchmarks/w1 --title "W1: shared system prompts"
 	./$(BIN) compare --workload w2 --policies all --seeds 3 --warmup 120s --out docs/benchmarks/w2 --title "W2: multi-turn chat"
 	./$(BIN) compare --workload w6 --policies all --seeds 3 --out docs/benchmarks/w6 --title "W6: no shared prefixes"

@@ -148,20 +148,7 @@ func (o *Output) WriteText(w io.Writer) error {
 	}
 	if len(s.PerTenant) > 0 {
 		b.WriteString("per tenant:\n")
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  tenant\tok/req\tttft p50/99\te2e p99\tfailed")
-		for _, t := range s.PerTenant {
-			name := t.Tenant
-			if name == "" {
-				name = "(none)"
-			}
-			failed := strconv.Itoa(t.Failed)
-			if len(t.FailedBy) > 0 {
-				failed += " (" + counts(t.FailedBy) + ")"
-			}
-			fmt.Fprintf(tw, "  %s\t%d/%d\t%s/%s\t%s\t%s\n", name, t.Completed, t.Requests, fmtMs(t.TTFTP50Ms), fmtMs(t.TTFTP99Ms), fmtMs(t.E2EP99Ms), failed)
-		}
-		if err := tw.Flush(); err != nil {
+		if err := results.WriteTenantTable(&b, s); err != nil {
 			return fmt.Errorf("bench: format: %w", err)
 		}
 	}

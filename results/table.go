@@ -163,6 +163,13 @@ func formatTenants(b *strings.Builder, s *Summary) error {
 		fmt.Fprintf(b, " without %s", strings.Join(s.WithoutTenants, ", "))
 	}
 	b.WriteString(":\n")
+	return WriteTenantTable(b, s)
+}
+
+// WriteTenantTable writes the per-tenant table of s (indented, one line a
+// tenant: requests, TTFT p50/p99, E2E p99, failures by reason); sim's and
+// bench's tables share it.
+func WriteTenantTable(b *strings.Builder, s *Summary) error {
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  tenant\tok/req\tttft p50/99\te2e p99\tfailed")
 	for _, t := range s.PerTenant {

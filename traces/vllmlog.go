@@ -190,7 +190,9 @@ func ReadVLLMMeta(path string) (*VLLMMeta, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("read vllm meta %s: %w", path, err)
 	}
-	if m.SchemaVersion != VLLMMetaSchema {
+	// A meta.json without schema_version is read as version 1, the only
+	// one there is; a version this code does not know is refused.
+	if m.SchemaVersion != 0 && m.SchemaVersion != VLLMMetaSchema {
 		return nil, fmt.Errorf("read vllm meta %s: schema_version %d is not one this version of inferrail reads (it reads %d); convert the log or upgrade inferrail", path, m.SchemaVersion, VLLMMetaSchema)
 	}
 	return &m, nil

@@ -84,7 +84,7 @@ fidelity: build
 # long-prompt traces, at four profiles, three seeds, the default rate and
 # 1.3x, and capacity on W1 and W2: docs/benchmarks/leaderboard/leaderboard.md
 # (scripts/leaderboard.sh says how to narrow it; the whole takes about
-# half an hour on 2 cores).
+# 22 minutes on 2 cores).
 leaderboard: build
 	scripts/leaderboard.sh
 

@@ -8,7 +8,6 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -222,7 +221,11 @@ func LogConfig(meta *traces.VLLMMeta, entries []traces.VLLMEntry, series []trace
 	} else if opts.GPU != "" {
 		gpu, _ = findGPU(opts.GPU)
 		src.gpu = gpu.Name
-		src.notef("GPU %s from --gpu (meta.json names %s)", gpu.Name, cmp.Or(strconvQuote(named), "none"))
+		if named == "" {
+			src.notef("GPU %s from --gpu (meta.json names none)", gpu.Name)
+		} else {
+			src.notef("GPU %s from --gpu (meta.json names %q, not a preset GPU)", gpu.Name, named)
+		}
 	} else if named != "" {
 		src.notef("GPU %q is not a preset GPU: the fit starts from the default profile (pass --gpu to start from a preset GPU's roofline)", named)
 	} else {
@@ -548,12 +551,4 @@ func mergeReports(reps []ErrorReport) ErrorReport {
 	out.TTFTMAPE, out.E2EMAPE, out.TPOTMAPE = round4(t/n), round4(e/n), round4(p/n)
 	out.QueueMAPE, out.SchedToFirstMAPE, out.QueueShare = round4(q/n), round4(s/n), round4(share/n)
 	return out
-}
-
-// strconvQuote quotes s, or returns "" for "".
-func strconvQuote(s string) string {
-	if s == "" {
-		return ""
-	}
-	return strconv.Quote(s)
 }

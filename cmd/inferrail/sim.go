@@ -579,14 +579,9 @@ func runSims(cmd *cobra.Command, f simFlags, policies []string, stdout, stderr i
 		if err != nil {
 			return err
 		}
-		bar := newProgressBar(stderr)
-		cfg.Progress = bar.update
-		out, err := fleet.Simulate(cfg)
+		out, err := simulate(cfg, f, stderr)
 		if err != nil {
-			if bad := f.badTrace(err); bad != nil {
-				return bad
-			}
-			return fmt.Errorf("simulate %s: %w", g.policy, err)
+			return err
 		}
 		sums = append(sums, out.Summary)
 	}
@@ -599,7 +594,9 @@ func runSims(cmd *cobra.Command, f simFlags, policies []string, stdout, stderr i
 	return nil
 }
 
-func runSim(cfg fleet.Config, f simFlags, stdout, stderr io.Writer) error {
+// simulate runs one simulation with a progress bar on stderr; a malformed
+// trace record is bad input.
+func simulate(cfg fleet.Config, f simFlags, stderr io.Writer) (*fleet.Output, error) {
 	bar := newProgressBar(stderr)
 	if cfg.Source != nil && !bar.off {
 		// A replay's length is known only at its end: count it up front
@@ -610,9 +607,17 @@ func runSim(cfg fleet.Config, f simFlags, stdout, stderr io.Writer) error {
 	out, err := fleet.Simulate(cfg)
 	if err != nil {
 		if bad := f.badTrace(err); bad != nil {
-			return bad
+			return nil, bad
 		}
-		return fmt.Errorf("simulate: %w", err)
+		return nil, fmt.Errorf("simulate %s: %w", cfg.Policy, err)
+	}
+	return out, nil
+}
+
+func runSim(cfg fleet.Config, f simFlags, stdout, stderr io.Writer) error {
+	out, err := simulate(cfg, f, stderr)
+	if err != nil {
+		return err
 	}
 	if f.out != "" {
 		if err := writeRun(f.out, cfg, out); err != nil {

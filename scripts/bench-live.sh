@@ -7,7 +7,8 @@
 # 0.1 against live without, alternately, at 1,000 req/s), and the cost of
 # keys and limits the same way; then a soak of
 # 50,000 requests through live with its resident memory before and after
-# (RATES="" and SOAK=0 skip the first and the last). Engines use the smallest profile costs, so
+# (RATES="" and SOAK=0 skip the first and the last, COSTS=0 the traces and keys
+# parts; LIVE_GOMAXPROCS=N sets GOMAXPROCS in live's environment). Engines use the smallest profile costs, so
 # latency is almost all network and proxy. Results: $OUT/results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,7 +66,7 @@ models:
       - {name: b, url: "http://127.0.0.1:19002"}
       - {name: c, url: "http://127.0.0.1:19003"}
 YAML
-$BIN live --config "$TMP/live.yaml" 2>"$TMP/live.log" &
+GOMAXPROCS=${LIVE_GOMAXPROCS:-} $BIN live --config "$TMP/live.yaml" 2>"$TMP/live.log" &
 LIVE=$!
 PIDS+=($LIVE)
 cat >"$TMP/nginx.conf" <<NGINX
@@ -167,6 +168,7 @@ for rate in $RATES; do
 	done
 done
 
+if [ "${COSTS:-1}" != 0 ]; then
 # Tracing's cost: a second proxy, the same but for traces sampled at 0.1
 # and exported to a receiver (nginx answering 200), against the untraced one,
 # alternately, at TRACE_RATE.
@@ -235,6 +237,8 @@ done
 echo "| median | | | | | | $(printf '%s\n' "${added99[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') | |" >>"$OUT/results.md"
 kill "$KEYED"
 wait "$KEYED" 2>/dev/null || true
+
+fi
 
 if [ "$SOAK" -gt 0 ]; then
 # The soak runs on a fresh proxy, so the overload above does not colour it.

@@ -31,6 +31,34 @@ type Record struct {
 	// HashIDs name the prompt's blocks in order: equal ids mean identical
 	// blocks with identical prefixes. The last one may cover a partial block.
 	HashIDs []uint64
+	// Measured is what a recording of live traffic measured for this
+	// request; nil for traces that describe only the load.
+	Measured *Measured
+}
+
+// Measured is one recorded request's outcome as the proxy saw it. Tenant
+// and user identities are salted hashes, never the names themselves.
+type Measured struct {
+	// Tenant is the salted hash of the request's tenant (0 = none).
+	Tenant uint64
+	// Queue is the time from arrival to dispatch (admission queue wait).
+	Queue time.Duration
+	// TTFT, TPOT and E2E are the measured time to first token, time per
+	// output token after the first, and end-to-end latency. TPOT is 0 when
+	// fewer than two tokens came back.
+	TTFT, TPOT, E2E time.Duration
+	// Replica names the replica that served the final try ("" = none).
+	Replica string
+	// Outcome is "ok" or the failure reason (results.Failure* names).
+	Outcome string
+	// CachedTokens is the engine's usage.prompt_tokens_details.cached_tokens
+	// (-1 when the engine did not report it).
+	CachedTokens int
+	// PredictedCachedTokens is the router's prediction for the chosen
+	// replica.
+	PredictedCachedTokens int
+	// Policy is the routing policy that chose the replica.
+	Policy string
 }
 
 // Reader streams a trace's records. Next returns io.EOF after the last one.

@@ -17,6 +17,7 @@ import (
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/fleet/remote"
 	"github.com/inferrail/inferrail/internal/openai"
+	"github.com/inferrail/inferrail/internal/seed"
 )
 
 // ProbeConfig configures Probe.
@@ -146,7 +147,7 @@ func Probe(ctx context.Context, cfg ProbeConfig) (*ProbeResult, error) {
 	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
 	ctx, cancel := context.WithTimeout(ctx, cfg.Budget)
 	defer cancel()
-	p := &prober{cfg: cfg, client: cfg.Client, rng: rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), noted: map[string]bool{}}
+	p := &prober{cfg: cfg, client: cfg.Client, rng: seed.Rand(cfg.Seed, "calibrate/probe"), noted: map[string]bool{}}
 	if p.client == nil {
 		p.client = &http.Client{}
 	}

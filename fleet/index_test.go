@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"github.com/inferrail/inferrail/router/gateway"
+	"slices"
 	"testing"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
@@ -21,21 +22,33 @@ func TestEventFedIndexPredictsExactly(t *testing.T) {
 	}
 }
 
+// On shared prompts the cache-aware policies beat round robin at every one
+// of three seeds (TTFT p99 at most 0.7x, its median at most 0.5x: one
+// 1,500-request run's p99 moves by tens of percent with the seed).
 func TestCacheAwareBeatsRoundRobinOnSharedPrompts(t *testing.T) {
-	run := func(policy string) (p99, hit float64) {
+	run := func(policy string, seed uint64) (p99, hit float64) {
 		c := smallConfig(t, "w1", 1500)
 		c.Policy = policy
+		c.Seed, c.Workload.Seed = seed, seed
 		out, err := Simulate(c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return out.Summary.TTFT.P99, out.Summary.HitRate
 	}
-	rrP99, rrHit := run("round_robin")
 	for _, p := range []string{"cost_model", "kv_aware"} {
-		p99, hit := run(p)
-		if hit < 0.8 || hit <= rrHit || p99 > 0.6*rrP99 {
-			t.Errorf("%s: TTFT p99 %.0f ms, hit %.3f; round robin %.0f ms, %.3f", p, p99, hit, rrP99, rrHit)
+		var ratios []float64
+		for seed := uint64(1); seed <= 3; seed++ {
+			rrP99, rrHit := run("round_robin", seed)
+			p99, hit := run(p, seed)
+			ratios = append(ratios, p99/rrP99)
+			if hit < 0.8 || hit <= rrHit || p99 > 0.7*rrP99 {
+				t.Errorf("%s, seed %d: TTFT p99 %.0f ms, hit %.3f; round robin %.0f ms, %.3f", p, seed, p99, hit, rrP99, rrHit)
+			}
+		}
+		slices.Sort(ratios)
+		if ratios[1] > 0.5 {
+			t.Errorf("%s: median TTFT p99 %.2fx round robin's over seeds 1-3 (%.2f), want at most 0.5x", p, ratios[1], ratios)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package router
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/seed"
 )
 
 // Request is what the router knows of a request when it picks a replica.
@@ -218,11 +218,7 @@ func NewPolicy(name string, o Options) (Policy, error) {
 
 // subRNG derives a subsystem's random source from the run seed, so adding a
 // random draw in one place never reshuffles another.
-func subRNG(seed uint64, name string) *rand.Rand {
-	h := fnv.New64a()
-	h.Write([]byte("router/" + name))
-	return rand.New(rand.NewPCG(seed, h.Sum64()))
-}
+func subRNG(s uint64, name string) *rand.Rand { return seed.Rand(s, "router/"+name) }
 
 // Pick runs p over cands and checks the answer.
 func Pick(p Policy, req *Request, cands []Candidate) (int, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/seed"
 	"github.com/inferrail/inferrail/workload"
 )
 
@@ -102,7 +103,7 @@ func NewSource(r Reader, o ReplayOptions) (*Source, error) {
 	return &Source{
 		r:    r,
 		o:    o,
-		rng:  rand.New(rand.NewPCG(o.Seed, 0x7472616365)), // "trace"
+		rng:  seed.Rand(o.Seed, "traces/sample"),
 		salt: o.Seed*0x9E3779B97F4A7C15 + 0x5EED,
 	}, nil
 }

@@ -1,12 +1,12 @@
 package workload
 
 import (
-	"container/heap"
 	"time"
 
 	"pgregory.net/rapid"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/timeheap"
 )
 
 // tb is what the helpers need of *testing.T and *rapid.T.
@@ -49,27 +49,8 @@ func drainOpen(src Source) []*Request {
 // simEvent is an arrival (done == false) or a completion.
 type simEvent struct {
 	at   time.Duration
-	seq  int
 	req  *Request
 	done bool
-}
-
-type eventHeap []simEvent
-
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].seq < h[j].seq
-}
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(simEvent)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
 }
 
 // simResult is what simulate observed.
@@ -86,13 +67,8 @@ type simResult struct {
 func simulate(t tb, src Source, service func(*Request) time.Duration, fail func(*Request) bool) simResult {
 	t.Helper()
 	res := simResult{finish: map[uint64]time.Duration{}, failed: map[uint64]bool{}, followed: map[uint64]*Request{}}
-	var h eventHeap
-	seq := 0
-	push := func(e simEvent) {
-		seq++
-		e.seq = seq
-		heap.Push(&h, e)
-	}
+	var h timeheap.Heap[simEvent]
+	push := func(e simEvent) { h.Push(e.at, e) }
 	pull := func() {
 		if r, ok := src.Next(); ok {
 			push(simEvent{at: r.Arrival, req: r})
@@ -101,7 +77,7 @@ func simulate(t tb, src Source, service func(*Request) time.Duration, fail func(
 	pull()
 	var now time.Duration
 	for h.Len() > 0 {
-		e := heap.Pop(&h).(simEvent)
+		e := h.Pop().V
 		if e.at < now {
 			t.Fatalf("time went backwards: %v < %v", e.at, now)
 		}

@@ -1,28 +1,17 @@
 package workload
 
 import (
-	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"time"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/seed"
 )
 
-// subSeed derives the seed of one purpose, e.g. "w1/lengths", from the run
-// seed, so that drawing more or fewer numbers for one purpose leaves the
-// others' streams unchanged.
-func subSeed(seed uint64, purpose string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(purpose))
-	return seed ^ h.Sum64()
-}
-
-// newRand returns the random stream of one purpose.
-func newRand(seed uint64, purpose string) *rand.Rand {
-	s := subSeed(seed, purpose)
-	return rand.New(rand.NewPCG(kvblock.Mix64(s+0x9E3779B97F4A7C15), kvblock.Mix64(s+0x3C6EF372FE94F82A)))
-}
+// newRand returns the random stream of one purpose, e.g. "w1/lengths"
+// (see package seed).
+func newRand(s uint64, purpose string) *rand.Rand { return seed.Rand(s, purpose) }
 
 // idGen hands out segment IDs that never repeat within a source: a counter
 // passed through a bijection keyed by the seed (and never 0).
@@ -30,8 +19,8 @@ type idGen struct {
 	key, n uint64
 }
 
-func newIDGen(seed uint64, purpose string) idGen {
-	return idGen{key: kvblock.Mix64(subSeed(seed, purpose) + 0x9E3779B97F4A7C15)}
+func newIDGen(s uint64, purpose string) idGen {
+	return idGen{key: kvblock.Mix64(seed.Derive(s, purpose) + 0x9E3779B97F4A7C15)}
 }
 
 func (g *idGen) next() uint64 {

@@ -13,6 +13,7 @@ import (
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/engine/simtok"
+	"github.com/inferrail/inferrail/internal/seed"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -51,7 +52,7 @@ func New(cfg Config) (*Server, error) {
 		cmds: make(chan command, 1024),
 		salt: kvblock.Salt(cfg.ServedModelNames[0], "", ""),
 		done: make(chan struct{}),
-		rng:  rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		rng:  seed.Rand(cfg.Seed, "engine/server"),
 	}
 	s.met = newMetrics(&s.cfg)
 	return s, nil

@@ -1,6 +1,8 @@
 // Package timeheap is a binary min-heap of values ordered by a time, then by
-// the order they were pushed: the event queue of the simulator and the
-// gateway core's queue deadlines. It is written by hand rather than on
+// the order they were pushed: the project's one priority queue (the
+// simulator's events, the gateway core's queue deadlines, the prefix index's
+// speculative expiries, the mock engine's delayed outputs, bench's send
+// schedule). It is written by hand rather than on
 // container/heap, whose interface boxing costs an allocation per push; the
 // comparisons are on the item's own fields, so they inline.
 package timeheap
@@ -22,6 +24,14 @@ type Heap[T any] struct {
 
 // Len is the number of items.
 func (h *Heap[T]) Len() int { return len(h.items) }
+
+// Cap is the capacity of the heap's backing array, for memory accounting.
+func (h *Heap[T]) Cap() int { return cap(h.items) }
+
+// Peek returns the value of the i-th item in heap order, 0 <= i < Len: item
+// 0 is the earliest; the others are among the earliest in no particular
+// order (a lookahead window, e.g. to prepare the next few).
+func (h *Heap[T]) Peek(i int) T { return h.items[i].V }
 
 func less[T any](a, b *Item[T]) bool {
 	if a.At != b.At {

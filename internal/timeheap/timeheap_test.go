@@ -55,3 +55,22 @@ func BenchmarkPushPop(b *testing.B) {
 		i++
 	}
 }
+
+// Peek(0) is the earliest item and every Peek(i) is a queued value; Cap
+// covers Len.
+func TestPeek(t *testing.T) {
+	var h Heap[int]
+	for i, at := range []time.Duration{5, 3, 9, 3, 1} {
+		h.Push(at, i)
+	}
+	if got := h.Peek(0); got != 4 {
+		t.Fatalf("Peek(0) = %d, want 4 (the item at time 1)", got)
+	}
+	seen := map[int]bool{}
+	for i := range h.Len() {
+		seen[h.Peek(i)] = true
+	}
+	if len(seen) != 5 || h.Cap() < h.Len() {
+		t.Fatalf("Peek saw %v, Cap %d, Len %d", seen, h.Cap(), h.Len())
+	}
+}

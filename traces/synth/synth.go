@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/inferrail/inferrail/internal/seed"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -124,7 +125,7 @@ func Generate(w io.Writer, c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	rng := rand.New(rand.NewPCG(c.Seed, 0x73796e7468))
+	rng := seed.Rand(c.Seed, "traces/synth")
 	var zipf *rand.Zipf
 	if c.Prefixes > 1 {
 		zipf = rand.NewZipf(rng, c.PrefixZipf, 1, uint64(c.Prefixes-1))

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/inferrail/inferrail/engine/simtok"
 	"github.com/inferrail/inferrail/internal/openai"
+	"github.com/inferrail/inferrail/internal/timeheap"
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/workload"
 )
@@ -170,26 +170,11 @@ func (c *Config) validate() error {
 type pending struct {
 	w    *workload.Request
 	body []byte // rendered when it enters the lookahead window
-	seq  int
 }
 
-type queue []*pending
-
-func (q queue) Len() int { return len(q) }
-func (q queue) Less(i, j int) bool {
-	if q[i].w.Arrival != q[j].w.Arrival {
-		return q[i].w.Arrival < q[j].w.Arrival
-	}
-	return q[i].seq < q[j].seq
-}
-func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *queue) Push(x any)   { *q = append(*q, x.(*pending)) }
-func (q *queue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
-}
+// queue is the send schedule: pending requests by arrival, then by the
+// order they were queued.
+type queue = timeheap.Heap[*pending]
 
 // result is one finished request, reported to the dispatcher.
 type result struct {
@@ -219,7 +204,6 @@ type runner struct {
 	// answers holds generated text by the output segment it stands for, so
 	// a follow-up turn quotes what the server really wrote.
 	answers map[uint64][]byte
-	seq     int
 	bases   []string
 }
 
@@ -309,7 +293,7 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 			}
 			continue
 		}
-		p := q[0]
+		p := q.Peek(0)
 		if p.body == nil {
 			p.body = r.render(p.w)
 		}
@@ -332,7 +316,7 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 		for r.cfg.SpinWindow > 0 && time.Since(r.start) < p.w.Arrival {
 			runtime.Gosched()
 		}
-		heap.Pop(&q)
+		q.Pop()
 		inFlight++
 		wg.Add(1)
 		go func() {
@@ -346,8 +330,8 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 		runtime.Gosched() // let the sender go before rendering more
 		// Render the next few now, while there is time.
 		for i := 0; i < min(q.Len(), 4); i++ {
-			if q[i].body == nil {
-				q[i].body = r.render(q[i].w)
+			if n := q.Peek(i); n.body == nil {
+				n.body = r.render(n.w)
 			}
 		}
 	}
@@ -378,10 +362,7 @@ func (r *runner) run(ctx context.Context) (*Output, error) {
 	}, nil
 }
 
-func (r *runner) push(q *queue, w *workload.Request) {
-	r.seq++
-	heap.Push(q, &pending{w: w, seq: r.seq})
-}
+func (r *runner) push(q *queue, w *workload.Request) { q.Push(w.Arrival, &pending{w: w}) }
 
 // The headers of inferrail live (package live) that bench speaks.
 const (

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/timeheap"
 )
 
 // DefaultCapacityBlocks is the shadow-LRU capacity of a replica whose
@@ -43,7 +44,7 @@ type Index struct {
 	gen    uint64 // last generation handed to a Record or RecordSpeculative
 	shared table
 	reps   []*replica // by id; nil for replicas the index knows nothing about
-	queue  expiryQueue
+	queue  timeheap.Heap[expiry]
 	// nextExpiry is the earliest expiry in queue (math.MaxInt64 when empty),
 	// so that Expire can return without the write lock.
 	nextExpiry atomic.Int64
@@ -255,8 +256,9 @@ func (x *Index) RecordSpeculative(replica int, hashes []kvblock.Hash, expires ti
 	defer x.mu.Unlock()
 	rc := x.record(replica, hashes, kindSpeculative)
 	if rc.gen != 0 {
-		x.queue.push(expiry{at: expires, gen: rc.gen, replica: replica, hashes: hashes})
-		x.nextExpiry.Store(int64(x.queue[0].at))
+		x.queue.Push(expires, expiry{gen: rc.gen, replica: replica, hashes: hashes})
+		top, _ := x.queue.Top()
+		x.nextExpiry.Store(int64(top.At))
 	}
 	return rc
 }
@@ -336,13 +338,17 @@ func (x *Index) Expire(now time.Duration) {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for len(x.queue) > 0 && x.queue[0].at <= now {
-		e := x.queue.pop()
+	for {
+		top, ok := x.queue.Top()
+		if !ok || top.At > now {
+			break
+		}
+		e := x.queue.Pop().V
 		x.dropOwned(e.replica, e.hashes, e.gen, true)
 	}
 	next := int64(math.MaxInt64)
-	if len(x.queue) > 0 {
-		next = int64(x.queue[0].at)
+	if top, ok := x.queue.Top(); ok {
+		next = int64(top.At)
 	}
 	x.nextExpiry.Store(next)
 }
@@ -582,7 +588,7 @@ func (x *Index) Bytes() int64 {
 	n += int64(cap(x.shared.slots)) * int64(unsafe.Sizeof(entry{}))
 	n += int64(cap(x.shared.ext)) * int64(unsafe.Sizeof(extWord{}))
 	n += int64(cap(x.reps)) * int64(unsafe.Sizeof((*replica)(nil)))
-	n += int64(cap(x.queue)) * int64(unsafe.Sizeof(expiry{}))
+	n += int64(x.queue.Cap()) * int64(unsafe.Sizeof(timeheap.Item[expiry]{}))
 	for _, p := range x.reps {
 		if p == nil {
 			continue

@@ -47,6 +47,9 @@ type SizePoint struct {
 	// (results.SteadyState), and Warning is the first one's warning.
 	Unsteady int
 	Warning  string
+	// RateRPS is the median over seeds of the offered rate: the searched
+	// rate, or for a trace replay what its arrivals offer.
+	RateRPS float64
 }
 
 // CapacityResult is one variant's answer.
@@ -204,11 +207,13 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 func evaluate(group []Point, slo results.SLO) SizePoint {
 	ttft := make([]float64, len(group))
 	tpot := make([]float64, len(group))
+	rate := make([]float64, len(group))
 	complete := true
 	sp := SizePoint{Replicas: group[0].Replicas}
 	for i, p := range group {
 		ttft[i] = p.Summary.TTFT.P99
 		tpot[i] = p.Summary.TPOT.P99
+		rate[i] = p.Rate
 		complete = complete && p.Summary.Completed == p.Summary.Requests
 		sp.Failed = max(sp.Failed, p.Summary.Requests-p.Summary.Completed)
 		if w := p.Summary.Steady.Warning; w != "" {
@@ -218,7 +223,7 @@ func evaluate(group []Point, slo results.SLO) SizePoint {
 			sp.Unsteady++
 		}
 	}
-	sp.TTFTP99Ms, sp.TPOTP99Ms = median(ttft), median(tpot)
+	sp.TTFTP99Ms, sp.TPOTP99Ms, sp.RateRPS = median(ttft), median(tpot), median(rate)
 	def := results.DefaultSLO()
 	if slo.TTFTP99 == 0 {
 		slo.TTFTP99 = def.TTFTP99

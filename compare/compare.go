@@ -31,6 +31,10 @@ const (
 	CapacityRateReplicas = 8
 )
 
+// MaxRates bounds Spec.Rates: each rate is one simulation of every variant
+// and seed.
+const MaxRates = 100
+
 // DefaultWarmup is the warmup of a run of requests (0: unbounded) at rate
 // over at most duration (0: unbounded) when none is given: the first tenth
 // of the run, at most DefaultMaxWarmup, rounded to the second.
@@ -285,9 +289,16 @@ func (s *Spec) Validate() error {
 	if s.Base.Source != nil && len(s.Rates) > 1 {
 		errs = append(errs, errors.New("rates: a trace replay keeps its own arrival times (use --speedup)"))
 	}
+	if len(s.Rates) > MaxRates {
+		errs = append(errs, fmt.Errorf("rates: at most %d rates, got %d (each is one simulation of every policy and seed)", MaxRates, len(s.Rates)))
+	}
 	for _, r := range s.Rates {
-		if !(r > 0) {
-			errs = append(errs, fmt.Errorf("rates: each must be a positive number of requests per second, got %v", r))
+		if !(r > 0 && r <= workload.MaxRate) {
+			errs = append(errs, fmt.Errorf("rates: each must be a positive number of requests per second, at most %d, got %v", workload.MaxRate, r))
+		} else if s.Base.Source == nil {
+			if err := workload.CheckLength(s.Base.Workload.Requests, s.Base.Workload.Duration, r); err != nil {
+				errs = append(errs, fmt.Errorf("rates: %g req/s: %w", r, err))
+			}
 		}
 	}
 	if s.Parallel < 0 {

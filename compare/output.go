@@ -138,6 +138,31 @@ func (c *CapacityReport) Baseline() string {
 	return best
 }
 
+// OfferedRate is the load the search ran at: the searched rate, or for a
+// trace replay (which runs at its own arrival times) the rate its arrivals
+// offer, as measured in the search's runs.
+func (c *CapacityReport) OfferedRate() float64 {
+	if c.Spec.Base.Source == nil {
+		return c.Spec.Rate
+	}
+	for _, r := range c.Results {
+		for _, p := range r.Points {
+			if p.RateRPS > 0 {
+				return p.RateRPS
+			}
+		}
+	}
+	return 0
+}
+
+// Savings is the replicas the variant labelled label saves against the
+// baseline (Baseline) and that saving per four GPUs: report.Capacity's
+// GPUsSaved, the one rule for it. ok is false when either does not meet the
+// SLO up to MaxReplicas.
+func (c *CapacityReport) Savings(label string) (saved int, perFour float64, ok bool) {
+	return c.toReport().GPUsSaved(label)
+}
+
 // FailureNotes says once, over every run of the search, why requests did
 // not complete (results.FailureNotes); nil when none failed.
 func (c *CapacityReport) FailureNotes() []results.FailureNote {
@@ -163,7 +188,7 @@ func (c *CapacityReport) Warnings() []string {
 func (c *CapacityReport) toReport() *report.Capacity {
 	out := &report.Capacity{
 		Workload:    c.Spec.Base.Workload.Workload,
-		RateRPS:     c.Spec.Rate,
+		RateRPS:     c.OfferedRate(),
 		MaxReplicas: c.Spec.MaxReplicas,
 		Baseline:    c.Baseline(),
 		Warnings:    c.Warnings(),
@@ -292,7 +317,10 @@ func workloadYAML(w workload.Config) (string, error) {
 // capacityJSON is capacity.json: the question and, per policy, the answer and
 // every fleet size evaluated.
 type capacityJSON struct {
-	Workload     string           `json:"workload"`
+	Workload string `json:"workload"`
+	// Trace names the replayed trace of a trace search; RateRPS is then
+	// what its arrivals offered (CapacityReport.OfferedRate).
+	Trace        string           `json:"trace,omitempty"`
 	RateRPS      float64          `json:"rate_rps"`
 	MaxReplicas  int              `json:"max_replicas"`
 	Seeds        []uint64         `json:"seeds"`
@@ -335,26 +363,22 @@ type capacityPoint struct {
 func (c *CapacityReport) summary() capacityJSON {
 	slo := c.Spec.Base.SLO
 	out := capacityJSON{
-		Workload: c.Spec.Base.Workload.Workload, RateRPS: c.Spec.Rate, MaxReplicas: c.Spec.MaxReplicas,
+		Workload: c.Spec.Base.Workload.Workload, RateRPS: c.OfferedRate(), MaxReplicas: c.Spec.MaxReplicas,
 		Seeds: c.Spec.Seeds, SLOTTFTP99Ms: ms(slo.TTFTP99), SLOTPOTP99Ms: ms(slo.TPOTP99), Baseline: c.Baseline(),
 		Warnings: c.Warnings(),
 	}
 	for _, n := range c.FailureNotes() {
 		out.Failures = append(out.Failures, n.String())
 	}
-	baseN := 0
-	for _, r := range c.Results {
-		if r.name() == out.Baseline {
-			baseN = r.Replicas
-		}
+	if c.Spec.Base.Source != nil {
+		out.Trace = c.Spec.Base.SourceName
 	}
 	for _, r := range c.Results {
 		p := capacityPolicy{Policy: r.name(), Replicas: r.Replicas, Warning: r.Warning}
 		if r.name() != r.Policy {
 			p.Admission, p.Ledger = string(r.Admission), r.Ledger
 		}
-		if baseN > 0 && r.Replicas > 0 {
-			saved := baseN - r.Replicas
+		if saved, _, ok := c.Savings(r.name()); ok {
 			p.Saved = &saved
 		}
 		for _, pt := range r.Points {

@@ -156,3 +156,34 @@ func TestCapacityNamesFailuresAndUnsteadyAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestCapacityOfATraceReportsTheRateItsArrivalsOffer: a trace replay runs at
+// its own arrival times, so capacity.json names the trace and gives the rate
+// its arrivals offered, not the unused --rate; the GPUs saved are the
+// report's rule (report.Capacity.GPUsSaved).
+func TestCapacityOfATraceReportsTheRateItsArrivalsOffer(t *testing.T) {
+	base := baseConfig(t, "w1", 100)
+	base.Source = func(uint64) (workload.Source, error) { return nil, errBoom } // never run here
+	base.SourceName = "conversation_trace.jsonl"
+	caps := &CapacityReport{
+		Spec: CapacitySpec{Base: base, Policies: []string{"round_robin", "cost_model"}, Seeds: []uint64{1}, Rate: 3.2, MaxReplicas: 8},
+		Results: []CapacityResult{
+			{Policy: "round_robin", Label: "round_robin", Replicas: 6, Points: []SizePoint{{Replicas: 6, Met: true, RateRPS: 1.75}}},
+			{Policy: "cost_model", Label: "cost_model", Replicas: 4, Points: []SizePoint{{Replicas: 4, Met: true, RateRPS: 1.75}}},
+		},
+	}
+	j := caps.summary()
+	if j.Trace != "conversation_trace.jsonl" || j.RateRPS != 1.75 {
+		t.Errorf("capacity.json of a trace: trace %q, rate_rps %v; want the trace's name and 1.75 (what its arrivals offered)", j.Trace, j.RateRPS)
+	}
+	if saved, perFour, ok := caps.Savings("cost_model"); !ok || saved != 2 || perFour != 4.0*2/6 {
+		t.Errorf("cost_model saves %d (%v per four, ok %v) against round robin's 6; want 2 (%v)", saved, perFour, ok, 4.0*2/6)
+	}
+	if p := j.Policies[1]; p.Saved == nil || *p.Saved != 2 {
+		t.Errorf("capacity.json gpus_saved of cost_model: %v, want 2", p.Saved)
+	}
+	caps.Spec.Base.Source = nil
+	if got := caps.OfferedRate(); got != 3.2 {
+		t.Errorf("a workload search's offered rate: %v, want the searched 3.2", got)
+	}
+}

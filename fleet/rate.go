@@ -60,7 +60,7 @@ const lengthSample = 512
 // offered less than it could serve. If the workload cannot be drawn (an
 // invalid configuration, which Validate reports) the scale is 1.
 func (c *Config) DefaultRate() float64 {
-	base := DefaultRate(c.Workload.Workload, c.Replicas)
+	base := DefaultRate(c.Workload.Workload, max(c.Replicas, 1)) // Validate reports a fleet of none
 	w := c.Workload
 	w.Seed = c.Seed
 	l, err := workload.MeanLengths(w, lengthSample)

@@ -152,14 +152,19 @@ func DefaultConfig() Config {
 // MaxReplicas bounds the fleet size of one simulation.
 const MaxReplicas = 4096
 
+// MinScrapeInterval bounds how often the router scrapes each engine: every
+// replica is scraped once an interval, and below a millisecond the
+// simulation does little else.
+const MinScrapeInterval = time.Millisecond
+
 // Validate checks c once; every message names the setting and what is allowed.
 func (c *Config) Validate() error {
 	var errs []error
 	if c.Replicas < 1 || c.Replicas > MaxReplicas {
 		errs = append(errs, fmt.Errorf("replicas: must be between 1 and %d, got %d", MaxReplicas, c.Replicas))
 	}
-	if c.ScrapeInterval <= 0 {
-		errs = append(errs, fmt.Errorf("scrape-interval: must be positive, got %v", c.ScrapeInterval))
+	if c.ScrapeInterval < MinScrapeInterval {
+		errs = append(errs, fmt.Errorf("scrape-interval: must be at least %v, got %v (every replica is scraped once an interval; below %v the simulation does little else)", MinScrapeInterval, c.ScrapeInterval, MinScrapeInterval))
 	}
 	if c.Index != IndexApproximate && c.Index != IndexEvents {
 		errs = append(errs, fmt.Errorf("index: must be one of %s, got %q", strings.Join(IndexModes(), ", "), c.Index))
@@ -197,6 +202,10 @@ func (c *Config) Validate() error {
 		w.Seed = c.Seed
 		if err := w.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("workload: %w", err))
+		} else if err := workload.CheckLength(w.Requests, w.Duration, w.Rate); err != nil {
+			errs = append(errs, fmt.Errorf("workload: %w", err))
+		} else if w.Duration > 0 && c.Warmup >= w.Duration {
+			errs = append(errs, fmt.Errorf("warmup: must be shorter than the run's duration (%v), got %v (requests arriving in the warmup are not measured)", w.Duration, c.Warmup))
 		}
 	}
 	return errors.Join(errs...)

@@ -608,6 +608,9 @@ func (c *Config) Validate() error {
 		k.fail("workload", "must be one of %s, got %q", strings.Join(Names(), ", "), c.Workload)
 	}
 	k.positive("rate", c.Rate)
+	if c.Rate > MaxRate {
+		k.fail("rate", "must be at most %d requests per second, got %v", MaxRate, c.Rate)
+	}
 	if c.Requests < 0 {
 		k.fail("requests", "must be >= 0 (0 = no limit), got %d", c.Requests)
 	}

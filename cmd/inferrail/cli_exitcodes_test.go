@@ -184,7 +184,7 @@ func TestCLIRunSizeBounds(t *testing.T) {
 		{[]string{"compare", "--seeds", "100000000", "--out", out}, []string{"--seeds", "1000"}},
 		{[]string{"compare", "--first-seed", "18446744073709551615", "--seeds", "2", "--out", out}, []string{"--first-seed"}},
 		{[]string{"compare", "--rates", "1,2e7", "--out", out}, []string{"--rates", "1000000"}},
-		{[]string{"compare", "--duration", "100h", "--rates", "1,100", "--out", out}, []string{"--rates 100", "--duration"}},
+		{[]string{"compare", "--duration", "100h", "--rates", "1,100", "--out", out}, []string{"--rates: 100 req/s", "--duration"}},
 		{[]string{"compare", "--parallel", "100000", "--out", out}, []string{"--parallel", "1024"}},
 		{[]string{"capacity", "--duration", "1000h"}, []string{"--duration", "10000000"}},
 		{append([]string{"bench", "--requests", "1000000000000"}, base...), []string{"--requests", "10000000"}},

@@ -25,9 +25,8 @@ import (
 // Bounds of the flags that size a run, far above any real study: they stop a
 // typo (1e12 for 1e2, 1ns for 1s) from running for days or exhausting memory.
 const (
-	// maxRequests and maxRate are the workload's bounds of a run.
+	// maxRequests is the workload's bound of a run.
 	maxRequests = workload.MaxRequests
-	maxRate     = workload.MaxRate
 	// minScrapeInterval bounds how often the router scrapes each engine:
 	// below it the simulation does little but scrape.
 	minScrapeInterval = time.Millisecond
@@ -367,18 +366,6 @@ func (f *simFlags) badTrace(err error) error {
 // traceOnly are the flags that shape a trace replay.
 var traceOnly = []string{"trace-format", "speedup", "rate-scale", "start", "end", "limit", "skip-bad"}
 
-// checkLength refuses a synthetic run longer than the workload's bound
-// (workload.CheckLength), as bad input.
-func checkLength(requests int, duration time.Duration, rate float64) error {
-	if err := workload.CheckLength(requests, duration, rate); err != nil {
-		if requests > maxRequests {
-			return usagef("--%w", err)
-		}
-		return usagef("--%w (flags: --duration, --rate, --requests)", err)
-	}
-	return nil
-}
-
 // config turns flags into a validated fleet configuration; every error is a usage error.
 func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 	cfg := fleet.DefaultConfig()
@@ -411,9 +398,6 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 			rateSet = true
 		}
 	}
-	if f.replicas < 1 || f.replicas > fleet.MaxReplicas {
-		return cfg, usagef("--replicas: must be between 1 and %d, got %d", fleet.MaxReplicas, f.replicas)
-	}
 	fl := cmd.Flags()
 	if f.trace == "" {
 		for _, name := range traceOnly {
@@ -436,9 +420,6 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 	}
 	switch {
 	case fl.Changed("rate"):
-		if !(f.rate > 0 && f.rate <= maxRate) {
-			return cfg, usagef("--rate: must be a positive number of requests per second, at most %d, got %v", maxRate, f.rate)
-		}
 		wl.Rate = f.rate
 	case !rateSet:
 		// The default rate follows the fleet's engines (fleet.Config.DefaultRate).
@@ -447,61 +428,22 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 		wl.Rate = c.DefaultRate()
 	}
 	if fl.Changed("requests") {
-		if f.requests < 0 || f.requests > maxRequests {
-			return cfg, usagef("--requests: must be between 0 (no limit, with --duration) and %d, got %d (every request's record stays in memory until the run ends)", maxRequests, f.requests)
-		}
 		wl.Requests = f.requests
 	}
 	if fl.Changed("duration") {
-		if f.duration < 0 {
-			return cfg, usagef("--duration: must be positive, got %v", f.duration)
-		}
 		wl.Duration = f.duration
 		if !fl.Changed("requests") && f.workloadFile == "" {
 			wl.Requests = 0
 		}
 	}
-	if f.warmup < 0 {
-		return cfg, usagef("--warmup: must be zero or positive, got %v", f.warmup)
-	}
-	if f.trace == "" {
-		if wl.Rate > maxRate {
-			return cfg, usagef("rate: must be at most %d requests per second, got %v", maxRate, wl.Rate)
-		}
-		if err := checkLength(wl.Requests, wl.Duration, wl.Rate); err != nil {
-			return cfg, err
-		}
-		if wl.Duration > 0 && f.warmup >= wl.Duration {
-			return cfg, usagef("--warmup: must be shorter than the run's duration (%v), got %v (requests arriving in the warmup are not measured)", wl.Duration, f.warmup)
-		}
-	}
-	if f.policy != "" {
-		if _, err := router.NewPolicy(f.policy, router.Options{}); err != nil {
-			return cfg, usagef("--policy: %w", err)
-		}
-	}
-	if f.scrapeInterval < minScrapeInterval {
-		return cfg, usagef("--scrape-interval: must be at least %v, got %v (every replica is scraped once an interval; below %v the simulation does little else)", minScrapeInterval, f.scrapeInterval, minScrapeInterval)
-	}
 	if f.slo != "" {
-		slo, err := parseSLO(f.slo)
+		slo, err := results.ParseSLO(f.slo)
 		if err != nil {
 			return cfg, usagef("--slo: %w", err)
 		}
 		f.sloTTFT, f.sloTPOT = slo.TTFTP99, slo.TPOTP99
 	}
-	if f.sloTTFT <= 0 || f.sloTPOT <= 0 {
-		return cfg, usagef("--slo-ttft and --slo-tpot: must be positive, got %v and %v", f.sloTTFT, f.sloTPOT)
-	}
-	switch fleet.IndexMode(f.index) {
-	case fleet.IndexApproximate, fleet.IndexEvents:
-		cfg.Index = fleet.IndexMode(f.index)
-	default:
-		return cfg, usagef("--index: must be one of %s, got %q", strings.Join(fleet.IndexModes(), ", "), f.index)
-	}
-	if f.kvEventDelay < 0 || f.speculationTTL < 0 {
-		return cfg, usagef("--kv-event-delay and --speculation-ttl: must be zero or positive, got %v and %v", f.kvEventDelay, f.speculationTTL)
-	}
+	cfg.Index = fleet.IndexMode(f.index)
 	cfg.KVEventDelay = f.kvEventDelay
 	cfg.SpeculationTTL = f.speculationTTL
 	cfg.SessionAffinity = f.affinity
@@ -527,7 +469,7 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 		return cfg, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError{err}
+		return cfg, flagErrors(err)
 	}
 	return cfg, nil
 }
@@ -648,28 +590,4 @@ func writeRun(dir string, cfg fleet.Config, out *fleet.Output) error {
 		return fmt.Errorf("write requests: %w", err)
 	}
 	return nil
-}
-
-// parseSLO reads "ttft_p99=2s,tpot_p99=100ms"; a key left out keeps its default.
-func parseSLO(s string) (results.SLO, error) {
-	slo := results.DefaultSLO()
-	for _, part := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok {
-			return slo, fmt.Errorf("want ttft_p99=DURATION,tpot_p99=DURATION, got %q", part)
-		}
-		d, err := time.ParseDuration(strings.TrimSpace(v))
-		if err != nil || d <= 0 {
-			return slo, fmt.Errorf("%s: want a positive duration such as 2s or 100ms, got %q", k, v)
-		}
-		switch strings.TrimSpace(k) {
-		case "ttft_p99":
-			slo.TTFTP99 = d
-		case "tpot_p99":
-			slo.TPOTP99 = d
-		default:
-			return slo, fmt.Errorf("unknown key %q (allowed: ttft_p99, tpot_p99)", k)
-		}
-	}
-	return slo, nil
 }

@@ -388,6 +388,12 @@ func Run(ctx context.Context, s Spec) ([]Point, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	return runJobs(ctx, s.Base, s.jobs(), s.Parallel, s.KeepRecords, s.Progress)
+}
+
+// jobs lists the simulations of a comparison in Run's order: by variant,
+// then rate, then seed.
+func (s *Spec) jobs() []job {
 	var jobs []job
 	for _, v := range s.Variants() {
 		for _, r := range s.rates() {
@@ -396,61 +402,89 @@ func Run(ctx context.Context, s Spec) ([]Point, error) {
 			}
 		}
 	}
-	return runJobs(ctx, s.Base, jobs, s.Parallel, s.KeepRecords, s.Progress)
+	return jobs
 }
 
 // runJobs runs jobs on a worker pool; out[i] belongs to jobs[i].
 func runJobs(ctx context.Context, base fleet.Config, jobs []job, parallel int, keep bool, progress func(done, total int)) ([]Point, error) {
+	out := make([]Point, len(jobs))
+	err := eachJob(ctx, len(jobs), parallel, progress, func(i int) error {
+		p, err := jobs[i].simulate(jobs[i].config(base), keep)
+		out[i] = p
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// config is the fleet configuration a job simulates: base under the job's
+// variant, seed, rate and fleet size, without a progress hook.
+func (j *job) config(base fleet.Config) fleet.Config {
+	c := base
+	j.configure(&c)
+	c.Seed = j.seed
+	c.Workload.Rate = j.rate
+	c.Replicas = j.replicas
+	c.Progress = nil
+	return c
+}
+
+// simulate runs the job's configuration c (j.config) and returns its point,
+// with every request's record when keep is set.
+func (j *job) simulate(c fleet.Config, keep bool) (Point, error) {
+	o, err := fleet.Simulate(c)
+	if err != nil {
+		return Point{}, fmt.Errorf("%s, seed %d, %.3g req/s, %d replicas: %w", j.Label, j.seed, j.rate, j.replicas, err)
+	}
+	// Wall time is the one field that measures the host, not the
+	// simulation; comparisons keep their outputs reproducible.
+	o.Summary.SimWallS = 0
+	p := Point{Policy: j.Policy, Admission: j.Admission, Ledger: j.Ledger, Limits: j.Limits, Without: j.Without, Label: j.Label,
+		Seed: j.seed, Rate: j.rate, Replicas: j.replicas, Summary: o.Summary}
+	if c.Source != nil {
+		p.Rate = o.Summary.RateRPS // a replay offers what its trace offers
+	}
+	if keep {
+		p.Records = o.Records
+	}
+	return p, nil
+}
+
+// eachJob calls do(i) for every i in [0, n) on parallel workers (0:
+// GOMAXPROCS), and progress after each call. Once ctx is done it hands out
+// no more jobs, lets the running ones finish and returns ctx's error. Else
+// the first failure in job order says what went wrong; the others (often
+// the same error on every seed and variant) are only counted.
+func eachJob(ctx context.Context, n, parallel int, progress func(done, total int), do func(i int) error) error {
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
 	}
-	out := make([]Point, len(jobs))
-	errs := make([]error, len(jobs))
+	errs := make([]error, n)
 	next := make(chan int)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		done int
 	)
-	for range min(parallel, len(jobs)) {
+	for range min(parallel, n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				j := jobs[i]
-				c := base
-				j.configure(&c)
-				c.Seed = j.seed
-				c.Workload.Rate = j.rate
-				c.Replicas = j.replicas
-				c.Progress = nil
-				o, err := fleet.Simulate(c)
-				if err != nil {
-					errs[i] = fmt.Errorf("%s, seed %d, %.3g req/s, %d replicas: %w", j.Label, j.seed, j.rate, j.replicas, err)
-				} else {
-					// Wall time is the one field that measures the host, not the
-					// simulation; comparisons keep their outputs reproducible.
-					o.Summary.SimWallS = 0
-					out[i] = Point{Policy: j.Policy, Admission: j.Admission, Ledger: j.Ledger, Limits: j.Limits, Without: j.Without, Label: j.Label,
-						Seed: j.seed, Rate: j.rate, Replicas: j.replicas, Summary: o.Summary}
-					if c.Source != nil {
-						out[i].Rate = o.Summary.RateRPS // a replay offers what its trace offers
-					}
-					if keep {
-						out[i].Records = o.Records
-					}
-				}
+				errs[i] = do(i)
 				if progress != nil {
 					mu.Lock()
 					done++
-					progress(done, len(jobs))
+					progress(done, n)
 					mu.Unlock()
 				}
 			}
 		}()
 	}
 feed:
-	for i := range jobs {
+	for i := range n {
 		select {
 		case next <- i:
 		case <-ctx.Done():
@@ -460,10 +494,8 @@ feed:
 	close(next)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("comparison stopped: %w", err)
+		return fmt.Errorf("comparison stopped: %w", err)
 	}
-	// The first failure, in job order, says what went wrong; the others
-	// (often the same error on every seed and variant) are only counted.
 	var first error
 	failed := 0
 	for _, err := range errs {
@@ -476,11 +508,11 @@ feed:
 	}
 	switch {
 	case failed > 1:
-		return nil, fmt.Errorf("%w (and %d more of %d simulations failed)", first, failed-1, len(jobs))
+		return fmt.Errorf("%w (and %d more of %d simulations failed)", first, failed-1, n)
 	case failed == 1:
-		return nil, first
+		return first
 	}
-	return out, nil
+	return nil
 }
 
 // SteadyWarnings lists the runs that look too short for their answer

@@ -201,6 +201,7 @@ table: each other tenant's TTFT p99 with it against without it, seed by seed
 	f.registerCompare(cmd, "results.json, requests.parquet, report.md and the charts")
 	cmd.Flags().StringVar(&f.rates, "rates", "", "offered loads to sweep, in requests per second, comma-separated (the first is the main comparison)")
 	cmd.Flags().StringVar(&f.isolate, "isolate", "", "a tenant of the workload's mix: also run every variant without it, and report the other tenants' TTFT p99 with it against without it")
+	addSweepCommands(cmd, stdout, stderr)
 	return cmd
 }
 

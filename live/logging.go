@@ -42,6 +42,12 @@ type accessRecord struct {
 	outputTokens int
 	queued       time.Duration
 	ttft         time.Duration // to the first byte sent (0: none)
+	// For the recording: the outcome counted in inferrail_requests_total,
+	// the prediction for the chosen replica, and whether the engine
+	// reported cachedTokens.
+	outcome     string
+	predicted   int
+	cachedKnown bool
 }
 
 // sampled reports whether the n-th request is in a share of them, spread

@@ -24,6 +24,10 @@ type metrics struct {
 	queueWaitH *prometheus.HistogramVec
 	tokenize   *prometheus.CounterVec
 	logDropped prometheus.Counter
+	// The recording's rows written and dropped (by reason), and files
+	// completed.
+	recordWritten, recordFiles prometheus.Counter
+	recordDropped              *prometheus.CounterVec
 	// ledgerErrors counts failed calls of the shared ledger.
 	ledgerErrors *prometheus.CounterVec
 	// traceFailures counts failed trace exports.
@@ -100,6 +104,11 @@ func newMetrics(s *Server) *metrics {
 	m.usageDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_usage_rows_dropped_total", Help: "Usage rows dropped: tenancy.usage_buffer was full, or the store refused them as invalid."})
 	m.own = append(m.own, m.usageDropped)
 	reg.MustRegister(m.usageDropped)
+	m.recordDropped = cv("inferrail_record_dropped_total", "Rows of the recording (record.path) not written, by reason: buffer_full (record.buffer was full: the request path never waits), write_error (a file could not be written), shutdown (the request ended after the recording closed).", "reason")
+	m.recordWritten = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_record_written_total", Help: "Rows of the recording (record.path) written out in complete row groups."})
+	m.recordFiles = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_record_files_total", Help: "Recording files completed (renamed from .partial)."})
+	m.own = append(m.own, m.recordWritten, m.recordFiles)
+	reg.MustRegister(m.recordWritten, m.recordFiles)
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_decision_log_dropped_total", Help: "Sampled decisions dropped because the log writer was behind."})
 	m.traceFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_trace_export_failures_total", Help: "Trace exports (batches of spans) that failed; their spans are lost."})
 	m.conns = &connCollector{desc: prometheus.NewDesc("inferrail_open_connections", "Client connections open now, by listener.", []string{"listener"}, nil)}

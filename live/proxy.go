@@ -66,6 +66,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	ar := &accessRecord{began: began, method: r.Method, path: r.URL.Path}
 	defer s.logAccess(r, ar)
 	var in *inbound
+	if s.rec != nil { // the recording's row, once the rest has ended
+		tok := s.rec.begin(reqID, began)
+		defer func() { s.rec.end(tok, reqID, in, ar) }()
+	}
 	if s.tr != nil {
 		if ctx, sp := s.tr.server(r, chat); sp != nil {
 			r = r.WithContext(ctx)
@@ -88,7 +92,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		perr = s.authorize(g, in, r.Header)
 	}
 	if perr != nil {
-		ar.model, ar.status = perr.model, perr.status
+		ar.model, ar.status, ar.outcome = perr.model, perr.status, perr.outcome
 		s.answerError(w, perr)
 		return
 	}
@@ -103,7 +107,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	body = in.body
 	if e := s.reserve(ctx, w, g, in); e != nil {
-		ar.status = e.status
+		ar.status, ar.outcome = e.status, e.outcome
 		s.answerError(w, e)
 		return
 	}
@@ -118,7 +122,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		if a.submitted {
 			s.met.queueWait(m.name, a.queued)
 		}
-		ar.queued = a.queued
+		ar.queued, ar.predicted = a.queued, a.dec.PredictedCachedTokens
 	}()
 	rsp := s.tr.route(ctx, m)
 	decided := time.Now()
@@ -128,7 +132,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	e := s.wait(ctx, r.Context(), in, a, d)
 	endRoute(rsp, in, a, d, e, took)
 	if e != nil {
-		ar.status = e.status
+		ar.status, ar.outcome = e.status, e.outcome
 		s.answerError(w, e)
 		return
 	}
@@ -146,7 +150,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		// Failed before the first response byte.
 		if r.Context().Err() != nil {
 			t.close()
-			s.met.outcome(m.name, "client_gone")
+			s.outcomeOf(ar, m.name, "client_gone")
 			ar.status = statusClientGone
 			return // the deferred abort takes the attempt back
 		}
@@ -155,7 +159,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			// replica's fault, and there is no time left for another.
 			t.close()
 			m.fail(a, false, false)
-			s.met.outcome(m.name, "timeout")
+			s.outcomeOf(ar, m.name, "timeout")
 			ar.status = http.StatusGatewayTimeout
 			s.writeError(w, http.StatusGatewayTimeout, "timeout", "request_timeout", fmt.Sprintf("the request did not complete within request_timeout (%v)", s.cfg.RequestTimeout))
 			return
@@ -185,11 +189,11 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 				t.close()
 				m.fail(a, fault, false)
 				if r.Context().Err() != nil {
-					s.met.outcome(m.name, "client_gone")
+					s.outcomeOf(ar, m.name, "client_gone")
 					ar.status = statusClientGone
 					return
 				}
-				s.met.outcome(m.name, "timeout")
+				s.outcomeOf(ar, m.name, "timeout")
 				ar.status = http.StatusGatewayTimeout
 				s.writeError(w, http.StatusGatewayTimeout, "timeout", "request_timeout", "the request deadline passed while retrying")
 				return
@@ -216,7 +220,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		e := s.wait(ctx, r.Context(), in, a, d)
 		endRoute(rsp, in, a, d, e, took)
 		if e != nil {
-			ar.status = e.status
+			ar.status, ar.outcome = e.status, e.outcome
 			s.answerError(w, e)
 			return
 		}
@@ -233,7 +237,7 @@ const statusClientGone = 499
 // upstreamFailed answers 502 when no try reached an engine's answer. The
 // body names the last replica tried by its configured name, never its URL.
 func (s *Server) upstreamFailed(w http.ResponseWriter, m *model, rep *replica, t *try, ar *accessRecord) {
-	s.met.outcome(m.name, "upstream_failed")
+	s.outcomeOf(ar, m.name, "upstream_failed")
 	ar.status = http.StatusBadGateway
 	s.writeError(w, http.StatusBadGateway, "bad_gateway", "upstream_unreachable",
 		fmt.Sprintf("no replica of %s answered (last tried: %s, %s)", m.name, rep.name, t.reason()))
@@ -272,7 +276,7 @@ func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, ar *acc
 	rc.SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
 	if r.ContentLength > limit {
 		// Refused before reading: no 100 Continue is sent for it.
-		s.met.outcome("", "too_large")
+		s.outcomeOf(ar, "", "too_large")
 		fail(http.StatusRequestEntityTooLarge, "invalid_request_error", "body_too_large", fmt.Sprintf("request body of %d bytes exceeds max_body_bytes (%d)", r.ContentLength, limit))
 		return nil, 0, false
 	}
@@ -301,22 +305,22 @@ func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, ar *acc
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.Is(err, errBodyBudget):
-		s.met.outcome("", "busy")
+		s.outcomeOf(ar, "", "busy")
 		w.Header().Set("Retry-After", "1")
 		ar.status = http.StatusServiceUnavailable
 		s.writeError(w, http.StatusServiceUnavailable, "service_unavailable", "body_budget", "the gateway holds too many request bodies now (max_inflight_body_bytes); retry shortly")
 	case errors.As(err, &mbe):
-		s.met.outcome("", "too_large")
+		s.outcomeOf(ar, "", "too_large")
 		fail(http.StatusRequestEntityTooLarge, "invalid_request_error", "body_too_large", fmt.Sprintf("request body exceeds max_body_bytes (%d)", mbe.Limit))
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		s.met.outcome("", "body_timeout")
+		s.outcomeOf(ar, "", "body_timeout")
 		fail(http.StatusRequestTimeout, "invalid_request_error", "body_timeout", fmt.Sprintf("the request body did not arrive within read_timeout (%v)", s.cfg.ReadTimeout))
 	case r.Context().Err() != nil:
-		s.met.outcome("", "client_gone")
+		s.outcomeOf(ar, "", "client_gone")
 		ar.status = statusClientGone
 	default:
 		// A malformed body (a broken chunked encoding, a short body).
-		s.met.outcome("", "bad_request")
+		s.outcomeOf(ar, "", "bad_request")
 		fail(http.StatusBadRequest, "invalid_request_error", "malformed_body", "the request body could not be read: "+bodyErrText(err))
 	}
 	return nil, bb.held, false

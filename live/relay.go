@@ -615,38 +615,38 @@ func (s *Server) settle(in *inbound, a *attempt, t *try, ans *answer, whole bool
 	if passThrough {
 		// The last try's failure, passed through as the engine wrote it;
 		// its slot and health were already accounted for.
-		s.met.outcome(m.name, statusOutcome(resp.StatusCode))
+		s.outcomeOf(ar, m.name, statusOutcome(resp.StatusCode))
 		return
 	}
 	switch {
 	case resp.StatusCode >= 500:
 		m.fail(a, true, false)
-		s.met.outcome(m.name, "upstream_"+strconv.Itoa(resp.StatusCode))
+		s.outcomeOf(ar, m.name, "upstream_"+strconv.Itoa(resp.StatusCode))
 	case !whole && failure == "":
 		// The client left (or stopped reading) before the engine was done;
 		// the engine had answered, so it did nothing wrong.
 		m.abort(a, true)
-		s.met.outcome(m.name, "client_gone")
+		s.outcomeOf(ar, m.name, "client_gone")
 		ar.status = statusClientGone
 	case failure == failDeadline:
 		m.fail(a, false, false)
-		s.met.outcome(m.name, "timeout")
+		s.outcomeOf(ar, m.name, "timeout")
 		s.met.errorReason(m.name, failure)
 	case failure != "":
 		// The stream broke after it started: never replayed.
 		m.fail(a, true, false)
-		s.met.outcome(m.name, failure)
+		s.outcomeOf(ar, m.name, failure)
 		s.met.errorReason(m.name, failure)
 	case resp.StatusCode == http.StatusOK && (t.n > 0):
 		if out, cached := s.learn(in, a, ans); out >= 0 {
-			ar.outputTokens, ar.cachedTokens = out, cached
+			ar.outputTokens, ar.cachedTokens, ar.cachedKnown = out, cached, ans != nil && ans.cached >= 0
 		}
-		s.met.outcome(m.name, "ok")
+		s.outcomeOf(ar, m.name, "ok")
 	default:
 		// A client error the engine answered (or an empty answer): the
 		// replica is fine, the request left nothing cached.
 		m.fail(a, false, true)
-		s.met.outcome(m.name, statusOutcome(resp.StatusCode))
+		s.outcomeOf(ar, m.name, statusOutcome(resp.StatusCode))
 	}
 }
 

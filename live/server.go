@@ -73,6 +73,9 @@ type Server struct {
 	// when tenancy is off.
 	ten *tenants
 
+	// rec writes the recording (record.go); nil when it is off.
+	rec *trafficRecorder
+
 	// stop ends the models' deadline goroutines (wg).
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -254,6 +257,15 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("live: %w", err)
 	}
 	s.tr = tracing
+	rec, err := newRecorder(s.cfg.Record, s.version, s.recordFleet, s.met, s.log)
+	if err != nil {
+		s.ten.close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.tr.shutdown(ctx)
+		cancel()
+		return nil, fmt.Errorf("live: %w", err)
+	}
+	s.rec = rec
 	for _, m := range s.models {
 		s.wg.Go(func() { m.runDeadlines(s.stop) })
 		if s.ledgers != nil {
@@ -520,6 +532,10 @@ func (s *Server) Close() {
 		s.ledgers.close() // this gateway's reservations released
 		if s.declog != nil {
 			s.declog.close()
+		}
+		// The recording's last rows and file, within a bound.
+		if err := s.rec.close(); err != nil {
+			s.log.Error(err.Error())
 		}
 		// The usage left goes to the store, within a bound.
 		s.ten.close()

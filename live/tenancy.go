@@ -330,7 +330,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, ar *access
 	}
 	if err != nil {
 		e := s.keyError(r, err)
-		ar.status = e.status
+		ar.status, ar.outcome = e.status, e.outcome
 		// The body is not read: the connection cannot be reused.
 		w.Header().Set("Connection", "close")
 		if e.status == http.StatusUnauthorized {

@@ -133,6 +133,10 @@ type Config struct {
 	Tokenize Tokenize `yaml:"tokenize"`
 	// DecisionLog configures the sampled log of routing decisions.
 	DecisionLog DecisionLog `yaml:"decision_log"`
+	// Record configures the recording of the traffic served, in the
+	// project's parquet trace format (docs/recording.md); off without a
+	// path.
+	Record Record `yaml:"record"`
 	// DNSRefresh is how often DNS groups are resolved again. Default 10s.
 	DNSRefresh time.Duration `yaml:"dns_refresh"`
 	// Tracing configures OpenTelemetry traces; off without an endpoint.
@@ -410,6 +414,46 @@ type DecisionLog struct {
 	Buffer int `yaml:"buffer"`
 }
 
+// Record configures the recording of live traffic: one row per finished
+// request (every outcome) in the project's parquet trace format, written
+// off the request path, rotated by size and age. Prompts are never
+// written: their blocks are keyed hashes (salted per deployment), as are
+// tenants and the user field. docs/recording.md describes the columns.
+type Record struct {
+	// Path names the recording: files are written next to it as
+	// <stem>-<UTC start>-<number>.parquet (stem: Path without its .parquet
+	// suffix), each first as <name>.partial and renamed once complete. ""
+	// turns recording off. Its directory must exist. Default "".
+	Path string `yaml:"path"`
+	// RotateBytes closes a file once it holds about this many bytes (at
+	// the next row); from 64KiB to 1TiB. Default 256MiB.
+	RotateBytes ByteSize `yaml:"rotate_bytes"`
+	// RotateInterval closes a file this long after it was started. Default
+	// 1h.
+	RotateInterval time.Duration `yaml:"rotate_interval"`
+	// FlushInterval is the longest a finished request's row waits in
+	// memory before its row group is written (a checkpoint a reader of a
+	// file cut short reads up to); at most rotate_interval. Default 10s.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// Sample is the share of requests recorded, in (0, 1], decided per
+	// request by a hash of its request id. Default 1.
+	Sample float64 `yaml:"sample"`
+	// Salt keys the hashes of prompts' blocks, tenants and users: at least
+	// 16 characters, kept secret and the same across the deployment's
+	// gateways (equal prompts get equal hash_ids only under one salt). It
+	// is never written into a recording (its fingerprint is). Exactly one
+	// of salt and salt_file is required when path is set. Default "".
+	Salt string `yaml:"salt"`
+	// SaltFile holds the salt instead (one line, surrounding space
+	// trimmed). Default "".
+	SaltFile string `yaml:"salt_file"`
+	// Buffer is how many finished requests' rows wait for the writer; when
+	// it is full, new rows are dropped and counted
+	// (inferrail_record_dropped_total), never waited for. It also bounds
+	// the rows held to write them in arrival order. Default 65536.
+	Buffer int `yaml:"buffer"`
+}
+
 // Model is one served model and its replicas.
 type Model struct {
 	// Name is the model name clients ask for and engines serve; required,
@@ -588,6 +632,7 @@ func Default() Config {
 		Scrape:      Scrape{Interval: 100 * time.Millisecond, Timeout: 80 * time.Millisecond, MaxBytes: 4 * MiB, MaxAge: 500 * time.Millisecond},
 		Tokenize:    Tokenize{Workers: 0, Queue: 1024, Timeout: 20 * time.Millisecond},
 		DecisionLog: DecisionLog{Path: "", Sample: 0.01, Buffer: 4096},
+		Record:      Record{RotateBytes: 256 * MiB, RotateInterval: time.Hour, FlushInterval: 10 * time.Second, Sample: 1, Buffer: 65536},
 		DNSRefresh:  10 * time.Second,
 		Tracing:     Tracing{SampleRatio: 0.1, Timeout: 10 * time.Second, ServiceName: "inferrail"},
 		EPP:         EPP{Listen: "127.0.0.1:9002", Pool: InferencePool{Namespace: "default"}},
@@ -633,7 +678,7 @@ func DefaultDNSGroup() DNSGroup { return DNSGroup{Scheme: "http"} }
 // (Default, DefaultModel, DefaultDNSGroup); a replica without a name is named
 // after its URL's host:port. The result is validated. On error every problem
 // is reported, each a *FieldError, joined with errors.Join. Relative paths
-// (tokenizer, profile, decision_log.path) are taken from the working
+// (tokenizer, profile, decision_log.path, record.path, record.salt_file) are taken from the working
 // directory; Load takes them from the file's.
 func Parse(data []byte) (*Config, error) {
 	return parse(data, "")
@@ -730,6 +775,7 @@ func (c *Config) resolvePaths(dir string) {
 		return filepath.Join(dir, p)
 	}
 	c.DecisionLog.Path = join(c.DecisionLog.Path)
+	c.Record.Path, c.Record.SaltFile = join(c.Record.Path), join(c.Record.SaltFile)
 	c.TLS.CertFile, c.TLS.KeyFile = join(c.TLS.CertFile), join(c.TLS.KeyFile)
 	c.AdminTLS.CertFile, c.AdminTLS.KeyFile = join(c.AdminTLS.CertFile), join(c.AdminTLS.KeyFile)
 	c.AdminTokenFile = join(c.AdminTokenFile)

@@ -86,6 +86,7 @@ func TestDefaultValues(t *testing.T) {
 		{"pprof", d.Pprof, false},
 		{"log", d.Log, Log{"text", "info", 1}},
 		{"decision_log", d.DecisionLog, DecisionLog{"", 0.01, 4096}},
+		{"record", d.Record, Record{Path: "", RotateBytes: 256 * MiB, RotateInterval: time.Hour, FlushInterval: 10 * time.Second, Sample: 1, Buffer: 65536}},
 		{"dns_refresh", d.DNSRefresh, 10 * time.Second},
 		{"model", DefaultModel(), Model{Policy: "cost_model", Tokenizer: "builtin:sim", Index: "approximate", BlockSize: 16, MaxConcurrency: 256, MaxPending: 64,
 			Admission: "kv", Overcommit: 1, OutputQuantile: 0.75, MaxPriority: 10, Queue: Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second}}},
@@ -119,6 +120,10 @@ func TestParseEveryField(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	saltFile := filepath.Join(logDir, "record.salt")
+	if err := os.WriteFile(saltFile, []byte("  a-salt-of-24-characters\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	doc := `
 listen: 0.0.0.0:80
 admin_listen: ""
@@ -148,6 +153,7 @@ pprof: true
 log: {format: json, level: debug, access_sample: 0.5}
 decision_log: {path: ` + filepath.Join(logDir, "d.jsonl") + `, sample: 1, buffer: 1}
 dns_refresh: 1m
+record: {path: ` + filepath.Join(logDir, "rec.parquet") + `, rotate_bytes: 1MiB, rotate_interval: 2m, flush_interval: 3s, sample: 0.5, salt_file: ` + saltFile + `, buffer: 9}
 tracing: {endpoint: "http://127.0.0.1:4318/v1/traces", sample_ratio: 0.5, headers: {authorization: "Bearer x"}, timeout: 3s, service_name: gw}
 epp: {listen: "127.0.0.1:9100", pool: {name: vllm, namespace: llm, model: big, kubeconfig: /tmp/kc}}
 auth: none
@@ -216,6 +222,7 @@ models:
 		Scrape:      Scrape{time.Second, time.Millisecond, 1000, time.Second},
 		Tokenize:    Tokenize{8, 1, time.Millisecond, 2 * KiB},
 		DecisionLog: DecisionLog{filepath.Join(logDir, "d.jsonl"), 1, 1},
+		Record:      Record{filepath.Join(logDir, "rec.parquet"), MiB, 2 * time.Minute, 3 * time.Second, 0.5, "", saltFile, 9},
 		DNSRefresh:  time.Minute,
 		Tracing:     Tracing{"http://127.0.0.1:4318/v1/traces", 0.5, map[string]string{"authorization": "Bearer x"}, 3 * time.Second, "gw"},
 		EPP:         EPP{"127.0.0.1:9100", InferencePool{"vllm", "llm", "big", "/tmp/kc"}},
@@ -496,8 +503,12 @@ func TestLoadResolvesRelativePaths(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), prof, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "rec.salt"), []byte("0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	doc := `
 decision_log: {path: logs.jsonl}
+record: {path: rec.parquet, salt_file: rec.salt}
 models:
   - name: m
     tokenizer: tok/qwen
@@ -526,6 +537,12 @@ models:
 	}
 	if got, want := c.DecisionLog.Path, filepath.Join(dir, "logs.jsonl"); got != want {
 		t.Errorf("decision_log.path %q, want %q", got, want)
+	}
+	if got, want := c.Record.Path, filepath.Join(dir, "rec.parquet"); got != want {
+		t.Errorf("record.path %q, want %q", got, want)
+	}
+	if got, want := c.Record.SaltFile, filepath.Join(dir, "rec.salt"); got != want {
+		t.Errorf("record.salt_file %q, want %q", got, want)
 	}
 	// Parse takes the same paths from the working directory, where they
 	// do not exist.

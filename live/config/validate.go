@@ -248,6 +248,7 @@ func (c *Config) Validate() error {
 	}
 
 	k.decisionLog(&c.DecisionLog)
+	k.record(&c.Record)
 	k.positive("dns_refresh", c.DNSRefresh)
 	k.tracing(&c.Tracing)
 	k.listen("epp.listen", c.EPP.Listen, false)
@@ -325,6 +326,98 @@ func (k *checker) decisionLog(l *DecisionLog) {
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		k.fail("decision_log.path", "directory %q does not exist; create it or change the path", dir)
 	}
+}
+
+// Bounds of the record section.
+const (
+	minRotateBytes = 64 * KiB
+	maxRotateBytes = 1 << 40
+	// MinSaltLen is the shortest record salt: a short one could be guessed,
+	// and with it the prompts behind the recorded hashes.
+	MinSaltLen   = 16
+	maxSaltBytes = 4096
+)
+
+func (k *checker) record(r *Record) {
+	if r.Path == "" {
+		return
+	}
+	if st, err := os.Stat(r.Path); err == nil && st.IsDir() {
+		k.fail("record.path", "%q is a directory; name a file in it, such as %s", r.Path, filepath.Join(r.Path, "traffic.parquet"))
+	} else if dir := filepath.Dir(r.Path); !isDir(dir) {
+		k.fail("record.path", "directory %q does not exist; create it or change the path", dir)
+	}
+	if r.RotateBytes < minRotateBytes || r.RotateBytes > maxRotateBytes {
+		k.fail("record.rotate_bytes", "must be a size from 64KiB to 1TiB, such as 256MiB, got %d", int64(r.RotateBytes))
+	}
+	k.positive("record.rotate_interval", r.RotateInterval)
+	k.positive("record.flush_interval", r.FlushInterval)
+	k.atMost("record.flush_interval", r.FlushInterval, "record.rotate_interval", r.RotateInterval)
+	if !(r.Sample > 0 && r.Sample <= 1) {
+		k.fail("record.sample", "must be a share above 0 and at most 1 (set path to \"\" to record nothing), got %v", r.Sample)
+	}
+	k.intIn("record.buffer", r.Buffer, 1, maxCount)
+	switch {
+	case r.Salt != "" && r.SaltFile != "":
+		k.fail("record.salt", "set salt or salt_file, not both")
+	case r.Salt == "" && r.SaltFile == "":
+		k.fail("record.salt", "required with record.path: a secret of at least %d characters that keys the recorded hashes (or record.salt_file naming a file that holds it)", MinSaltLen)
+	case r.Salt != "":
+		if err := checkSalt(r.Salt); err != nil {
+			k.fail("record.salt", "%v", err)
+		}
+	default:
+		if _, err := ReadSalt(r.SaltFile); err != nil {
+			k.fail("record.salt_file", "%v", err)
+		}
+	}
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
+
+func checkSalt(salt string) error {
+	if len(salt) < MinSaltLen {
+		return fmt.Errorf("must be at least %d characters, got %d", MinSaltLen, len(salt))
+	}
+	return nil
+}
+
+// ReadSalt reads a record salt file: a regular file of at most 4096 bytes
+// whose content, surrounding space trimmed, is at least MinSaltLen
+// characters.
+func ReadSalt(file string) (string, error) {
+	st, err := os.Stat(file)
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() || st.Size() > maxSaltBytes {
+		return "", fmt.Errorf("%q must be a regular file of at most %d bytes holding the salt", file, maxSaltBytes)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	salt := strings.TrimSpace(string(b))
+	if err := checkSalt(salt); err != nil {
+		return "", fmt.Errorf("%q: the salt %w", file, err)
+	}
+	return salt, nil
+}
+
+// RecordSalt is the salt the record section names (salt, or salt_file's
+// content); call it on a validated configuration.
+func (r *Record) RecordSalt() (string, error) {
+	if r.Salt != "" {
+		return r.Salt, nil
+	}
+	salt, err := ReadSalt(r.SaltFile)
+	if err != nil {
+		return "", fmt.Errorf("record.salt_file: %w", err)
+	}
+	return salt, nil
 }
 
 func (k *checker) models(models []Model) {

@@ -137,6 +137,24 @@ func TestValidateRules(t *testing.T) {
 		{"log dir missing", func(c *Config) { c.DecisionLog.Path = filepath.Join(tmp, "no", "d.jsonl") }, "decision_log.path", "directory \"" + filepath.Join(tmp, "no") + "\" does not exist"},
 		{"log path is dir", func(c *Config) { c.DecisionLog.Path = tmp }, "decision_log.path", "is a directory"},
 		{"dns_refresh", func(c *Config) { c.DNSRefresh = 0 }, "dns_refresh", "positive"},
+		// record
+		{"record without salt", func(c *Config) { recordOn(c, tmp); c.Record.Salt = "" }, "record.salt", "required with record.path"},
+		{"record salt short", func(c *Config) { recordOn(c, tmp); c.Record.Salt = "short" }, "record.salt", "at least 16 characters, got 5"},
+		{"record salt and file", func(c *Config) { recordOn(c, tmp); c.Record.SaltFile = filepath.Join(tmp, "s") }, "record.salt", "not both"},
+		{"record salt file missing", func(c *Config) { recordOn(c, tmp); c.Record.Salt, c.Record.SaltFile = "", filepath.Join(tmp, "nosalt") }, "record.salt_file", "no such file"},
+		{"record salt file short", func(c *Config) {
+			recordOn(c, tmp)
+			c.Record.Salt, c.Record.SaltFile = "", filepath.Join(tmp, "short.salt")
+			os.WriteFile(c.Record.SaltFile, []byte("  tiny \n"), 0o600)
+		}, "record.salt_file", "at least 16 characters, got 4"},
+		{"record dir missing", func(c *Config) { recordOn(c, tmp); c.Record.Path = filepath.Join(tmp, "no", "r.parquet") }, "record.path", "does not exist"},
+		{"record path is dir", func(c *Config) { recordOn(c, tmp); c.Record.Path = tmp }, "record.path", "is a directory"},
+		{"record rotate_bytes small", func(c *Config) { recordOn(c, tmp); c.Record.RotateBytes = KiB }, "record.rotate_bytes", "from 64KiB to 1TiB"},
+		{"record rotate_interval zero", func(c *Config) { recordOn(c, tmp); c.Record.RotateInterval = 0 }, "record.rotate_interval", "positive"},
+		{"record flush above rotate", func(c *Config) { recordOn(c, tmp); c.Record.FlushInterval = 2 * time.Hour }, "record.flush_interval", "must not exceed record.rotate_interval (1h0m0s)"},
+		{"record sample zero", func(c *Config) { recordOn(c, tmp); c.Record.Sample = 0 }, "record.sample", "above 0 and at most 1"},
+		{"record sample NaN", func(c *Config) { recordOn(c, tmp); c.Record.Sample = math.NaN() }, "record.sample", "above 0 and at most 1"},
+		{"record buffer zero", func(c *Config) { recordOn(c, tmp); c.Record.Buffer = 0 }, "record.buffer", "from 1"},
 		// models
 		{"no models", func(c *Config) { c.Models = nil }, "models", "at least one model"},
 		{"model name empty", func(c *Config) { m0(c).Name = "" }, "models[0].name", "required"},
@@ -295,6 +313,14 @@ func TestValidateAccepts(t *testing.T) {
 		{"share 0 and 1", func(c *Config) { c.Health.MaxEjectedShare = 0; c.DecisionLog.Sample = 1 }},
 		{"max_age = interval", func(c *Config) { c.Scrape.MaxAge = c.Scrape.Interval }},
 		{"decision log in temp dir", func(c *Config) { c.DecisionLog.Path = filepath.Join(tmp, "d.jsonl") }},
+		{"record", func(c *Config) { recordOn(c, tmp) }},
+		{"record off ignores the rest", func(c *Config) { c.Record.Sample, c.Record.Buffer = 0, 0 }},
+		{"record salt file, edges", func(c *Config) {
+			recordOn(c, tmp)
+			c.Record.Salt, c.Record.SaltFile = "", filepath.Join(tmp, "ok.salt")
+			os.WriteFile(c.Record.SaltFile, []byte("0123456789abcdef\n"), 0o600)
+			c.Record.RotateBytes, c.Record.FlushInterval, c.Record.Sample, c.Record.Buffer = 64*KiB, c.Record.RotateInterval, 1e-9, 1
+		}},
 		{"tokenizer dir", func(c *Config) { c.Models[0].Tokenizer = tok }},
 		{"tokenizer file", func(c *Config) { c.Models[0].Tokenizer = filepath.Join(tok, "tokenizer.json") }},
 		{"profile preset", func(c *Config) { c.Models[0].Profile = "Llama-3.1-8B@H100" }},
@@ -556,5 +582,30 @@ func TestLoadResolvesTenancyPaths(t *testing.T) {
 		if c.Tenancy.Store != want || c.Tenancy.Redis.PasswordFile != filepath.Join(dir, "pw") {
 			t.Errorf("store %q: got %q (password_file %q), want %q", store, c.Tenancy.Store, c.Tenancy.Redis.PasswordFile, want)
 		}
+	}
+}
+
+// recordOn turns recording on in c, to a file in dir, with a valid salt.
+func recordOn(c *Config, dir string) {
+	c.Record.Path = filepath.Join(dir, "traffic.parquet")
+	c.Record.Salt = "0123456789abcdef"
+}
+
+func TestRecordSalt(t *testing.T) {
+	dir := t.TempDir()
+	r := Record{Salt: "0123456789abcdef"}
+	if s, err := r.RecordSalt(); err != nil || s != r.Salt {
+		t.Fatalf("salt: %q, %v", s, err)
+	}
+	r = Record{SaltFile: filepath.Join(dir, "s")}
+	if err := os.WriteFile(r.SaltFile, []byte("\t0123456789abcdefXYZ \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := r.RecordSalt(); err != nil || s != "0123456789abcdefXYZ" {
+		t.Fatalf("salt_file: %q, %v", s, err)
+	}
+	os.Remove(r.SaltFile)
+	if _, err := r.RecordSalt(); err == nil || !strings.Contains(err.Error(), "record.salt_file") {
+		t.Fatalf("salt_file gone: %v", err)
 	}
 }

@@ -72,6 +72,7 @@ runs as a production proxy (live) in front of real engines, or of mock ones
 		newEngineCmd(stdout, stderr), newBenchCmd(stdout, stderr), newCalibrateCmd(stdout, stderr),
 		newTokenizeCmd(stdout, stderr), newLiveCmd(stdout, stderr), newVersionCmd(stdout))
 	root.AddCommand(newEPPCmd(stdout, stderr))
+	root.AddCommand(newFidelityCmd(stdout, stderr))
 	root.AddCommand(newKeysCmd(stdout, stderr), newUsageCmd(stdout))
 	// cobra adds help and completion when it runs; add them now so that
 	// they are guarded like the rest.

@@ -24,4 +24,11 @@
 // (tenants.go) sets every other tenant's TTFT p99 with it against without
 // it, seed by seed, and Write adds the per-tenant and isolation tables to
 // report.md.
+//
+// Sweeps past one machine (sweep.go, sweep_run.go, sweep_merge.go): Plan
+// writes a spec's jobs, each fully described, to DIR/plan.json; RunShard
+// runs the jobs of shard i of N, each result written atomically and skipped
+// when already there, so a killed shard resumes; Merge checks that every
+// job is done under the same plan and build and calls Write, giving the
+// byte-identical outputs of one unsharded Run (docs/sweeps.md).
 package compare

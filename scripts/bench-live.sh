@@ -5,10 +5,11 @@
 # and through nginx (a plain round-robin proxy, Debian's nginx-light), at
 # 1,000 and 3,000 req/s; then tracing's cost (live with traces sampled at
 # 0.1 against live without, alternately, at 1,000 req/s), and the cost of
-# keys and limits the same way; then a soak of
+# keys and limits the same way, and of recording (record:); then a soak of
 # 50,000 requests through live with its resident memory before and after
 # (RATES="" and SOAK=0 skip the first and the last, COSTS=0 the traces and keys
-# parts; LIVE_GOMAXPROCS=N sets GOMAXPROCS in live's environment). Engines use the smallest profile costs, so
+# parts, RECORD=0 the recording part; LIVE_GOMAXPROCS=N sets GOMAXPROCS in
+# live's environment). Engines use the smallest profile costs, so
 # latency is almost all network and proxy. Results: $OUT/results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -238,6 +239,51 @@ echo "| median | | | | | | $(printf '%s\n' "${added99[@]}" | sort -g | awk '{a[N
 kill "$KEYED"
 wait "$KEYED" 2>/dev/null || true
 
+fi
+
+if [ "${RECORD:-1}" != 0 ]; then
+# Recording's cost: a proxy the same but for a record: section (every
+# request recorded, salted block hashes, rotation off for the run), against
+# the plain one, alternately, at RECORD_RATE.
+RECORD_RATE=${RECORD_RATE:-1000}
+RECORD_RUNS=${RECORD_RUNS:-5}
+mkdir -p "$TMP/rec"
+sed -e 's/127.0.0.1:19080/127.0.0.1:19086/' -e 's/127.0.0.1:19090/127.0.0.1:19096/' "$TMP/live.yaml" >"$TMP/recorded.yaml"
+printf 'record: {path: "%s/rec/bench.parquet", salt: "bench-live-recording-salt"}\n' "$TMP" >>"$TMP/recorded.yaml"
+$BIN live --config "$TMP/recorded.yaml" 2>"$TMP/recorded.log" &
+RECORDED=$!
+PIDS+=($RECORDED)
+for _ in $(seq 50); do curl -sf 127.0.0.1:19096/livez >/dev/null && break; sleep 0.1; done
+{
+	echo
+	echo "Recording at $RECORD_RATE req/s (record: every request, salted block hashes, parquet off the request path), against the same proxy without, alternately (TTFT in ms; added = recorded minus plain; CPU includes the writer):"
+	echo
+	echo "| run | plain p50 | plain p99 | recorded p50 | recorded p99 | added p50 | added p99 | CPU µs/request plain / recorded | CPU added |"
+	echo "|---|---|---|---|---|---|---|---|---|"
+} >>"$OUT/results.md"
+n=$((RECORD_RATE * SECONDS_PER_RUN))
+added99=()
+addedcpu=()
+for i in $(seq "$RECORD_RUNS"); do
+	run rplain$i http://127.0.0.1:19080 "$RECORD_RATE" "$n" "$LIVE"
+	run recorded$i http://127.0.0.1:19086 "$RECORD_RATE" "$n" "$RECORDED"
+	read -r u50 u99 _ _ _ _ <<<"$(summarise rplain$i "$RECORD_RATE")"
+	read -r t50 t99 _ _ tok _ <<<"$(summarise recorded$i "$RECORD_RATE")"
+	[ "$tok" = "$n" ] || echo "recorded run $i: only $tok of $n ok" >&2
+	a99=$(python3 -c "print(f'{$t99 - $u99:.3f}')")
+	added99+=("$a99")
+	pc=$(cat "$OUT/rplain$i-$RECORD_RATE.cpu")
+	rc=$(cat "$OUT/recorded$i-$RECORD_RATE.cpu")
+	ac=$(python3 -c "print(f'{100 * ($rc - $pc) / $pc:+.1f}%')")
+	addedcpu+=("$ac")
+	echo "| $i | $u50 | $u99 | $t50 | $t99 | $(python3 -c "print(f'{$t50 - $u50:.3f}')") | $a99 | $pc / $rc | $ac |" >>"$OUT/results.md"
+done
+echo "| median | | | | | | $(printf '%s\n' "${added99[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') | | $(printf '%s\n' "${addedcpu[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') |" >>"$OUT/results.md"
+kill "$RECORDED"
+wait "$RECORDED" 2>/dev/null || true
+files=$(find "$TMP/rec" -name '*.parquet' | wc -l)
+echo "" >>"$OUT/results.md"
+echo "Recording files completed: $files." >>"$OUT/results.md"
 fi
 
 if [ "$SOAK" -gt 0 ]; then

@@ -11,15 +11,18 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 build:
 	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o $(BIN) ./cmd/inferrail
 
-# The official OpenAI Node SDK, for the engine's SDK test (installed once
-# into .cache/node; skipped with a note where npm is missing).
-OPENAI_SDK := openai@7.59.0
+# The official OpenAI Node SDK, for the engine's SDK test, and PGlite (Postgres
+# with pgvector in WASM behind the wire protocol) for the semantic cache's
+# pgvector store test: installed once into .cache/node; skipped with a note
+# where npm is missing.
+NODE_PKGS := openai@7.59.0 @electric-sql/pglite@0.5.14 @electric-sql/pglite-pgvector@0.0.15 @electric-sql/pglite-socket@0.2.17
 node-deps:
-	@if [ -d .cache/node/node_modules/openai ]; then :; \
+	@if [ -f .cache/node/node_modules/openai/package.json ] && [ -f .cache/node/node_modules/@electric-sql/pglite/package.json ] && \
+	   [ -f .cache/node/node_modules/@electric-sql/pglite-pgvector/package.json ] && [ -f .cache/node/node_modules/@electric-sql/pglite-socket/package.json ]; then :; \
 	elif command -v npm >/dev/null 2>&1; then \
-		echo "installing $(OPENAI_SDK) into .cache/node"; \
-		npm install --silent --no-audit --no-fund --prefix .cache/node $(OPENAI_SDK) >/dev/null || exit 1; \
-	else echo "npm not found: the OpenAI SDK test will be skipped"; fi
+		echo "installing $(NODE_PKGS) into .cache/node"; \
+		npm install --silent --no-audit --no-fund --save-exact --prefix .cache/node $(NODE_PKGS) >/dev/null || exit 1; \
+	else echo "npm not found: the OpenAI SDK test will be skipped, the PGlite tests fail where node is installed"; fi
 
 # Debian's prometheus, for the dashboard test and make stack (installed once).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -5,7 +5,8 @@
 // the group asks; tokens stream out at each step's OutputAt.
 //
 // It speaks vLLM's OpenAI-compatible wire format (POST /v1/completions and
-// /v1/chat/completions, streaming and not; GET /v1/models, /health, /version,
+// /v1/chat/completions, streaming and not; POST /v1/embeddings with package
+// embed's deterministic embeddings; GET /v1/models, /health, /version,
 // /metrics; POST /reset_prefix_cache), tokenizes with the builtin:sim
 // tokenizer (engine/simtok), generates deterministic text, publishes KV cache
 // events through a hook, aborts a request as soon as its client goes away and

@@ -89,6 +89,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
@@ -106,7 +107,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	// Unknown paths and wrong methods answer as vLLM's FastAPI app does.
 	allowed := map[string]string{
-		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/health": "GET",
+		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/embeddings": "POST", "/v1/models": "GET", "/health": "GET",
 		"/version": "GET", "/reset_prefix_cache": "POST", "/metrics": "GET",
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

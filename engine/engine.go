@@ -73,6 +73,9 @@ type Engine struct {
 	running []*seq
 	sched   []*seq // scheduled in the current step
 	hitBuf  []int32
+	// spare holds the block lists of finished requests for reuse, at most
+	// maxSpareBlockLists.
+	spare [][]int32
 
 	now        time.Duration // latest time the engine was told
 	busyUntil  time.Duration // end of the last step
@@ -177,6 +180,7 @@ func (e *Engine) Abort(now time.Duration, id RequestID) error {
 		}
 	}
 	e.pool.release(s.blocks)
+	e.putBlockList(s.blocks)
 	s.blocks = nil
 	e.metrics.RequestsAborted++
 	return nil
@@ -199,6 +203,31 @@ func (e *Engine) ResetPrefixCache() (bool, []KVEvent) {
 	e.events = e.events[:0]
 	ok := e.pool.reset()
 	return ok, e.events
+}
+
+// maxSpareBlockLists bounds Engine.spare.
+const maxSpareBlockLists = 64
+
+// blockList returns an empty block list with room for n blocks, a finished
+// request's if one is large enough: a request's list is sized once, at its
+// first admission, for all the blocks it can hold, so it never grows.
+func (e *Engine) blockList(n int) []int32 {
+	if k := len(e.spare); k > 0 {
+		l := e.spare[k-1]
+		e.spare[k-1] = nil
+		e.spare = e.spare[:k-1]
+		if cap(l) >= n {
+			return l[:0]
+		}
+	}
+	return make([]int32, 0, n)
+}
+
+// putBlockList keeps a released request's block list for reuse.
+func (e *Engine) putBlockList(l []int32) {
+	if l != nil && len(e.spare) < maxSpareBlockLists {
+		e.spare = append(e.spare, l[:0])
+	}
 }
 
 // Len returns the number of requests in the engine (waiting or running).

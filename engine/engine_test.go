@@ -336,12 +336,12 @@ func checkInvariants(t *rapid.T, e *Engine) {
 		t.Fatalf("free queue has %d, counter %d, free blocks %d", n, e.pool.nfree, free)
 	}
 	entries := 0
-	e.pool.cached.each(func(h kvblock.Hash, id int32) {
+	e.pool.cached.each(e.pool.blocks, func(h kvblock.Hash, id int32) {
 		entries++
 		if b := e.pool.blocks[id]; !b.hashed || b.hash != h {
 			t.Fatalf("cache maps %v to block %d holding %v", h, id, b.hash)
 		}
-		if got, ok := e.pool.cached.get(h); !ok || got != id {
+		if got, ok := e.pool.cached.get(h, e.pool.blocks); !ok || got != id {
 			t.Fatalf("cache entry %v not findable", h)
 		}
 	})

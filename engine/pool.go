@@ -79,7 +79,7 @@ func (p *pool) lookup(hashes []kvblock.Hash, ids []int32) []int32 {
 		return ids
 	}
 	for _, h := range hashes {
-		id, ok := p.cached.get(h)
+		id, ok := p.cached.get(h, p.blocks)
 		if !ok {
 			break
 		}
@@ -156,7 +156,7 @@ func (p *pool) store(ids []int32, hashes []kvblock.Hash, from, to int) {
 			continue
 		}
 		h := hashes[k]
-		if !p.cached.insert(h, id) {
+		if !p.cached.insert(h, id, p.blocks) {
 			continue // another block already caches this content
 		}
 		b.hashed, b.hash = true, h

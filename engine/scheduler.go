@@ -170,8 +170,14 @@ func (e *Engine) Step(now time.Duration) *Result {
 		budget -= s.newTokens
 	}
 
-	// Execute: price the batch, advance every scheduled request.
+	// Execute: price the batch, advance every scheduled request, emit the
+	// tokens of those that reached the end of their sequence. (Finishing
+	// one, which frees its blocks, before registering the next one's new
+	// blocks changes nothing: registering neither allocates nor reads the
+	// free queue, and a finished request's blocks that others share are
+	// registered already.)
 	var b Batch
+	finished := 0
 	for _, s := range e.sched {
 		ctx, n := s.numComputed, s.newTokens
 		if n == 1 && s.numOutput > 0 && ctx == s.numTokens()-1 {
@@ -182,10 +188,31 @@ func (e *Engine) Step(now time.Duration) *Result {
 			b.PrefillPairs += float64(n) * (float64(ctx) + float64(n)/2)
 		}
 		s.numComputed += n
-		if full := min(s.numComputed/e.cfg.BlockSize, len(s.hashes)); full > s.numStored {
+		s.newTokens = 0
+		// New full blocks to register: min(numComputed/BlockSize,
+		// len(hashes)) > numStored, tested without dividing.
+		if s.numStored < len(s.hashes) && s.numComputed >= (s.numStored+1)*e.cfg.BlockSize {
+			full := min(s.numComputed/e.cfg.BlockSize, len(s.hashes))
 			e.pool.store(s.blocks, s.hashes, s.numStored, full)
 			s.numStored = full
 		}
+		if s.numComputed < s.numTokens() {
+			continue // a prefill chunk that did not reach the end of the sequence
+		}
+		s.numOutput++
+		e.metrics.GenerationTokens++
+		em := Emission{ID: s.id, Output: s.numOutput, CachedTokens: s.cached, Preemptions: s.preemptions}
+		if s.numOutput >= s.output {
+			em.Finished = true
+			s.done = true
+			finished++
+			e.pool.release(s.blocks)
+			e.putBlockList(s.blocks)
+			s.blocks = nil
+			delete(e.seqs, s.id)
+			e.metrics.RequestsFinished++
+		}
+		res.Emitted = append(res.Emitted, em)
 	}
 	res.Batch = b
 	res.Scheduled = len(e.sched)
@@ -205,26 +232,6 @@ func (e *Engine) Step(now time.Duration) *Result {
 	e.metrics.Steps++
 	e.metrics.BusyTime += res.Duration
 
-	finished := 0
-	for _, s := range e.sched {
-		s.newTokens = 0
-		if s.numComputed < s.numTokens() {
-			continue // a prefill chunk that did not reach the end of the sequence
-		}
-		s.numOutput++
-		e.metrics.GenerationTokens++
-		em := Emission{ID: s.id, Output: s.numOutput, CachedTokens: s.cached, Preemptions: s.preemptions}
-		if s.numOutput >= s.output {
-			em.Finished = true
-			s.done = true
-			finished++
-			e.pool.release(s.blocks)
-			s.blocks = nil
-			delete(e.seqs, s.id)
-			e.metrics.RequestsFinished++
-		}
-		res.Emitted = append(res.Emitted, em)
-	}
 	if finished > 0 {
 		kept := e.running[:0]
 		for _, s := range e.running {
@@ -250,6 +257,9 @@ func (e *Engine) chunk(n, budget int) int {
 
 // grow allocates the blocks a running request needs for n more tokens.
 func (e *Engine) grow(s *seq, n int) bool {
+	if s.numComputed+n <= len(s.blocks)*e.cfg.BlockSize {
+		return true // the blocks it holds have room
+	}
 	need := e.blocksFor(s.numComputed+n) - len(s.blocks)
 	if need > e.pool.nfree {
 		return false
@@ -279,6 +289,10 @@ func (e *Engine) admit(s *seq, budget int) bool {
 	}
 	for _, id := range hits {
 		e.pool.touch(id)
+	}
+	if s.blocks == nil {
+		// Its most: every token but the last sampled one is computed.
+		s.blocks = e.blockList(e.blocksFor(s.prompt + s.output - 1))
 	}
 	s.blocks = append(s.blocks[:0], hits...)
 	for range need {

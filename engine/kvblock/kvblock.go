@@ -101,8 +101,19 @@ const SimVocabSize = 32000
 // SegmentToken is the token at position pos of segment id: a pure function,
 // so block hashes can be derived without storing token arrays.
 func SegmentToken(id uint64, pos int) uint32 {
-	return uint32(Mix64(id*0x9E3779B97F4A7C15+uint64(pos)*0xBF58476D1CE4E5B9+0x94D049BB133111EB) % SimVocabSize)
+	return uint32(Mix64(segmentBase(id)+uint64(pos)*segmentStep) % SimVocabSize)
 }
+
+// The constants of SegmentToken: the token at pos is
+// Mix64(segmentBase(id) + pos*segmentStep) % SimVocabSize, so consecutive
+// tokens of a segment step the argument by segmentStep.
+const (
+	segmentMul  = 0x9E3779B97F4A7C15
+	segmentStep = 0xBF58476D1CE4E5B9
+	segmentAdd  = 0x94D049BB133111EB
+)
+
+func segmentBase(id uint64) uint64 { return id*segmentMul + segmentAdd }
 
 // Mix64 is the SplitMix64 finalizer: a bijection on uint64 that spreads
 // every input bit over the output. Segment ids, ring positions and the like
@@ -153,16 +164,18 @@ func AppendSegmentHashesFrom(dst []Hash, parent Hash, segs []Segment, blockSize,
 	if blockSize <= 0 {
 		return dst
 	}
-	var stackTok [maxStackBlock]uint32
-	block := stackTok[:0]
+	// The tokens are written straight into the hashed bytes (parent, then
+	// the block's tokens as little-endian uint32s), as hashInto lays them out.
 	var stack [16 + 4*maxStackBlock]byte
-	buf := stack[:0]
-	if blockSize > maxStackBlock {
-		block = make([]uint32, 0, blockSize)
-		buf = make([]byte, 0, 16+4*blockSize)
+	var buf []byte
+	if blockSize <= maxStackBlock {
+		buf = stack[:16+4*blockSize]
+	} else {
+		buf = make([]byte, 16+4*blockSize)
 	}
+	toks := buf[16:]
 	skip := skipBlocks * blockSize
-	n := 0
+	fill, n := 0, 0 // tokens of the current block written; hashes appended
 	for _, s := range segs {
 		p := 0
 		if skip > 0 {
@@ -172,18 +185,56 @@ func AppendSegmentHashesFrom(dst []Hash, parent Hash, segs []Segment, blockSize,
 			}
 			p, skip = skip, 0
 		}
-		for ; p < s.Len; p++ {
-			block = append(block, SegmentToken(s.ID, p))
-			if len(block) == blockSize {
+		x := segmentBase(s.ID) + uint64(p)*segmentStep
+		for p < s.Len {
+			k := min(s.Len-p, blockSize-fill)
+			x = putSegmentTokens(toks[4*fill:4*(fill+k)], x)
+			p += k
+			if fill += k; fill == blockSize {
 				if maxBlocks >= 0 && n >= maxBlocks {
 					return dst
 				}
-				parent = hashInto(buf, parent, block)
+				binary.LittleEndian.PutUint64(buf[0:8], parent.Hi)
+				binary.LittleEndian.PutUint64(buf[8:16], parent.Lo)
+				u := xxh3.Hash128(buf)
+				parent = Hash{Hi: u.Hi, Lo: u.Lo}
 				dst = append(dst, parent)
 				n++
-				block = block[:0]
+				fill = 0
 			}
 		}
 	}
 	return dst
+}
+
+// putSegmentTokens writes the tokens of SegmentToken's arguments x,
+// x+segmentStep, ... into dst as little-endian uint32s, len(dst)/4 of them,
+// and returns the argument after the last. Four tokens at a time, two to an
+// 8-byte store (the low one first, as little-endian order puts it), so that
+// their chains of arithmetic interleave. It is kept out of line: inlined
+// into its caller's loop it runs out of registers.
+//
+//go:noinline
+func putSegmentTokens(dst []byte, x uint64) uint64 {
+	const (
+		step2 = (2 * segmentStep) & (1<<64 - 1) // modulo 2^64
+		step3 = (3 * segmentStep) & (1<<64 - 1)
+		step4 = (4 * segmentStep) & (1<<64 - 1)
+	)
+	for len(dst) >= 16 {
+		t0 := Mix64(x) % SimVocabSize
+		t1 := Mix64(x+segmentStep) % SimVocabSize
+		t2 := Mix64(x+step2) % SimVocabSize
+		t3 := Mix64(x+step3) % SimVocabSize
+		binary.LittleEndian.PutUint64(dst, t0|t1<<32)
+		binary.LittleEndian.PutUint64(dst[8:], t2|t3<<32)
+		x += step4
+		dst = dst[16:]
+	}
+	for len(dst) >= 4 {
+		binary.LittleEndian.PutUint32(dst, uint32(Mix64(x)%SimVocabSize))
+		x += segmentStep
+		dst = dst[4:]
+	}
+	return x
 }

@@ -35,9 +35,46 @@ func (o *outputEstimate) fit() {
 	k := min(o.n, len(o.ring))
 	s := o.sorted[:k]
 	copy(s, o.ring[:k])
-	slices.Sort(s)
 	i := min(k-1, int(o.q*float64(k)))
-	o.value, o.valid, o.sinceFit = int(s[i]), true, 0
+	o.value, o.valid, o.sinceFit = int(selectNth(s, i)), true, 0
+}
+
+// selectNth returns the value at index i of s sorted (s is reordered): a
+// quickselect, linear on average, where sorting the 512 samples every 16
+// answers took a few percent of a simulation.
+func selectNth(s []int32, i int) int32 {
+	lo, hi := 0, len(s)-1
+	for hi-lo > 16 {
+		// Median of three as the pivot, then a three-way partition:
+		// [lo, lt) < p, [lt, gt] == p, (gt, hi] > p.
+		mid := lo + (hi-lo)/2
+		a, b, c := s[lo], s[mid], s[hi]
+		p := max(min(a, b), min(max(a, b), c))
+		lt, gt := lo, hi
+		for j := lo; j <= gt; {
+			switch v := s[j]; {
+			case v < p:
+				s[lt], s[j] = v, s[lt]
+				lt++
+				j++
+			case v > p:
+				s[gt], s[j] = v, s[gt]
+				gt--
+			default:
+				j++
+			}
+		}
+		switch {
+		case i < lt:
+			hi = lt - 1
+		case i > gt:
+			lo = gt + 1
+		default:
+			return p
+		}
+	}
+	slices.Sort(s[lo : hi+1])
+	return s[i]
 }
 
 // get returns the estimate, if there is one yet.

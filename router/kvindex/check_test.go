@@ -162,7 +162,7 @@ func (p *replica) check() error {
 	if used != p.n {
 		return fmt.Errorf("table holds %d, count says %d", used, p.n)
 	}
-	if p.n > 0 && 2*p.n > len(p.slots) {
+	if p.n > 0 && 4*p.n > len(p.slots) {
 		return fmt.Errorf("table: %d in %d slots", p.n, len(p.slots))
 	}
 	// Pinned receipts: free slots are zero and listed once; a pinned node's

@@ -237,10 +237,14 @@ func (x *Index) Release(r Receipt) {
 	defer x.mu.Unlock()
 	rep := int(r.replica)
 	p := x.get(rep)
-	if p == nil || !p.endPins(r) {
+	if p == nil {
 		return
 	}
-	p.unpin(r.hashes, r.gen)
+	ids, ok := p.endPins(r)
+	if !ok {
+		return
+	}
+	p.unpin(r.hashes, r.gen, ids)
 	x.trim(p, rep)
 }
 
@@ -320,10 +324,14 @@ func (x *Index) TakeBack(r Receipt) {
 		return
 	}
 	p := x.get(rep)
-	if p == nil || !p.endPins(r) {
+	if p == nil {
 		return
 	}
-	p.unpin(r.hashes, r.gen)
+	ids, ok := p.endPins(r)
+	if !ok {
+		return
+	}
+	p.unpin(r.hashes, r.gen, ids)
 	x.dropOwned(rep, r.hashes, r.gen, false)
 	x.trim(p, rep)
 }
@@ -393,6 +401,11 @@ func (x *Index) record(r int, hashes []kvblock.Hash, kind recordKind) Receipt {
 		}
 	}
 	pin := kind == kindPinned
+	var slot int32
+	var ids []int32 // with pin, the node of each hash
+	if pin {
+		slot, ids = p.newPins(gen, len(hashes))
+	}
 	owned := false
 	for i := len(hashes) - 1; i >= 0; i-- {
 		h := hashes[i]
@@ -408,10 +421,16 @@ func (x *Index) record(r int, hashes []kvblock.Hash, kind recordKind) Receipt {
 					continue
 				}
 			}
-			p.add(h, stamp, pin)
+			id = p.add(h, stamp, pin)
+			if pin {
+				ids[i] = id
+			}
 			x.shared.add(h, r)
 			owned = owned || stamp != 0
 			continue
+		}
+		if pin {
+			ids[i] = id
 		}
 		nd := &p.nodes[id]
 		if nd.pinned() {
@@ -443,7 +462,7 @@ func (x *Index) record(r int, hashes []kvblock.Hash, kind recordKind) Receipt {
 		}
 	}
 	if pin {
-		return Receipt{hashes: hashes, gen: gen, replica: int32(r), pin: p.newPins(gen)}
+		return Receipt{hashes: hashes, gen: gen, replica: int32(r), pin: slot}
 	}
 	if !owned {
 		return Receipt{}
@@ -596,7 +615,10 @@ func (x *Index) Bytes() int64 {
 		n += int64(unsafe.Sizeof(*p))
 		n += int64(cap(p.nodes)) * int64(unsafe.Sizeof(node{}))
 		n += int64(cap(p.slots)) * int64(unsafe.Sizeof(rslot{}))
-		n += int64(cap(p.pins))*8 + int64(cap(p.pinFree))*4
+		n += int64(cap(p.pins))*8 + int64(cap(p.pinFree))*4 + int64(cap(p.pinNodes))*int64(unsafe.Sizeof([]int32(nil)))
+		for _, ids := range p.pinNodes {
+			n += int64(cap(ids)) * 4
+		}
 	}
 	return n
 }

@@ -55,9 +55,11 @@ type rslot struct {
 
 // replica is one replica's shadow LRU: its nodes in a slab, the unpinned
 // ones linked from the most recently used (head) to the least (tail), all
-// found by hash through an open-addressing table at most half full. It holds
-// at most capacity nodes, except that pinned nodes are never evicted: when
-// it holds more, every node is pinned (the LRU list is empty).
+// found by hash through an open-addressing table at most a quarter full
+// (short probes and deletion shifts: measured faster than half full, for
+// twice the 8-byte slots). It holds at most capacity nodes, except that
+// pinned nodes are never evicted: when it holds more, every node is pinned
+// (the LRU list is empty).
 type replica struct {
 	capacity   int
 	n          int // nodes, pinned ones included
@@ -73,6 +75,12 @@ type replica struct {
 	// held exactly while its slot holds its generation.
 	pins    []uint64
 	pinFree []int32
+	// pinNodes[i] holds, for the receipt of pins[i], the node that each of
+	// its hashes was pinned in (by index in the hashes), so that its release
+	// finds them without the table. A node removed since is found by its
+	// hash no longer matching (or being reused by a later record, which its
+	// stamp tells); compact renumbers them with the slab.
+	pinNodes [][]int32
 }
 
 func newReplica(capacity int) *replica {
@@ -101,9 +109,9 @@ func (p *replica) lookup(h kvblock.Hash) int32 {
 // the given stamp, or as a node pinned once when pinned (stamp is then the
 // pinning record's generation, and the node is owned by it). Eviction is the
 // caller's business: add never evicts, and grows the slab past the capacity
-// if it must.
-func (p *replica) add(h kvblock.Hash, stamp uint64, pinned bool) {
-	if 2*(p.n+1) > len(p.slots) {
+// if it must. It returns the new node.
+func (p *replica) add(h kvblock.Hash, stamp uint64, pinned bool) int32 {
+	if 4*(p.n+1) > len(p.slots) {
 		size := max(minTableSize, 2*len(p.slots))
 		p.rehash(size)
 	}
@@ -136,6 +144,7 @@ func (p *replica) add(h kvblock.Hash, stamp uint64, pinned bool) {
 	}
 	p.tabInsert(h, id)
 	p.n++
+	return id
 }
 
 // drop removes node id, pinned or not.
@@ -172,17 +181,20 @@ func (p *replica) pin(id int32, gen uint64) {
 
 // unpin releases the pins that the receipt of generation gen took on hashes,
 // from the last block to the first: a block whose count reaches zero becomes
-// the most recently used, so block 0 ends the most recent. A block holds
-// that receipt's pin only if it has been pinned since before (or at) gen:
-// a block removed and inserted again since is another block.
-func (p *replica) unpin(hashes []kvblock.Hash, gen uint64) {
+// the most recently used, so block 0 ends the most recent. ids are the nodes
+// the receipt pinned (replica.pinNodes). A block holds that receipt's pin
+// only if it has been pinned since before (or at) gen: a block removed and
+// inserted again since is another block, and a node that no longer holds
+// its hash was removed (the hash, if present again, is in a node inserted
+// since).
+func (p *replica) unpin(hashes []kvblock.Hash, gen uint64, ids []int32) {
 	for i := len(hashes) - 1; i >= 0; i-- {
-		id := p.lookup(hashes[i])
-		if id == nilNode {
+		id := ids[i]
+		if id < 0 || int(id) >= len(p.nodes) {
 			continue
 		}
 		nd := &p.nodes[id]
-		if !nd.pinned() || nd.stamp&^ownedBit > gen {
+		if nd.h != hashes[i] || !nd.pinned() || nd.stamp&^ownedBit > gen {
 			continue
 		}
 		if nd.prev--; nd.prev > 0 {
@@ -194,30 +206,41 @@ func (p *replica) unpin(hashes []kvblock.Hash, gen uint64) {
 	}
 }
 
-// newPins records a live pinned receipt of generation gen and returns its
-// Receipt.pin.
-func (p *replica) newPins(gen uint64) int32 {
+// newPins records a live pinned receipt of generation gen for n hashes and
+// returns its Receipt.pin and the slice to fill with the nodes it pins
+// (pinNodes), of length n.
+func (p *replica) newPins(gen uint64, n int) (int32, []int32) {
+	var i int32
 	if k := len(p.pinFree); k > 0 {
-		i := p.pinFree[k-1]
+		i = p.pinFree[k-1]
 		p.pinFree = p.pinFree[:k-1]
 		p.pins[i] = gen
-		return i + 1
+	} else {
+		p.pins = append(p.pins, gen)
+		p.pinNodes = append(p.pinNodes, nil)
+		i = int32(len(p.pins) - 1)
 	}
-	p.pins = append(p.pins, gen)
-	return int32(len(p.pins))
+	ids := p.pinNodes[i][:0]
+	if cap(ids) < n {
+		ids = make([]int32, 0, n)
+	}
+	ids = ids[:n]
+	p.pinNodes[i] = ids
+	return i + 1, ids
 }
 
-// endPins ends the pinned receipt r and reports whether it was live (its
-// pins held): false when it was released, taken back, or its replica
-// cleared or forgotten since.
-func (p *replica) endPins(r Receipt) bool {
+// endPins ends the pinned receipt r and returns the nodes it pinned, ok
+// whether it was live (its pins held): false when it was released, taken
+// back, or its replica cleared or forgotten since. The nodes stay valid
+// until the next newPins.
+func (p *replica) endPins(r Receipt) (ids []int32, ok bool) {
 	i := int(r.pin) - 1
 	if i < 0 || i >= len(p.pins) || p.pins[i] != r.gen {
-		return false
+		return nil, false
 	}
 	p.pins[i] = 0
 	p.pinFree = append(p.pinFree, int32(i))
-	return true
+	return p.pinNodes[i], true
 }
 
 func (p *replica) pushFront(id int32) {
@@ -300,20 +323,27 @@ func (p *replica) reset() {
 	p.nodes = p.nodes[:0]
 	clear(p.slots)
 	p.head, p.tail, p.free, p.n, p.npinned = nilNode, nilNode, nilNode, 0, 0
-	p.pins, p.pinFree = p.pins[:0], p.pinFree[:0]
+	p.pins, p.pinFree, p.pinNodes = p.pins[:0], p.pinFree[:0], p.pinNodes[:0]
 }
 
 // compact moves the nodes into a slab and table sized for the current
 // count, after a capacity shrink left them much larger than needed.
 func (p *replica) compact() {
-	if cap(p.nodes) <= 2*max(16, p.capacity) && len(p.slots) <= max(minTableSize, 4*p.n) {
+	if cap(p.nodes) <= 2*max(16, p.capacity) && len(p.slots) <= max(minTableSize, 8*p.n) {
 		return
 	}
 	nodes := make([]node, p.n, min(max(16, p.n), max(p.capacity, p.n)))
+	// moved maps old node ids to new ones (nilNode for free nodes), for the
+	// live receipts' pinNodes.
+	moved := make([]int32, len(p.nodes))
+	for i := range moved {
+		moved[i] = nilNode
+	}
 	k := int32(0)
 	for id := p.head; id != nilNode; id = p.nodes[id].next {
 		nodes[k] = p.nodes[id]
 		nodes[k].prev, nodes[k].next = k-1, k+1
+		moved[id] = k
 		k++
 	}
 	p.head, p.tail = nilNode, nilNode
@@ -325,12 +355,23 @@ func (p *replica) compact() {
 	for _, s := range p.slots {
 		if s.ref != 0 && p.nodes[s.ref-1].pinned() {
 			nodes[k] = p.nodes[s.ref-1]
+			moved[s.ref-1] = k
 			k++
+		}
+	}
+	for i, gen := range p.pins {
+		if gen == 0 {
+			continue
+		}
+		for j, id := range p.pinNodes[i] {
+			if id >= 0 && int(id) < len(moved) {
+				p.pinNodes[i][j] = moved[id]
+			}
 		}
 	}
 	p.nodes, p.free = nodes, nilNode
 	size := minTableSize
-	for size < 2*p.n {
+	for size < 4*p.n {
 		size *= 2
 	}
 	p.slots = make([]rslot, size)

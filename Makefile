@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live fidelity leaderboard
+.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live fidelity leaderboard reload-live cache-live
 
 all: build
 
@@ -174,6 +174,20 @@ chat-fixtures:
 # root). Writes runs/bench-live/results.md.
 bench-live:
 	scripts/bench-live.sh
+
+# Hot reload under 1,000 req/s in bench-live's setup: 10 reloads (SIGHUP and
+# the file watch) and a rejected broken file during 30 s of w1; failed
+# requests, the hit rate before and after, the reload counters (about 45 s).
+# Writes runs/reload-live/results.md.
+reload-live:
+	scripts/reload-live.sh
+
+# What a hit of the exact response cache costs through inferrail live at
+# 1,000 req/s (deterministic requests over 20 prompts, all hits after a
+# warm-up), against live without the cache and the engines directly,
+# alternately 3 times (about 2 minutes). Writes runs/cache-live/results.md.
+cache-live:
+	scripts/cache-live.sh
 
 # inferrail live against hostile clients (huge bodies, h2c streams that never
 # read, 20,000 stalled connections, dead, killed and stopped engines, the

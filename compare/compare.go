@@ -434,6 +434,7 @@ func (j *job) config(base fleet.Config) fleet.Config {
 // simulate runs the job's configuration c (j.config) and returns its point,
 // with every request's record when keep is set.
 func (j *job) simulate(c fleet.Config, keep bool) (Point, error) {
+	c.KeepRecords = keep // a point holds its records only when asked to
 	o, err := fleet.Simulate(c)
 	if err != nil {
 		return Point{}, fmt.Errorf("%s, seed %d, %.3g req/s, %d replicas: %w", j.Label, j.seed, j.rate, j.replicas, err)

@@ -87,6 +87,35 @@ type Config struct {
 	Trace func(g int, ev gateway.TraceEvent)
 	// Progress, when set, is called now and then during the run and once at the end.
 	Progress func(Progress)
+	// ShadowPolicy names a policy every gateway also asks about each
+	// decision, without effect on routing (gateway.Config.ShadowPolicy);
+	// Output.Shadow holds each gateway's tally. "": none.
+	ShadowPolicy string
+	// ExplainSample is the share of requests, sampled by id, whose routing
+	// decision on arrival is explained to Explain (explain.go), in [0, 1].
+	ExplainSample float64
+	// Explain receives the sampled explanations, in arrival order; an
+	// error stops the run and Simulate returns it.
+	Explain func(gateway.Explanation) error
+
+	// KeepRecords fills Output.Records with every request's record: memory
+	// that grows with the run (about 220 bytes a request, on top of what
+	// the summary keeps below its exact limit). DefaultConfig sets it, for
+	// short runs and tests that read records; a long run leaves it off and
+	// streams them through Record (see records.go).
+	KeepRecords bool
+	// Record, when set, is called with each request's record in arrival
+	// order, as soon as the request and every request that arrived before
+	// it have ended (sim --out writes requests.parquet from it). The
+	// record is valid during the call only. An error stops the run and
+	// Simulate returns it.
+	Record func(*results.Record) error
+	// ExactLimit is the number of requests up to which the summary's
+	// percentiles are exact (results.SummaryOptions.ExactLimit; 0 or less:
+	// results.DefaultExactLimit, 1,048,576); past it they come from
+	// sketches within results.PercentileError and the summary stops
+	// growing with the run.
+	ExactLimit int
 }
 
 // Progress reports how far a run is.
@@ -146,6 +175,7 @@ func DefaultConfig() Config {
 		MaxPriority:      gw.Queue.MaxPriority,
 		Gateways:         1,
 		Ledger:           LedgerShared,
+		KeepRecords:      true,
 	}
 }
 
@@ -181,6 +211,9 @@ func (c *Config) Validate() error {
 	if _, err := router.NewPolicy(c.Policy, router.Options{}); err != nil {
 		errs = append(errs, fmt.Errorf("policy: %w", err))
 	}
+	if err := c.validateExplain(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Gateways < 1 || c.Gateways > MaxGateways {
 		errs = append(errs, fmt.Errorf("gateways: must be between 1 and %d, got %d", MaxGateways, c.Gateways))
 	}
@@ -214,10 +247,14 @@ func (c *Config) Validate() error {
 // Output is everything a run produced.
 type Output struct {
 	Summary results.Summary
-	// Records holds one record per request, in arrival order.
+	// Records holds one record per request, in arrival order, when
+	// Config.KeepRecords is set; nil otherwise.
 	Records []results.Record
 	// Engines holds each engine's final counters.
 	Engines []engine.Metrics
+	// Shadow holds each gateway's shadow tally (Config.ShadowPolicy), nil
+	// without a shadow policy.
+	Shadow []gateway.ShadowStats
 }
 
 // gatewayConfig is the gateway core of one simulated gateway.
@@ -236,6 +273,7 @@ func (c *Config) gatewayConfig(ledger gateway.Ledger) gateway.Config {
 		Index:          c.Index,
 		SpeculationTTL: c.SpeculationTTL,
 	}
+	g.ShadowPolicy = c.ShadowPolicy
 	g.Admission = c.Admission
 	g.Overcommit = c.Overcommit
 	g.OutputQuantile = c.OutputQuantile
@@ -286,7 +324,7 @@ type gw struct {
 // reqState is a request in the fleet.
 type reqState struct {
 	w         *workload.Request
-	rec       int // index into sim.records
+	rec       int // sequence number of its record in sim.records
 	hashes    []kvblock.Hash
 	replica   int
 	lastToken time.Duration
@@ -314,11 +352,16 @@ type sim struct {
 	kvEv     []gateway.KVEvent // a batch of KV events as the gateways take them
 	heap     eventHeap
 	reqs     reqTable
-	hashFree [][]kvblock.Hash // hash slices of finished requests, for reuse
-	records  []results.Record
+	hashFree [][]kvblock.Hash     // hash slices of finished requests, for reuse
+	records  recordWindow         // the records not yet retired (records.go)
+	acc      *results.Accumulator // the summary, as records retire
+	kept     []results.Record     // every record, with Config.KeepRecords
+	created  int                  // records created
+	lastArr  time.Duration        // the arrival of the last record created
+	err      error                // the first error of Config.Record
 	itl      *results.Histogram
 	salts    map[string]kvblock.Hash
-	memo     map[memoKey][]kvblock.Hash
+	memo     segmentMemo
 	segsBuf  []kvblock.Segment
 	buckets  map[string][]limit.Bucket // each limited tenant's bucket
 	limiters []*limit.Local            // one shared, or one per gateway; nil without limits
@@ -372,7 +415,8 @@ func newSim(cfg Config) (*sim, error) {
 		reqs:  reqTable{sparse: make(map[uint64]*reqState)},
 		itl:   results.NewHistogram(),
 		salts: make(map[string]kvblock.Hash),
-		memo:  make(map[memoKey][]kvblock.Hash),
+		memo:  newSegmentMemo(memoLimit, memoArenaLimit),
+		acc:   results.NewAccumulator(results.SummaryOptions{Warmup: cfg.Warmup, SLO: cfg.SLO, ExactLimit: cfg.ExactLimit}),
 	}
 	var shared gateway.Ledger
 	if cfg.Ledger == LedgerShared {
@@ -471,6 +515,9 @@ func (s *sim) run() error {
 				s.decided(int(ev.gateway), g.core.Advance(s.now))
 			}
 		}
+		if s.err != nil {
+			return s.err
+		}
 		if s.cfg.Progress != nil && s.events%progressEvery == 0 {
 			s.cfg.Progress(s.progress(false))
 		}
@@ -495,7 +542,7 @@ func (s *sim) progress(done bool) Progress {
 		target = 0
 	}
 	return Progress{
-		Created:   len(s.records),
+		Created:   s.created,
 		Finished:  s.finished,
 		Target:    target,
 		Simulated: s.now,
@@ -519,12 +566,22 @@ func (s *sim) hashes(w *workload.Request) []kvblock.Hash {
 	bs := s.cfg.Engine.BlockSize
 	salt := s.salt(w.Model)
 	s.segsBuf = append(append(s.segsBuf[:0], w.Prompt...), w.Output)
+	// A finished request's slice that holds them (among the last few
+	// kept), else a new one of the right size, rather than one grown by
+	// appends.
 	var out []kvblock.Hash
-	if n := len(s.hashFree); n > 0 {
-		out = s.hashFree[n-1][:0]
-		s.hashFree = s.hashFree[:n-1]
-	} else {
-		out = make([]kvblock.Hash, 0, (w.PromptTokens()+w.OutputTokens)/bs)
+	need := (w.PromptTokens() + w.OutputTokens) / bs
+	for k := len(s.hashFree) - 1; k >= max(len(s.hashFree)-8, 0); k-- {
+		if cap(s.hashFree[k]) >= need {
+			out = s.hashFree[k][:0]
+			last := len(s.hashFree) - 1
+			s.hashFree[k], s.hashFree[last] = s.hashFree[last], nil
+			s.hashFree = s.hashFree[:last]
+			break
+		}
+	}
+	if out == nil {
+		out = make([]kvblock.Hash, 0, need)
 	}
 	// Prompts are chains of segments that recur (system prompts, documents,
 	// a trace's hash ids): the full blocks inside a segment depend only on
@@ -538,15 +595,7 @@ func (s *sim) hashes(w *workload.Request) []kvblock.Hash {
 		if full == 0 {
 			return kvblock.AppendSegmentHashesFrom(out, parent, segs[i:], bs, 0, -1)
 		}
-		key := memoKey{parent: parent, seg: seg}
-		hs, ok := s.memo[key]
-		if !ok {
-			if len(s.memo) >= memoLimit {
-				clear(s.memo)
-			}
-			hs = kvblock.AppendSegmentHashesFrom(nil, parent, segs[i:i+1], bs, 0, -1)
-			s.memo[key] = hs
-		}
+		hs := s.memo.hashes(memoKey{parent: parent, seg: seg}, bs)
 		out = append(out, hs...)
 		parent = hs[len(hs)-1]
 		if seg.Len%bs != 0 {
@@ -575,13 +624,14 @@ func (s *sim) gatewayOf(w *workload.Request) int {
 func (s *sim) arrive(rs *reqState) error {
 	w := rs.w
 	rs.measured = w.Arrival >= s.cfg.Warmup
-	rs.rec = len(s.records)
 	rs.replica = -1
-	s.records = append(s.records, results.Record{
+	rs.rec = s.records.push(results.Record{
 		ID: w.ID, Session: w.Session, Turn: w.Turn, Replica: -1, Priority: w.Priority, Tenant: w.Tenant,
 		Arrival: w.Arrival, PromptTokens: w.PromptTokens(), Outcome: results.OutcomeFailed,
 	})
-	rec := &s.records[rs.rec]
+	s.created++
+	s.lastArr = w.Arrival
+	rec := s.records.at(rs.rec)
 	rs.gateway = s.gatewayOf(w)
 	if s.limiters != nil {
 		ok, err := s.admitTenant(rs, rec)
@@ -598,11 +648,13 @@ func (s *sim) arrive(rs *reqState) error {
 	rs.hashes = hashes
 	s.reqs.put(w.ID, rs)
 	g := s.gws[rs.gateway]
-	d, others := g.core.Submit(s.now, gateway.Request{
+	req := gateway.Request{
 		ID: w.ID, Session: w.Session, PromptTokens: rec.PromptTokens, PromptKnown: true,
 		BlockHashes: hashes[:min(len(hashes), rec.PromptTokens/bs)], MaxTokens: w.MaxTokens,
 		Priority: w.Priority, Tenant: w.Tenant,
-	})
+	}
+	s.explain(rs.gateway, req)
+	d, others := g.core.Submit(s.now, req)
 	s.decide(rs.gateway, d)
 	s.decided(rs.gateway, others)
 	return nil
@@ -638,7 +690,7 @@ func (s *sim) decide(g int, d gateway.Decision) {
 		rs.ticket = d.Ticket
 		s.schedule(g)
 	case gateway.Rejected:
-		rec := &s.records[rs.rec]
+		rec := s.records.at(rs.rec)
 		rec.Outcome = results.OutcomeRejected
 		rec.Reject = d.Reason
 		rec.RetryAfter = d.RetryAfter
@@ -652,7 +704,7 @@ func (s *sim) decide(g int, d gateway.Decision) {
 // dispatch hands a request to the engine its gateway chose.
 func (s *sim) dispatch(g int, rs *reqState, d gateway.Decision) {
 	w := rs.w
-	rec := &s.records[rs.rec]
+	rec := s.records.at(rs.rec)
 	rep := s.reps[d.Replica]
 	rs.ticket = d.Ticket
 	rec.Dispatch = s.now
@@ -708,7 +760,7 @@ func (s *sim) end(rs *reqState, ok bool) {
 	if rs.res != nil {
 		used := limit.UsageUnknown
 		if ok {
-			rec := &s.records[rs.rec]
+			rec := s.records.at(rs.rec)
 			used = rec.PromptTokens + rec.OutputTokens
 		}
 		s.finishTenant(rs, used)
@@ -722,6 +774,7 @@ func (s *sim) end(rs *reqState, ok bool) {
 	rs.hashes = nil
 	s.live--
 	s.finished++
+	s.retire(rs.rec)
 	s.followUp(rs.w, ok)
 }
 
@@ -798,21 +851,25 @@ func (s *sim) deliverDue(rep *replica) {
 
 // deliver applies the tokens of one step at the time they reach the API server.
 func (s *sim) deliver(ems []engine.Emission) {
-	for _, em := range ems {
+	for i := range ems {
+		em := &ems[i]
 		rs := s.reqs.get(uint64(em.ID))
-		rec := &s.records[rs.rec]
-		core := s.gws[rs.gateway].core
 		if em.Output == 1 {
+			rec := s.records.at(rs.rec)
 			rec.FirstToken, rec.HasFirstToken = s.now, true
 			rec.CachedTokens = em.CachedTokens
 			// A gateway learns what the engine found cached only from the
 			// usage at the end, as live does.
-			s.decided(rs.gateway, core.FirstByte(s.now, rs.ticket, -1))
+			s.decided(rs.gateway, s.gws[rs.gateway].core.FirstByte(s.now, rs.ticket, -1))
 		} else if rs.measured {
 			s.itl.Add(s.now - rs.lastToken)
 		}
 		rs.lastToken = s.now
 		if em.Finished {
+			// Most tokens are neither a first nor a last one: the record
+			// and the gateway are looked up for those only.
+			rec := s.records.at(rs.rec)
+			core := s.gws[rs.gateway].core
 			rec.End = s.now
 			rec.OutputTokens = em.Output
 			rec.Preemptions = em.Preemptions
@@ -862,9 +919,7 @@ func (s *sim) output(wall time.Duration) *Output {
 		infos[i] = results.ReplicaInfo{Name: r.name, Busy: engines[i].BusyTime, Filled: filled,
 			PeakReservedBlocks: r.peakReserved, PeakRunning: r.peakRunning, CapacityBlocks: engines[i].NumGPUBlocks}
 	}
-	sum := results.Summarize(s.records, results.SummaryOptions{
-		Warmup:       s.cfg.Warmup,
-		SLO:          s.cfg.SLO,
+	sum := s.acc.Summary(results.SummaryOptions{
 		Replicas:     infos,
 		ITL:          s.itl,
 		SimulatedEnd: s.now,
@@ -877,8 +932,8 @@ func (s *sim) output(wall time.Duration) *Output {
 		// A replay offers what its arrivals offer.
 		sum.Workload = s.cfg.SourceName
 		sum.RateRPS = 0
-		if n := len(s.records); n > 1 && s.records[n-1].Arrival > 0 {
-			sum.RateRPS = math.Round(float64(n-1)/s.records[n-1].Arrival.Seconds()*1e4) / 1e4
+		if n := s.created; n > 1 && s.lastArr > 0 {
+			sum.RateRPS = math.Round(float64(n-1)/s.lastArr.Seconds()*1e4) / 1e4
 		}
 	}
 	sum.Policy = s.cfg.Policy
@@ -896,7 +951,7 @@ func (s *sim) output(wall time.Duration) *Output {
 	sum.SimulatedS = s.now.Seconds()
 	sum.SimEvents = s.events
 	sum.SimWallS = math.Round(wall.Seconds()*1000) / 1000
-	return &Output{Summary: sum, Records: s.records, Engines: engines}
+	return &Output{Summary: sum, Records: s.kept, Engines: engines, Shadow: s.shadowStats()}
 }
 
 // offeredRate is the rate the run's arrivals should come at, for the
@@ -944,8 +999,11 @@ func (c *Config) FailureReasons() map[string]string {
 }
 
 // reqTable finds in-flight requests by id: a slice for the dense ids that
-// workloads assign (1, 2, 3, ...), a map for any others.
+// workloads assign (1, 2, 3, ...), a map for any others. The slice starts
+// at the oldest dense id still in flight (base), so it spans the requests
+// in flight, not the whole run.
 type reqTable struct {
+	base   uint64 // the id of dense[0]
 	dense  []*reqState
 	sparse map[uint64]*reqState
 }
@@ -954,19 +1012,20 @@ type reqTable struct {
 const maxDenseGap = 1 << 16
 
 func (t *reqTable) put(id uint64, rs *reqState) {
-	if id < uint64(len(t.dense))+maxDenseGap {
-		for uint64(len(t.dense)) <= id {
+	// An id below base wraps around to a huge i and goes to the map.
+	if i := id - t.base; i < uint64(len(t.dense))+maxDenseGap {
+		for uint64(len(t.dense)) <= i {
 			t.dense = append(t.dense, nil)
 		}
-		t.dense[id] = rs
+		t.dense[i] = rs
 		return
 	}
 	t.sparse[id] = rs
 }
 
 func (t *reqTable) get(id uint64) *reqState {
-	if id < uint64(len(t.dense)) {
-		if rs := t.dense[id]; rs != nil {
+	if i := id - t.base; i < uint64(len(t.dense)) {
+		if rs := t.dense[i]; rs != nil {
 			return rs
 		}
 	}
@@ -974,8 +1033,13 @@ func (t *reqTable) get(id uint64) *reqState {
 }
 
 func (t *reqTable) del(id uint64) {
-	if id < uint64(len(t.dense)) && t.dense[id] != nil {
-		t.dense[id] = nil
+	if i := id - t.base; i < uint64(len(t.dense)) && t.dense[i] != nil {
+		t.dense[i] = nil
+		// Let go of the ids before the oldest one in flight.
+		for len(t.dense) > 0 && t.dense[0] == nil {
+			t.dense = t.dense[1:]
+			t.base++
+		}
 		return
 	}
 	delete(t.sparse, id)

@@ -26,7 +26,10 @@ import (
 //	DELETE /admin/keys/{id}     revoke it (at once on this gateway; within
 //	                            tenancy.auth_cache_ttl on the others)
 //	GET    /admin/usage         usage rows, ?since=&until= (RFC 3339), &key=, &model=
-//	GET    /admin/status        queues, reservations, limiter, store, auth cache, meter
+//	GET    /admin/status        queues, reservations, limiter, store, auth cache, meter, config
+//	POST   /admin/reload        reload the configuration file (reload.go), as SIGHUP does
+//	POST   /admin/explain       what the router would decide for a generation body, and why,
+//	                            deciding nothing (explain, below; docs/explain-shadow.md)
 //
 // Bodies are JSON objects of at most 64 KiB; an unknown field, a value of
 // the wrong type or out of range is a 400 in OpenAI's error shape whose
@@ -67,11 +70,13 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		"DELETE /admin/keys/{id}": s.revokeKey,
 		"GET /admin/usage":        s.usage,
 		"GET /admin/status":       s.status,
+		"POST /admin/reload":      s.reloadEndpoint,
+		"POST /admin/explain":     s.explainEndpoint,
 		"/admin/":                 s.adminNotFound,
 	}
 	// The other methods of each path: a 405 naming those it has.
 	for path, allowed := range map[string][]string{
-		"/admin/keys": {"GET", "POST"}, "/admin/keys/{id}": {"GET", "PATCH", "DELETE"}, "/admin/usage": {"GET"}, "/admin/status": {"GET"},
+		"/admin/keys": {"GET", "POST"}, "/admin/keys/{id}": {"GET", "PATCH", "DELETE"}, "/admin/usage": {"GET"}, "/admin/status": {"GET"}, "/admin/reload": {"POST"}, "/admin/explain": {"POST"},
 	} {
 		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 			if !slices.Contains(allowed, m) {
@@ -130,7 +135,7 @@ func (s *Server) writeAdminError(w http.ResponseWriter, e *adminError) {
 
 func (s *Server) adminNotFound(r *http.Request) (int, any, *adminError) {
 	return 0, nil, &adminError{status: http.StatusNotFound, code: "not_found",
-		msg: fmt.Sprintf("unknown admin path %.200s: the admin API serves /admin/keys, /admin/keys/{id}, /admin/usage and /admin/status", r.URL.Path)}
+		msg: fmt.Sprintf("unknown admin path %.200s: the admin API serves /admin/keys, /admin/keys/{id}, /admin/usage, /admin/status, /admin/reload and /admin/explain", r.URL.Path)}
 }
 
 func (s *Server) adminMethod(allowed string) adminFunc {
@@ -562,6 +567,7 @@ type statusView struct {
 	Store    *storeStatus  `json:"store"`
 	Cache    *cacheStatus  `json:"auth_cache"`
 	Usage    *usageStatus  `json:"usage"`
+	Config   *configStatus `json:"config"`
 }
 
 // modelStatus is a model's queue, in all and per priority class.
@@ -635,7 +641,7 @@ type usageStatus struct {
 
 // status is GET /admin/status.
 func (s *Server) status(_ *http.Request) (int, any, *adminError) {
-	v := statusView{Auth: s.cfg.Auth, Models: []modelStatus{}, Replicas: []replicaLoad{}, Limiter: limiterStatus{Mode: "none"}}
+	v := statusView{Auth: s.cfg.Auth, Models: []modelStatus{}, Replicas: []replicaLoad{}, Limiter: limiterStatus{Mode: "none"}, Config: s.configStatus()}
 	for _, m := range s.models {
 		snap := m.snapshot()
 		v.Models = append(v.Models, modelStatus{Model: m.name, Queued: snap.queued, QueuedBytes: snap.queuedBytes, ByPriority: append([]gateway.ClassDepth{}, snap.byClass...)})
@@ -679,4 +685,50 @@ func (s *Server) status(_ *http.Request) (int, any, *adminError) {
 		v.Usage = u
 	}
 	return http.StatusOK, v, nil
+}
+
+// explainEndpoint is POST /admin/explain: the body is a generation request
+// as a client would send it (an OpenAI chat or completions body; ?endpoint=
+// chat or completions says which, else a body with a prompt is a
+// completion), with the headers the proxy reads (x-inferrail-tenant,
+// x-inferrail-priority). It is read, resolved and tokenized as the proxy
+// does (the tokenization is counted in inferrail_tokenize_total) and the
+// model's gateway core explains what it would decide now, and why, without
+// dispatching, reserving or recording anything (gateway.Core.Explain). The
+// answer is a gateway.Explanation, the schema of sim --explain-out. A body
+// that does not parse is a 400 in OpenAI's error shape; an unknown model a
+// 404.
+func (s *Server) explainEndpoint(r *http.Request) (int, any, *adminError) {
+	chat := true
+	switch ep := r.URL.Query().Get("endpoint"); ep {
+	case "", "chat", "completions":
+		chat = ep != "completions"
+	default:
+		return 0, nil, badField("endpoint", "must be chat or completions, got %.40q", ep)
+	}
+	limit := int64(s.cfg.MaxBodyBytes)
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return 0, nil, &adminError{status: http.StatusBadRequest, code: "malformed_body", msg: "the request body could not be read"}
+	}
+	if int64(len(body)) > limit {
+		return 0, nil, &adminError{status: http.StatusRequestEntityTooLarge, code: "body_too_large", msg: fmt.Sprintf("the request body exceeds max_body_bytes (%d)", limit)}
+	}
+	if r.URL.Query().Get("endpoint") == "" {
+		if f, err := readFields(body); err == nil && f.Prompt != nil {
+			chat = false
+		}
+	}
+	in, perr := s.parse(r.Header, body, chat)
+	if perr != nil {
+		code := perr.code
+		if code == "" {
+			code = "invalid_body"
+		}
+		return 0, nil, &adminError{status: perr.status, code: code, msg: perr.msg}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	s.weigh(ctx, in, r.Header)
+	return http.StatusOK, in.m.explain(in.req), nil
 }

@@ -28,6 +28,14 @@ type decisionEntry struct {
 	QueuedMs       float64 `json:"queued_ms"`
 	ReservedBlocks int     `json:"reserved_blocks"`
 	DecisionUs     float64 `json:"decision_us"`
+	// With a shadow policy (shadow_policy): its name, its pick, whether it
+	// is the replica the request went to, and cost_model's estimates of
+	// the time to first token on the real pick and on the shadow's.
+	ShadowPolicy          string   `json:"shadow_policy,omitempty"`
+	ShadowReplica         string   `json:"shadow_replica,omitempty"`
+	ShadowAgree           *bool    `json:"shadow_agree,omitempty"`
+	EstimatedTTFTMs       *float64 `json:"estimated_ttft_ms,omitempty"`
+	ShadowEstimatedTTFTMs *float64 `json:"shadow_estimated_ttft_ms,omitempty"`
 }
 
 // decisionLog writes sampled decisions off the request path: entries go to
@@ -76,9 +84,14 @@ func (s *Server) logDecision(reqID string, m *model, req *gateway.Request, a *at
 		return
 	}
 	e := decisionEntry{
-		Time: time.Now().UTC(), RequestID: reqID, Model: m.name, Policy: m.policy, Replica: a.rep.name,
+		Time: time.Now().UTC(), RequestID: reqID, Model: m.name, Policy: m.policyName(), Replica: a.rep.name,
 		Tokenized: req.BlockHashes != nil, Prompt: req.PromptTokens, Predicted: a.dec.PredictedCachedTokens,
 		InFlight: m.inFlight(a.rep), QueuedMs: float64(a.queued) / 1e6, ReservedBlocks: a.dec.Weight, DecisionUs: float64(took) / 1e3,
+	}
+	if sh := a.dec.Shadow; sh.Policy != "" {
+		agree, est, shEst := sh.Agree, sh.EstimatedTTFTMs, sh.ShadowEstimatedTTFTMs
+		e.ShadowPolicy, e.ShadowReplica, e.ShadowAgree = sh.Policy, sh.Name, &agree
+		e.EstimatedTTFTMs, e.ShadowEstimatedTTFTMs = &est, &shEst
 	}
 	select {
 	case l.queue <- e:

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/inferrail/inferrail/router/gateway"
 )
 
 // metrics are the gateway's own Prometheus metrics, served on the admin
@@ -46,6 +48,10 @@ type metrics struct {
 	// dropped, failed key store operations. No key id is a label.
 	auth, ratelimit, ratelimitFallback, limiterErrors, storeErrors *prometheus.CounterVec
 	usageDropped                                                   prometheus.Counter
+	// reloads counts configuration reloads by result (ok, error);
+	// reloadTime is when the configuration running now was loaded.
+	reloads    *prometheus.CounterVec
+	reloadTime prometheus.Gauge
 	// conns reports each listener's open connections.
 	conns *connCollector
 	// perReplica are the vectors labelled by replica, whose series go
@@ -54,6 +60,8 @@ type metrics struct {
 	// own are the collectors of the gateway's own metrics (not Go's or
 	// the process's), for the snapshot test of the metric set.
 	own []prometheus.Collector
+	// cache is the response caches' (cache.go).
+	cache *cacheMetrics
 }
 
 // deleter is a metric vector whose series can be deleted by labels.
@@ -109,6 +117,12 @@ func newMetrics(s *Server) *metrics {
 	m.recordFiles = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_record_files_total", Help: "Recording files completed (renamed from .partial)."})
 	m.own = append(m.own, m.recordWritten, m.recordFiles)
 	reg.MustRegister(m.recordWritten, m.recordFiles)
+	m.reloads = cv("inferrail_config_reloads_total", "Configuration reloads (SIGHUP, the file changing, POST /admin/reload) by result: ok (applied), error (rejected: the running configuration is kept).", "result")
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("error")
+	m.reloadTime = prometheus.NewGauge(prometheus.GaugeOpts{Name: "inferrail_config_last_reload_success_timestamp_seconds", Help: "When the configuration running now was loaded (at start, or by the last successful reload), in Unix seconds."})
+	m.own = append(m.own, m.reloadTime)
+	reg.MustRegister(m.reloadTime)
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_decision_log_dropped_total", Help: "Sampled decisions dropped because the log writer was behind."})
 	m.traceFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_trace_export_failures_total", Help: "Trace exports (batches of spans) that failed; their spans are lost."})
 	m.conns = &connCollector{desc: prometheus.NewDesc("inferrail_open_connections", "Client connections open now, by listener.", []string{"listener"}, nil)}
@@ -118,6 +132,10 @@ func newMetrics(s *Server) *metrics {
 	info.WithLabelValues(s.version, runtime.Version()).Set(1)
 	m.own = append(m.own, m.logDropped, &stateCollector{s: s}, info)
 	reg.MustRegister(m.own[len(m.own)-3:]...)
+	m.cache = newCacheMetrics(m, s)
+	sc := &shadowCollector{s: s}
+	m.own = append(m.own, sc)
+	reg.MustRegister(sc)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.perReplica = []deleter{m.ttftH, m.durationH, m.decisions, m.kvEvents, m.scrapeErrors}
 	return m
@@ -168,16 +186,16 @@ func (m *metrics) served(model string, prompt, cached, predicted int) {
 
 func (m *metrics) outcome(model, o string) { m.requests.WithLabelValues(model, o).Inc() }
 func (m *metrics) ttft(md *model, r *replica, d time.Duration) {
-	m.ttftH.WithLabelValues(md.name, md.policy, r.name).Observe(d.Seconds())
+	m.ttftH.WithLabelValues(md.name, md.policyName(), r.name).Observe(d.Seconds())
 }
 func (m *metrics) duration(md *model, r *replica, d time.Duration) {
-	m.durationH.WithLabelValues(md.name, md.policy, r.name).Observe(d.Seconds())
+	m.durationH.WithLabelValues(md.name, md.policyName(), r.name).Observe(d.Seconds())
 }
 func (m *metrics) decisionTime(model string, d time.Duration) {
 	m.decisionH.WithLabelValues(model).Observe(d.Seconds())
 }
 func (m *metrics) decision(md *model, r *replica) {
-	m.decisions.WithLabelValues(md.name, md.policy, r.name).Inc()
+	m.decisions.WithLabelValues(md.name, md.policyName(), r.name).Inc()
 }
 func (m *metrics) retry(model string)               { m.retries.WithLabelValues(model).Inc() }
 func (m *metrics) errorReason(model, reason string) { m.errors.WithLabelValues(model, reason).Inc() }
@@ -257,5 +275,59 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descQueue, float64(snap.queued), m.name)
 		g(descQueueB, float64(snap.queuedBytes), m.name)
 		g(descIndex, float64(snap.indexBytes), m.name)
+	}
+}
+
+// shadowCollector reports each model's shadow mode (shadow_policy), read
+// from its gateway core at scrape time: decisions by agreement, cost_model's
+// estimates of the time to first token on the real picks and the shadow's,
+// the real picks' measured time to first byte and the estimates summed over
+// the same requests (docs/explain-shadow.md: reading agreement).
+type shadowCollector struct{ s *Server }
+
+var (
+	descShadowDecisions = prometheus.NewDesc("inferrail_shadow_decisions_total",
+		"Routing decisions the shadow policy (shadow_policy) was asked about, by model, primary and shadow policy, and whether the shadow picked the same replica (agree: true, false).",
+		[]string{"model", "primary", "shadow", "agree"}, nil)
+	descShadowEstimated = prometheus.NewDesc("inferrail_shadow_estimated_ttft_seconds",
+		"cost_model's estimate of each decision's time to first token, on the replica the request went to (policy: primary) and on the shadow policy's pick (policy: shadow), by model.",
+		[]string{"model", "policy"}, nil)
+	descShadowMeasured = prometheus.NewDesc("inferrail_shadow_measured_ttft_seconds",
+		"The measured time from dispatch to first byte of the requests the shadow policy was asked about, by model and whether it agreed.",
+		[]string{"model", "agree"}, nil)
+	descShadowMeasuredEstimate = prometheus.NewDesc("inferrail_shadow_measured_estimate_seconds_total",
+		"The sum of cost_model's estimates of the real picks' time to first token over the requests counted in inferrail_shadow_measured_ttft_seconds (its _sum over this is the estimator's calibration), by model and agreement.",
+		[]string{"model", "agree"}, nil)
+)
+
+func (c *shadowCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descShadowDecisions, descShadowEstimated, descShadowMeasured, descShadowMeasuredEstimate} {
+		ch <- d
+	}
+}
+
+func (c *shadowCollector) Collect(ch chan<- prometheus.Metric) {
+	bounds := gateway.ShadowBuckets()
+	hist := func(d *prometheus.Desc, h *gateway.Histogram, labels ...string) {
+		cum, buckets := uint64(0), make(map[float64]uint64, len(bounds))
+		for i, b := range bounds {
+			cum += h.Buckets[i]
+			buckets[b] = cum
+		}
+		ch <- prometheus.MustNewConstHistogram(d, h.Count, h.Sum, buckets, labels...)
+	}
+	for _, m := range c.s.models {
+		st, ok := m.shadowStats()
+		if !ok {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descShadowDecisions, prometheus.CounterValue, float64(st.Agreed), m.name, st.Primary, st.Shadow, "true")
+		ch <- prometheus.MustNewConstMetric(descShadowDecisions, prometheus.CounterValue, float64(st.Decisions-st.Agreed), m.name, st.Primary, st.Shadow, "false")
+		hist(descShadowEstimated, &st.EstimatedPrimary, m.name, "primary")
+		hist(descShadowEstimated, &st.EstimatedShadow, m.name, "shadow")
+		for k, agree := range []string{"false", "true"} {
+			hist(descShadowMeasured, &st.Measured[k], m.name, agree)
+			ch <- prometheus.MustNewConstMetric(descShadowMeasuredEstimate, prometheus.CounterValue, st.MeasuredEstimateSum[k], m.name, agree)
+		}
 	}
 }

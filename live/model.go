@@ -38,6 +38,12 @@ type replica struct {
 	kvBind   bool
 	group    string // DNS group, "" for a listed replica
 
+	// retired is set (under the model's mu) when a reload took the
+	// replica out for good; onDrained runs once its last request in
+	// flight has ended (reload.go).
+	retired   bool
+	onDrained func()
+
 	// What the log last said of the replica (guarded by the model's mu),
 	// so each change is logged once.
 	loggedEjections int
@@ -59,7 +65,8 @@ type replicaSpec struct {
 
 // model is one served model: a thin wrapper around its gateway core. The
 // core is not safe for concurrent use, so mu serialises every call to it;
-// this file is the only one that takes mu, and every core call is told the
+// this file is the only one that takes mu (a reload's changes, prepared in
+// reload.go, are applied here too), and every core call is told the
 // time read under it (so the core's clock never goes backwards).
 //
 // A request whose Submit (or Retry) is Queued waits on a channel of its own
@@ -68,13 +75,16 @@ type replicaSpec struct {
 // (runDeadlines) sleeps until the core's next deadline and calls Advance;
 // calls that bring the deadline closer nudge it.
 type model struct {
-	name      string
-	aliases   []string
+	name string
+	// policy names the routing policy at start, reloaded the one a reload
+	// set since (under mu); read them with policyName.
 	policy    string
+	reloaded  atomic.Pointer[string]
 	index     router.IndexMode
 	enc       Encoder
 	blockSize int
-	// admission and maxModelLen are the core's settings, which never change.
+	// admission is the core's rule at start (the startup notes'); a reload
+	// may change the core's. maxModelLen never changes.
 	admission   gateway.Admission
 	maxModelLen int
 	// promptBytes bounds the prompts tokenized at the edge.
@@ -101,6 +111,14 @@ type model struct {
 	lastOK atomic.Int64
 	// log receives the replicas' state changes.
 	log *slog.Logger
+}
+
+// policyName is the model's routing policy now.
+func (m *model) policyName() string {
+	if p := m.reloaded.Load(); p != nil {
+		return *p
+	}
+	return m.policy
 }
 
 // watch logs r's ejection and readmission, once per change. Call it with
@@ -136,10 +154,40 @@ type granted struct {
 // is the engines' profile (cost_model's estimates, the index's default
 // capacity).
 func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config, start time.Time, trace func(gateway.TraceEvent), log *slog.Logger, led gateway.Ledger) (*model, error) {
-	g := gateway.DefaultConfig()
+	g := gatewayConfig(c, mc, ec)
 	g.Trace = trace
 	g.Ledger = led // nil: the core's own
+	core, err := gateway.New(g)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", mc.Name, err)
+	}
+	m := &model{
+		name: mc.Name, policy: mc.Policy, index: router.IndexMode(mc.Index), enc: enc,
+		blockSize: mc.BlockSize, admission: g.Admission, maxModelLen: g.MaxModelLen, promptBytes: c.Tokenize.PromptBytes(mc), salt: core.Salt(), dns: mc.DNS,
+		maxConcurrency: mc.MaxConcurrency, maxPending: mc.MaxPending, capacity: mc.KVCapacityBlocks,
+		start: start, nudge: make(chan struct{}, 1), log: log,
+		core: core, byName: map[string]*replica{}, waiters: map[gateway.Ticket]chan granted{},
+	}
+	for j := range mc.Replicas {
+		r := &mc.Replicas[j]
+		conc, pending := mc.Limits(r)
+		if _, err := m.add(replicaSpec{
+			name: r.Name, url: r.URL, maxConcurrency: conc, maxPending: pending, capacity: mc.KVCapacity(r),
+			kvEvents: r.KVEvents, kvReplay: r.KVEventsReplay, kvTopic: r.KVEventsTopic, kvBind: r.KVEventsBind,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// gatewayConfig is the gateway core's configuration of model mc (but its
+// trace and ledger); ec is the engines' profile (cost_model's estimates,
+// the index's default capacity).
+func gatewayConfig(c *config.Config, mc *config.Model, ec engine.Config) gateway.Config {
+	g := gateway.DefaultConfig()
 	g.Model = mc.Name
+	g.ShadowPolicy = mc.ShadowPolicy
 	g.Router = router.Config{
 		Policy: mc.Policy,
 		Options: router.Options{
@@ -167,28 +215,7 @@ func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config,
 		MaxPriority: mc.MaxPriority, ShedOnSLO: mc.Queue.ShedOnSLO,
 	}
 	g.Health = gateway.Health{EjectAfter: c.Health.EjectAfter, EjectTime: c.Health.EjectTime, MaxEjectTime: c.Health.MaxEjectTime, MaxEjectedShare: c.Health.MaxEjectedShare}
-	core, err := gateway.New(g)
-	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", mc.Name, err)
-	}
-	m := &model{
-		name: mc.Name, aliases: mc.Aliases, policy: mc.Policy, index: router.IndexMode(mc.Index), enc: enc,
-		blockSize: mc.BlockSize, admission: g.Admission, maxModelLen: g.MaxModelLen, promptBytes: c.Tokenize.PromptBytes(mc), salt: core.Salt(), dns: mc.DNS,
-		maxConcurrency: mc.MaxConcurrency, maxPending: mc.MaxPending, capacity: mc.KVCapacityBlocks,
-		start: start, nudge: make(chan struct{}, 1), log: log,
-		core: core, byName: map[string]*replica{}, waiters: map[gateway.Ticket]chan granted{},
-	}
-	for j := range mc.Replicas {
-		r := &mc.Replicas[j]
-		conc, pending := mc.Limits(r)
-		if _, err := m.add(replicaSpec{
-			name: r.Name, url: r.URL, maxConcurrency: conc, maxPending: pending, capacity: mc.KVCapacity(r),
-			kvEvents: r.KVEvents, kvReplay: r.KVEventsReplay, kvTopic: r.KVEventsTopic, kvBind: r.KVEventsBind,
-		}); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return g
 }
 
 // weighs reports whether the model's admission weighs requests against KV
@@ -219,6 +246,13 @@ func (m *model) now() time.Duration { return time.Since(m.start) }
 
 // add registers a replica with the core, or brings back a removed one.
 func (m *model) add(sp replicaSpec) (*replica, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.addLocked(sp)
+}
+
+// addLocked is add with mu held.
+func (m *model) addLocked(sp replicaSpec) (*replica, error) {
 	u, err := url.Parse(sp.url)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("model %s: replica %q: url %q must be an absolute http(s) URL", m.name, sp.name, sp.url)
@@ -228,20 +262,22 @@ func (m *model) add(sp replicaSpec) (*replica, error) {
 	if name == "" {
 		name = u.Host
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	i, err := m.core.AddReplica(gateway.ReplicaConfig{Name: name, MaxInFlight: sp.maxConcurrency, MaxPending: sp.maxPending, CapacityBlocks: sp.capacity})
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.name, err)
 	}
-	// A replica back from removal (or new) may take queued requests now.
-	m.deliver(m.core.Poke(m.now()))
-	if old, ok := m.byName[name]; ok {
-		return old, nil
+	r, ok := m.byName[name]
+	if !ok {
+		if i != len(m.reps) {
+			return nil, fmt.Errorf("model %s: replica %s: the core gave index %d, want %d", m.name, name, i, len(m.reps))
+		}
+		r = &replica{idx: i, name: name, base: u, kvEvents: sp.kvEvents, kvReplay: sp.kvReplay, kvTopic: sp.kvTopic, kvBind: sp.kvBind, group: sp.group}
+		m.reps = append(m.reps, r)
+		m.byName[name] = r
 	}
-	r := &replica{idx: i, name: name, base: u, kvEvents: sp.kvEvents, kvReplay: sp.kvReplay, kvTopic: sp.kvTopic, kvBind: sp.kvBind, group: sp.group}
-	m.reps = append(m.reps, r)
-	m.byName[name] = r
+	// A replica back from removal (or new) may take queued requests now:
+	// it is in m.reps first, so their decisions resolve to it.
+	m.deliver(m.core.Poke(m.now()))
 	return r, nil
 }
 
@@ -258,6 +294,103 @@ func (m *model) dropMissing(group string, want map[string]bool) (removed []strin
 		}
 	}
 	return removed
+}
+
+// modelReload is what a reload changes in one model, prepared and
+// checked before anything changes (reload.go).
+type modelReload struct {
+	core   gateway.Config
+	policy string
+	// remove are the listed replicas taken out for good, update the staying
+	// ones whose caps change, add the new ones.
+	remove []*replica
+	update []replicaSpec
+	add    []replicaSpec
+	// drained runs once a removed replica's last request in flight ended.
+	drained func(*replica)
+}
+
+// reconfigure applies a prepared reload under one hold of mu: the core's
+// settings, then the replicas removed (no new request goes there, those in
+// flight end there), updated in place (counters, health and index kept)
+// and added. It returns the replicas added.
+func (m *model) reconfigure(p *modelReload) ([]*replica, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	o, err := m.core.Reconfigure(now, p.core)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", m.name, err)
+	}
+	m.deliver(o)
+	policy := p.policy
+	m.reloaded.Store(&policy)
+	for _, r := range p.remove {
+		m.deliver(m.core.DetachReplica(now, r.idx))
+		r.retired = true
+		if m.byName[r.name] == r {
+			delete(m.byName, r.name)
+		}
+		if p.drained != nil {
+			r.onDrained = func() { p.drained(r) }
+		}
+		m.drained(r, now)
+	}
+	for _, sp := range p.update {
+		if _, err := m.addLocked(sp); err != nil {
+			return nil, err
+		}
+	}
+	var added []*replica
+	for _, sp := range p.add {
+		r, err := m.addLocked(sp)
+		if err != nil {
+			return added, err
+		}
+		added = append(added, r)
+	}
+	m.deliver(m.core.Poke(now))
+	m.rearm(now)
+	return added, nil
+}
+
+// drained runs r's onDrained, once, when a reload retired r and its last
+// request in flight has ended. Call it with mu held.
+func (m *model) drained(r *replica, now time.Duration) {
+	if r == nil || !r.retired || r.onDrained == nil || m.core.State(now, r.idx).Load.InFlight > 0 {
+		return
+	}
+	f := r.onDrained
+	r.onDrained = nil
+	go f()
+}
+
+// listed returns the configured replicas in service: neither discovered
+// nor retired by a reload.
+func (m *model) listed() []*replica {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*replica
+	for _, r := range m.reps {
+		if r.group == "" && !r.retired {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// coreConfig is the core's configuration now.
+func (m *model) coreConfig() gateway.Config {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.core.Config()
+}
+
+// checkReload reports whether the core would take g (reload.go).
+func (m *model) checkReload(g gateway.Config) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.core.CheckReconfigure(g)
 }
 
 // lookup finds a replica by name.
@@ -339,6 +472,7 @@ func (m *model) retry(a *attempt, fault bool) gateway.Decision {
 	if fault {
 		m.watch(a.rep, now)
 	}
+	m.drained(a.rep, now)
 	a.rep = nil
 	m.settle(a, d)
 	m.deliver(others)
@@ -464,6 +598,7 @@ func (m *model) finish(a *attempt, held []kvblock.Hash, u gateway.Usage) {
 	now := m.now()
 	m.core.Success(a.rep.idx)
 	m.deliver(m.core.Finished(now, a.t, u, held))
+	m.drained(a.rep, now)
 	m.rearm(now)
 }
 
@@ -485,6 +620,7 @@ func (m *model) fail(a *attempt, fault, ok bool) {
 	if fault {
 		m.watch(a.rep, now)
 	}
+	m.drained(a.rep, now)
 	m.rearm(now)
 }
 
@@ -504,6 +640,7 @@ func (m *model) abort(a *attempt, ok bool) {
 		m.core.Success(a.rep.idx)
 	}
 	m.deliver(m.core.Abort(now, a.t))
+	m.drained(a.rep, now)
 	m.rearm(now)
 }
 
@@ -636,6 +773,22 @@ type modelSnap struct {
 	byClass     []gateway.ClassDepth // queued per priority class, highest first
 	indexBytes  int64
 	at          time.Duration // the core's time of the snapshot
+}
+
+// explain says what the core would decide for req now, and why, deciding
+// nothing (POST /admin/explain).
+func (m *model) explain(req gateway.Request) gateway.Explanation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.core.Explain(m.now(), req)
+}
+
+// shadowStats is the core's shadow tally; ok is false without a shadow
+// policy.
+func (m *model) shadowStats() (gateway.ShadowStats, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.core.ShadowStats()
 }
 
 func (m *model) snapshot() modelSnap {

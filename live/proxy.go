@@ -101,6 +101,21 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
+	// The response caches (cache.go): a hit is answered here; a miss's
+	// answer goes to the client through the capture, stored at the end.
+	ct, cerr := s.lookupCaches(ctx, r, g, in)
+	switch {
+	case cerr != nil:
+		ar.status, ar.outcome = cerr.status, cerr.outcome
+		s.answerError(w, cerr)
+		return
+	case ct != nil && ct.hit != nil:
+		s.serveCached(ctx, w, g, in, ar, ct)
+		return
+	case ct != nil:
+		w = ct.capture.Wrap(w)
+		defer s.finishCaches(ct)
+	}
 	s.weigh(ctx, in, r.Header)
 	if in.ids != nil {
 		ar.promptTokens = len(in.ids)

@@ -337,7 +337,7 @@ func fillRow(row *recRow, tok recToken, reqID string, in *inbound, ar *accessRec
 		return
 	}
 	m := in.m
-	row.model, row.policy, row.priority = m.name, m.policy, in.req.Priority
+	row.model, row.policy, row.priority = m.name, m.policyName(), in.req.Priority
 	row.tenant = in.req.Tenant
 	if in.f.User != nil {
 		row.user, row.hasUser = *in.f.User, true
@@ -662,7 +662,7 @@ func (s *Server) recordFleet() (fleet map[string][]string, policy map[string]str
 		for _, rs := range m.snapshot().reps {
 			names = append(names, rs.rep.name)
 		}
-		fleet[m.name], policy[m.name], block[m.name] = names, m.policy, m.blockSize
+		fleet[m.name], policy[m.name], block[m.name] = names, m.policyName(), m.blockSize
 	}
 	return fleet, policy, block
 }

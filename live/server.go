@@ -32,10 +32,12 @@ import (
 // (scraping, health checks, discovery, KV events) with Run, and serve
 // Handler to clients and AdminHandler to operators.
 type Server struct {
-	cfg      config.Config
-	models   []*model
-	byName   map[string]*model // names and aliases
-	aliases  map[string]bool
+	// cfg is the configuration the server started with; what a reload
+	// changes is in rl (reload.go).
+	cfg    config.Config
+	models []*model
+	// routes resolves model names and aliases (a reload swaps it).
+	routes   atomic.Pointer[routeTable]
 	upstream *http.Client
 	// h1 carries proxied requests to http:// engines (nil when Deps gave
 	// a transport: every request then goes through it).
@@ -62,9 +64,9 @@ type Server struct {
 	// addrMu guards the addresses Serve listens on.
 	addrMu                sync.Mutex
 	clientAddr, adminAddr net.Addr
-	// adminToken, when set, is required of every admin request but the
-	// health endpoints.
-	adminToken string
+	// rl reloads the configuration and holds what it loaded (the admin
+	// token, the hash of the file) (reload.go).
+	rl reloader
 
 	bgMu sync.Mutex
 	bg   *background
@@ -75,6 +77,10 @@ type Server struct {
 
 	// rec writes the recording (record.go); nil when it is off.
 	rec *trafficRecorder
+
+	// caches are the models' response caches (cache.go); nil when no
+	// model has one.
+	caches *caches
 
 	// stop ends the models' deadline goroutines (wg).
 	stop chan struct{}
@@ -117,6 +123,10 @@ type Deps struct {
 	// readmissions, scrapes failing and recovering, KV index resets) once
 	// per change, and the access log; nil: discarded.
 	Logger *slog.Logger
+	// ConfigPath is the file the configuration was loaded from: Reload
+	// and WatchConfig read it again (reload.go); "" when it was not read
+	// from a file (Reload then fails).
+	ConfigPath string
 }
 
 // New validates cfg (config.Validate), loads what it names (tokenizers,
@@ -132,7 +142,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("live: %w", err)
 	}
 	s := &Server{
-		cfg: *cfg, byName: map[string]*model{}, aliases: map[string]bool{}, resolver: deps.Resolver,
+		cfg: *cfg, resolver: deps.Resolver,
 		boot: time.Now().UnixNano(), start: time.Now(), stop: make(chan struct{}), log: deps.Logger,
 		bodies: &bodyBudget{max: int64(cfg.MaxInflightBodyBytes)}, version: deps.Version,
 	}
@@ -142,19 +152,29 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	adminToken := ""
 	if cfg.AdminTokenFile != "" {
 		tok, err := config.ReadToken(cfg.AdminTokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("live: admin_token_file: %w", err)
 		}
-		s.adminToken = tok
+		adminToken = tok
 	}
 	s.cfg.Models = append([]config.Model(nil), cfg.Models...)
 	// The metrics come first: the shared ledger's error hook counts into
 	// them from its first call (they read the models only when scraped).
 	s.met = newMetrics(s)
+	if err := s.rl.init(s, deps, adminToken); err != nil {
+		return nil, fmt.Errorf("live: %w", err)
+	}
+	cs, err := newCaches(&s.cfg, s.met.cache, deps.Notes, s.log)
+	if err != nil {
+		return nil, fmt.Errorf("live: %w", err)
+	}
+	s.caches = cs
 	leds, err := s.newSharedLedgers()
 	if err != nil {
+		cs.close()
 		return nil, fmt.Errorf("live: %w", err)
 	}
 	s.ledgers = leds
@@ -162,6 +182,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	defer func() {
 		if !built {
 			leds.close() // New failed: no reservation stays behind
+			cs.close()
 		}
 	}()
 	for i := range s.cfg.Models {
@@ -196,11 +217,6 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 			return nil, fmt.Errorf("live: %w", err)
 		}
 		s.models = append(s.models, m)
-		s.byName[mc.Name] = m
-		for _, a := range mc.Aliases {
-			s.byName[a] = m
-			s.aliases[a] = true
-		}
 		if deps.Notes != nil {
 			if names, groups := m.unweighed(); len(names) > 0 || groups {
 				var what []string
@@ -266,6 +282,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("live: %w", err)
 	}
 	s.rec = rec
+	s.routes.Store(newRouteTable(s.models, &s.cfg))
 	for _, m := range s.models {
 		s.wg.Go(func() { m.runDeadlines(s.stop) })
 		if s.ledgers != nil {
@@ -292,7 +309,8 @@ func (s *Server) lookup(name string) (*model, bool) {
 		}
 		return nil, false
 	}
-	return s.byName[name], s.aliases[name]
+	rt := s.routes.Load()
+	return rt.byName[name], rt.aliases[name]
 }
 
 func (s *Server) newRequestID() string {
@@ -368,14 +386,16 @@ func (s *Server) AdminHandler() http.Handler {
 	return s.bounded(mux)
 }
 
-// authorized requires the admin bearer token, when one is configured.
+// authorized requires the admin bearer token, when one is configured (a
+// reload may change it).
 func (s *Server) authorized(h http.Handler) http.Handler {
-	if s.adminToken == "" {
-		return h
-	}
-	want := []byte("Bearer " + s.adminToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		tok := s.loaded().adminToken
+		if tok == "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+tok)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="inferrail admin"`)
 			s.writeError(w, http.StatusUnauthorized, "authentication_error", "invalid_admin_token", "the admin endpoints need Authorization: Bearer <the token in admin_token_file>")
 			return
@@ -387,8 +407,9 @@ func (s *Server) authorized(h http.Handler) http.Handler {
 // handleModel is GET /v1/models/{id}: the card of one model or alias.
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	rt := s.routes.Load()
 	for _, m := range s.models {
-		for _, n := range append([]string{m.name}, m.aliases...) {
+		for _, n := range rt.names[m] {
 			if n == id {
 				b, _ := json.Marshal(modelCard{ID: n, Object: "model", Created: s.start.Unix(), OwnedBy: "inferrail", Root: m.name})
 				w.Header().Set("Content-Type", "application/json")
@@ -423,7 +444,7 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 		s.writeError(w, http.StatusServiceUnavailable, "service_unavailable", "draining", "the gateway is shutting down")
 		return
 	}
-	window := s.cfg.Health.Ready()
+	window := s.loaded().cfg.Health.Ready()
 	now := time.Now()
 	for _, m := range s.models {
 		if !m.ready(now, window) {
@@ -453,8 +474,9 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 		Object string      `json:"object"`
 		Data   []modelCard `json:"data"`
 	}{Object: "list", Data: []modelCard{}}
+	rt := s.routes.Load()
 	for _, m := range s.models {
-		for _, n := range append([]string{m.name}, m.aliases...) {
+		for _, n := range rt.names[m] {
 			out.Data = append(out.Data, modelCard{ID: n, Object: "model", Created: s.start.Unix(), OwnedBy: "inferrail", Root: m.name})
 		}
 	}
@@ -527,6 +549,7 @@ func (s *Server) handleReplicas(w http.ResponseWriter, _ *http.Request) {
 // Run has returned.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
+		s.rl.close() // a reload running ends first; none starts after
 		close(s.stop)
 		s.wg.Wait()
 		s.ledgers.close() // this gateway's reservations released
@@ -537,6 +560,8 @@ func (s *Server) Close() {
 		if err := s.rec.close(); err != nil {
 			s.log.Error(err.Error())
 		}
+		// The caches' pending writes, within a bound.
+		s.caches.close()
 		// The usage left goes to the store, within a bound.
 		s.ten.close()
 		// What is left of the traces goes out, within a bound.

@@ -255,6 +255,9 @@ type grant struct {
 	// relayed: an engine's answer is relayed to the client; whole: the
 	// relay returned (the stream was not cut short).
 	relayed, whole bool
+	// cached: the answer is a response cache's (cache.go): charged and
+	// metered as a request of 0 engine tokens.
+	cached bool
 }
 
 // errMissingKey: the request has no API key.
@@ -468,6 +471,9 @@ func (s *Server) reserve(ctx context.Context, w http.ResponseWriter, g *grant, i
 		return nil
 	}
 	tokens := t.estimate(in)
+	if g.cached {
+		tokens = 0 // a request on RPM and concurrency, nothing on TPM
+	}
 	d, err := t.lim.Reserve(ctx, limit.Request{Buckets: g.buckets[:g.nb], Tokens: tokens})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -582,13 +588,15 @@ func (g *grant) done() {
 
 // release ends the request's tenancy, whatever way handleGenerate
 // returned: the lease renewals stop, the limiter is told the tokens used
-// (Finish, once) and the request's usage row is metered.
+// (Finish, once) and the request's usage row is metered. A response
+// cache's answer is a request of 0 tokens (prompt, cached and output).
 func (s *Server) release(g *grant, in *inbound, ar *accessRecord) {
 	if g == nil {
 		return
 	}
 	t := s.ten
-	ok := g.relayed && g.whole && ar.status == http.StatusOK
+	// A cached answer computed nothing: prompt and output stay 0.
+	ok := (g.relayed || g.cached) && g.whole && ar.status == http.StatusOK
 	output := ar.outputTokens // -1: the engine's answer said nothing of its length
 	if ar.outputTokens < 0 {
 		ar.outputTokens = 0

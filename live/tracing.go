@@ -220,7 +220,7 @@ func (t *tracer) route(ctx context.Context, m *model) trace.Span {
 		return nil // tracing is off, or this request is not traced
 	}
 	_, sp := t.t.Start(ctx, "route "+m.name, trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(attribute.String("inferrail.policy", m.policy)))
+		trace.WithAttributes(attribute.String("inferrail.policy", m.policyName())))
 	return sp
 }
 

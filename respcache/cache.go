@@ -316,6 +316,18 @@ func (c *Cache) Lookup(ctx context.Context, req Request) (Result, error) {
 	}
 }
 
+// Deterministic reports whether a request to path with body passes the
+// determinism rules (temperature at most max_temperature, n and best_of 1,
+// no sampling that makes answers differ, a valid body), and if not, why
+// (a Reason* const). It does not look at the tenant: it is the rule the
+// semantic cache (package semcache) takes as its semcache.Rule, so both
+// layers cache exactly the same requests.
+func (c *Cache) Deterministic(path string, body []byte) (bool, string) {
+	// A placeholder model and tenant: only the rules are asked for.
+	_, _, reason := c.keyOf(&Request{Path: path, Body: body, Model: "-", KeyID: "-"})
+	return reason == "", reason
+}
+
 // keyOf runs the rules and computes the key with a pooled canonicalizer.
 func (c *Cache) keyOf(req *Request) (Key, Kind, string) {
 	cz := c.canon.Get().(*canonicalizer)

@@ -52,6 +52,8 @@ type Capture struct {
 	events   []int
 	tooLarge bool
 	finished bool
+	// stored is the entry Finish stored (nil: none).
+	stored *Entry
 	// SSE boundary scan state: at the start of a line; the last byte was
 	// a CR (a LF next is part of its line end); the blank line that ended
 	// the last event ended with that CR (a LF next extends the event).
@@ -188,7 +190,28 @@ func (p *Capture) Finish() {
 	if e == nil {
 		p.c.hooks.notStored(reason)
 	}
+	p.stored = e
 	p.c.settle(p.key, p.flight, e)
+	p.buf, p.events = nil, nil
+}
+
+// Entry returns the entry Finish stored (handed to the store and to the
+// identical requests waiting), nil before Finish or when the answer was
+// not stored. The proxy gives it to the semantic cache (EncodeEntry), so
+// a later similar request replays it with the same event boundaries.
+func (p *Capture) Entry() *Entry { return p.stored }
+
+// Abandon ends a capture whose request is answered another way (the
+// semantic cache had an answer) before anything was written through it:
+// nothing is stored under its key, nothing is counted as not stored, and
+// the identical requests waiting for it look for their own answer. It
+// must be called instead of Finish; Finish after it does nothing.
+func (p *Capture) Abandon() {
+	if p.finished {
+		return
+	}
+	p.finished = true
+	p.c.settle(p.key, p.flight, nil)
 	p.buf, p.events = nil, nil
 }
 

@@ -105,6 +105,26 @@ func appendEntry(dst []byte, k Key, e *Entry) []byte {
 	return append(dst, e.Body...)
 }
 
+// EncodeEntry encodes e on its own, under no key (the zero Key): the form
+// in which the semantic cache keeps an answer (package semcache stores
+// bytes), read back by DecodeEntry.
+func EncodeEntry(e *Entry) []byte {
+	return appendEntry(make([]byte, 0, encodedSize(e)), Key{}, e)
+}
+
+// DecodeEntry reads an entry EncodeEntry wrote and checks it as a store
+// does (kind, event offsets). The entry's Body is b's tail (not copied).
+func DecodeEntry(b []byte) (*Entry, error) {
+	e, err := decodeEntry(Key{}, b)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return e, nil
+}
+
 // encodedSize bounds the length of e's encoding.
 func encodedSize(e *Entry) int {
 	return 1 + 32 + 1 + binary.MaxVarintLen64*(5+len(e.Events)) + len(e.ContentType) + len(e.Body)

@@ -18,9 +18,15 @@ import (
 // deadlines (a recorder) is written without. The error is the first failed
 // write: the client is gone or too slow.
 func Replay(w http.ResponseWriter, e *Entry, writeTimeout time.Duration) error {
+	return ReplayAs(w, e, writeTimeout, "hit")
+}
+
+// ReplayAs is Replay with another x-inferrail-cache value: "semantic" for
+// an answer the semantic cache found for a similar request.
+func ReplayAs(w http.ResponseWriter, e *Entry, writeTimeout time.Duration, cacheHeader string) error {
 	h := w.Header()
 	h.Set("Content-Type", e.ContentType)
-	h.Set(HeaderCache, "hit")
+	h.Set(HeaderCache, cacheHeader)
 	rp := replayer{w: w, rc: http.NewResponseController(w), timeout: writeTimeout}
 	if writeTimeout > 0 && errors.Is(rp.rc.SetWriteDeadline(time.Time{}), http.ErrNotSupported) {
 		rp.timeout = 0 // asked once: a recorder, or a writer that hides its connection

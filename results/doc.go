@@ -3,10 +3,17 @@
 // writers that put them on disk or on a terminal.
 //
 // Start reading at Record (record.go), then Summarize (summary.go), which
-// reduces a run's records to a Summary: latency percentiles, throughput, cache
-// hit rates, SLO attainment and goodput, per-replica load (busy fraction,
-// token-budget use, peak KV-cache reservation and running requests,
-// preemptions) and, when requests carry priorities, a per-priority breakdown.
+// reduces a run's records to a Summary through an Accumulator
+// (accumulator.go), the streaming form a simulation feeds one record at a
+// time as requests end, so that a run's memory does not grow with its
+// length: counts, sums and means are exact; percentiles are exact up to
+// SummaryOptions.ExactLimit records (DefaultExactLimit, 1,048,576) and past
+// it come from sketches (sketch.go) within PercentileError, which the
+// summary reports (Summary.PercentileError). The summary has latency
+// percentiles, throughput, cache hit rates, SLO attainment and goodput,
+// per-replica load (busy fraction, token-budget use, peak KV-cache
+// reservation and running requests, preemptions) and, when requests carry
+// priorities, a per-priority breakdown.
 // Requests the gateway refused have OutcomeRejected and a reason
 // (Record.Reject); they count as failed but apart from engine failures
 // (Summary.Rejected, Summary.EngineFailed), and never in dispatch statistics
@@ -31,8 +38,9 @@
 // the exact, interpolating percentile used for per-request metrics.
 //
 // Writers: WriteJSON and WriteSummaryFile (json.go) for summaries, Row,
-// RowsFromRecords, WriteParquet and ReadParquet (parquet.go) for per-request
-// tables, and FormatTable (table.go) for a human-readable comparison.
+// RowsFromRecords, ParquetWriter (which streams a table one row group at a
+// time), WriteParquet and ReadParquet (parquet.go) for per-request tables,
+// and FormatTable (table.go) for a human-readable comparison.
 //
 // Everything here is deterministic: the same input always yields
 // byte-identical output. Floats in a Summary are rounded to a fixed precision

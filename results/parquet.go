@@ -15,9 +15,15 @@ import (
 // precision, and 0 where undefined. Workload, Policy and Seed identify the
 // run, so that several runs can share one file.
 //
-// Reject, Priority and Tenant, then RateLimit and RetryAfterMs, were added
-// after the first files were written: ReadParquet reads files without those
-// columns, with zero values in them.
+// Reject, Priority and Tenant, then RateLimit and RetryAfterMs, then
+// FailReason were added after the first files were written: ReadParquet
+// reads files without those columns, with zero values in them (a file
+// without fail_reason reads "" there even for a failed request). New
+// columns go at the end, and a column is never removed or given another
+// meaning.
+//
+// A file holds row groups of at most ParquetRowGroup rows, so that a
+// writer holds one group at a time (ParquetWriter).
 type Row struct {
 	Workload string `parquet:"workload,dict"`
 	Policy   string `parquet:"policy,dict"`
@@ -61,6 +67,14 @@ type Row struct {
 	// (float ms, 0 when there was none).
 	RateLimit    string  `parquet:"rate_limit,dict"`
 	RetryAfterMs float64 `parquet:"retry_after_ms"`
+
+	// FailReason is why the request did not complete, the key
+	// Summary.FailedBy counts it under: a rejection's Record.Reject
+	// (queue_full, rate_limited, ...; "unknown" when empty), an engine
+	// failure's Record.Fail (too_long, too_large, ...), else its outcome
+	// (failed, aborted); "" for a completed request. Grouping a file's
+	// rows by it gives failed_by.
+	FailReason string `parquet:"fail_reason,dict"`
 }
 
 // RowsFromRecords converts records to rows tagged with the run's workload,
@@ -68,47 +82,53 @@ type Row struct {
 func RowsFromRecords(recs []Record, workload, policy string, seed uint64) []Row {
 	rows := make([]Row, len(recs))
 	for i := range recs {
-		r := &recs[i]
-		row := Row{
-			Workload:              workload,
-			Policy:                policy,
-			Seed:                  int64(seed),
-			ID:                    r.ID,
-			Session:               r.Session,
-			Turn:                  int32(r.Turn),
-			Replica:               int32(r.Replica),
-			ArrivalUs:             r.Arrival.Microseconds(),
-			DispatchUs:            r.Dispatch.Microseconds(),
-			FirstTokenUs:          r.FirstToken.Microseconds(),
-			EndUs:                 r.End.Microseconds(),
-			HasFirstToken:         r.HasFirstToken,
-			PromptTokens:          int64(r.PromptTokens),
-			CachedTokens:          int64(r.CachedTokens),
-			PredictedCachedTokens: int64(r.PredictedCachedTokens),
-			OutputTokens:          int64(r.OutputTokens),
-			Preemptions:           int32(r.Preemptions),
-			Outcome:               string(r.Outcome),
-			Reject:                r.Reject,
-			Priority:              int32(r.Priority),
-			Tenant:                r.Tenant,
-			RateLimit:             r.RateLimit,
-			RetryAfterMs:          durMs(r.RetryAfter),
-		}
-		if r.HasFirstToken {
-			row.TTFTMs = durMs(r.TTFT())
-		}
-		if tp, ok := r.TPOT(); ok {
-			row.TPOTMs = durMs(tp)
-		}
-		if r.Outcome == OutcomeOK {
-			row.E2EMs = durMs(r.E2E())
-		}
-		if r.dispatched() {
-			row.QueueMs = durMs(r.Queue())
-		}
-		rows[i] = row
+		rows[i] = RowFromRecord(&recs[i], workload, policy, seed)
 	}
 	return rows
+}
+
+// RowFromRecord converts one record to a row tagged with the run's
+// workload, policy and seed.
+func RowFromRecord(r *Record, workload, policy string, seed uint64) Row {
+	row := Row{
+		Workload:              workload,
+		Policy:                policy,
+		Seed:                  int64(seed),
+		ID:                    r.ID,
+		Session:               r.Session,
+		Turn:                  int32(r.Turn),
+		Replica:               int32(r.Replica),
+		ArrivalUs:             r.Arrival.Microseconds(),
+		DispatchUs:            r.Dispatch.Microseconds(),
+		FirstTokenUs:          r.FirstToken.Microseconds(),
+		EndUs:                 r.End.Microseconds(),
+		HasFirstToken:         r.HasFirstToken,
+		PromptTokens:          int64(r.PromptTokens),
+		CachedTokens:          int64(r.CachedTokens),
+		PredictedCachedTokens: int64(r.PredictedCachedTokens),
+		OutputTokens:          int64(r.OutputTokens),
+		Preemptions:           int32(r.Preemptions),
+		Outcome:               string(r.Outcome),
+		Reject:                r.Reject,
+		Priority:              int32(r.Priority),
+		Tenant:                r.Tenant,
+		RateLimit:             r.RateLimit,
+		RetryAfterMs:          durMs(r.RetryAfter),
+		FailReason:            r.failReason(),
+	}
+	if r.HasFirstToken {
+		row.TTFTMs = durMs(r.TTFT())
+	}
+	if tp, ok := r.TPOT(); ok {
+		row.TPOTMs = durMs(tp)
+	}
+	if r.Outcome == OutcomeOK {
+		row.E2EMs = durMs(r.E2E())
+	}
+	if r.dispatched() {
+		row.QueueMs = durMs(r.Queue())
+	}
+	return row
 }
 
 // parquetCreatedBy pins the file's created_by metadata, which parquet-go
@@ -116,19 +136,82 @@ func RowsFromRecords(recs []Record, workload, policy string, seed uint64) []Row 
 // byte-identical across builds.
 const parquetCreatedBy = "github.com/inferrail/inferrail/results"
 
-// WriteParquet writes rows to w as a snappy-compressed parquet file.
-func WriteParquet(w io.Writer, rows []Row) error {
-	pw := parquet.NewGenericWriter[Row](w,
+// ParquetRowGroup is the most rows a row group of a per-request file holds.
+const ParquetRowGroup = 1 << 16
+
+// ParquetWriter writes rows to a parquet file as they come, one row group
+// of ParquetRowGroup rows at a time, so that a run of millions of requests
+// streams its table instead of holding it. The same rows give the same
+// bytes however they are handed to Write, and the same as WriteParquet.
+type ParquetWriter struct {
+	pw  *parquet.GenericWriter[Row]
+	buf []Row
+	err error
+}
+
+// NewParquetWriter returns a writer of a snappy-compressed parquet file
+// to w; Close finishes the file.
+func NewParquetWriter(w io.Writer) *ParquetWriter {
+	return &ParquetWriter{pw: parquet.NewGenericWriter[Row](w,
 		&parquet.WriterConfig{CreatedBy: parquetCreatedBy},
 		parquet.Compression(&parquet.Snappy),
-	)
-	if _, err := pw.Write(rows); err != nil {
+	)}
+}
+
+// Write adds rows to the file, writing a row group whenever
+// ParquetRowGroup rows are waiting. After an error every call returns it.
+func (w *ParquetWriter) Write(rows ...Row) error {
+	for len(rows) > 0 && w.err == nil {
+		n := min(len(rows), ParquetRowGroup-len(w.buf))
+		w.buf = append(w.buf, rows[:n]...)
+		rows = rows[n:]
+		if len(w.buf) == ParquetRowGroup {
+			w.err = w.flush()
+		}
+	}
+	return w.err
+}
+
+// flush writes the waiting rows as one row group.
+func (w *ParquetWriter) flush() error {
+	if _, err := w.pw.Write(w.buf); err != nil {
 		return fmt.Errorf("write parquet rows: %w", err)
 	}
-	if err := pw.Close(); err != nil {
-		return fmt.Errorf("write parquet: %w", err)
+	if err := w.pw.Flush(); err != nil {
+		return fmt.Errorf("write parquet row group: %w", err)
 	}
+	w.buf = w.buf[:0]
 	return nil
+}
+
+// Close writes the rows still waiting and the file's footer. It does not
+// close the underlying writer.
+func (w *ParquetWriter) Close() error {
+	if w.err != nil {
+		return w.err
+	}
+	if len(w.buf) > 0 {
+		if _, err := w.pw.Write(w.buf); err != nil {
+			w.err = fmt.Errorf("write parquet rows: %w", err)
+			return w.err
+		}
+	}
+	if err := w.pw.Close(); err != nil {
+		w.err = fmt.Errorf("write parquet: %w", err)
+		return w.err
+	}
+	w.err = errors.New("write parquet: writer closed")
+	return nil
+}
+
+// WriteParquet writes rows to w as a snappy-compressed parquet file, as a
+// ParquetWriter does.
+func WriteParquet(w io.Writer, rows []Row) error {
+	pw := NewParquetWriter(w)
+	if err := pw.Write(rows...); err != nil {
+		return err
+	}
+	return pw.Close()
 }
 
 // WriteParquetFile writes rows (see WriteParquet) to the file at path,

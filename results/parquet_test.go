@@ -2,6 +2,7 @@ package results
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"reflect"
 	"testing"
@@ -126,7 +127,7 @@ func TestReadParquetWithoutNewColumns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, col := range []string{"reject", "priority", "tenant"} {
+	for _, col := range []string{"reject", "priority", "tenant", "fail_reason"} {
 		if _, ok := f.Schema().Lookup(col); ok {
 			t.Fatalf("the old file has a %s column", col)
 		}
@@ -141,9 +142,156 @@ func TestReadParquetWithoutNewColumns(t *testing.T) {
 	}
 	want := RowsFromRecords(handRecords(), "chat", "round-robin", 1)
 	for i := range want {
-		want[i].Reject, want[i].Priority, want[i].Tenant = "", 0, ""
+		want[i].Reject, want[i].Priority, want[i].Tenant, want[i].FailReason = "", 0, "", ""
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("old file:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// testdata/requests_v1.parquet was written by WriteParquet before Row had
+// the fail_reason column, from handRecords, handRejected and tenantRecords
+// (workloads chat, chat and tenants, seeds 1, 2 and 3).
+func TestReadParquetWithoutFailReason(t *testing.T) {
+	data, err := os.ReadFile("testdata/requests_v1.parquet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.Schema().Lookup("fail_reason"); ok {
+		t.Fatal("the old file has a fail_reason column")
+	}
+	if _, ok := f.Schema().Lookup("retry_after_ms"); !ok {
+		t.Fatal("the old file has no retry_after_ms column")
+	}
+	got, err := ReadParquet(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []Row
+	want = append(want, RowsFromRecords(handRecords(), "chat", "round-robin", 1)...)
+	want = append(want, RowsFromRecords(handRejected(), "chat", "round-robin", 2)...)
+	want = append(want, RowsFromRecords(tenantRecords(), "tenants", "round-robin", 3)...)
+	failed := 0
+	for i := range want {
+		if want[i].FailReason != "" {
+			failed++
+		}
+		want[i].FailReason = ""
+	}
+	if failed < 5 {
+		t.Fatalf("only %d failed rows: the file does not exercise the column", failed)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("old file:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// Every failed row says why, with the key the summary counts it under, so
+// that grouping a file by fail_reason gives the summary's failed_by.
+func TestRowsFailReason(t *testing.T) {
+	recs := append(append(handRecords(), handRejected()...), tenantRecords()...)
+	recs = append(recs,
+		Record{ID: 20, Replica: -1, Arrival: 9 * s, Outcome: OutcomeFailed, Fail: RejectTooLong},
+		Record{ID: 21, Replica: -1, Arrival: 9 * s, Outcome: OutcomeFailed, Fail: FailTooLarge},
+	)
+	rows := RowsFromRecords(recs, "w", "p", 1)
+	want := map[uint64]string{
+		1: "", 5: "failed", 6: "aborted", 7: RejectQueueTimeout, 8: RejectQueueFull, 10: RejectUnknown,
+		20: RejectTooLong, 21: FailTooLarge,
+	}
+	for _, r := range rows[:len(handRecords())+len(handRejected())] {
+		if w, ok := want[r.ID]; ok && r.FailReason != w {
+			t.Errorf("row %d (%s, reject %q): fail_reason %q, want %q", r.ID, r.Outcome, r.Reject, r.FailReason, w)
+		}
+	}
+	for _, r := range rows[len(rows)-2:] {
+		if r.FailReason != want[r.ID] {
+			t.Errorf("row %d: fail_reason %q, want %q", r.ID, r.FailReason, want[r.ID])
+		}
+	}
+
+	var buf bytes.Buffer
+	if err := WriteParquet(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadParquet(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Grouping the measured rows (arrival at or after the 1s warmup) by
+	// fail_reason gives failed_by.
+	got := map[string]int{}
+	for _, r := range back {
+		if r.FailReason != "" && r.ArrivalUs >= 1e6 {
+			got[r.FailReason]++
+		}
+	}
+	sum := Summarize(recs, SummaryOptions{Warmup: s})
+	if !reflect.DeepEqual(got, sum.FailedBy) {
+		t.Errorf("rows by fail_reason %v, summary failed_by %v", got, sum.FailedBy)
+	}
+}
+
+// A ParquetWriter gives the bytes of WriteParquet whatever the batches it
+// is handed, over several row groups, and reads back row for row.
+func TestParquetWriterStreams(t *testing.T) {
+	rows := RowsFromRecords(syntheticRecords(2*ParquetRowGroup+123, 4), "w", "p", 7)
+	var whole bytes.Buffer
+	if err := WriteParquet(&whole, rows); err != nil {
+		t.Fatal(err)
+	}
+	var streamed bytes.Buffer
+	w := NewParquetWriter(&streamed)
+	for i := 0; i < len(rows); {
+		n := min(1+i%1000, len(rows)-i)
+		if err := w.Write(rows[i : i+n]...); err != nil {
+			t.Fatal(err)
+		}
+		i += n
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(whole.Bytes(), streamed.Bytes()) {
+		t.Fatalf("streamed file (%d bytes) differs from the whole one (%d bytes)", streamed.Len(), whole.Len())
+	}
+	f, err := parquet.OpenFile(bytes.NewReader(streamed.Bytes()), int64(streamed.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := len(f.RowGroups()); g != 3 {
+		t.Errorf("%d row groups, want 3", g)
+	}
+	back, err := ReadParquet(bytes.NewReader(streamed.Bytes()), int64(streamed.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, rows) {
+		t.Errorf("read back %d rows, want %d equal ones", len(back), len(rows))
+	}
+	if err := w.Write(rows[0]); err == nil {
+		t.Error("Write after Close succeeded")
+	}
+}
+
+// BenchmarkParquetWriter is the per-request cost of sim --out's streamed
+// table: a record to a row, and the row into the file.
+func BenchmarkParquetWriter(b *testing.B) {
+	recs := syntheticRecords(1<<12, 8)
+	w := NewParquetWriter(io.Discard)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := w.Write(RowFromRecord(&recs[i&(len(recs)-1)], "w6", "round_robin", 1)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
 	}
 }

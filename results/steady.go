@@ -70,53 +70,90 @@ type SteadyState struct {
 	// Warning says why the run looks too short for its answer, "" when it
 	// looks steady (or was not checked).
 	Warning string `json:"warning,omitempty"`
+	// BinS is 0 (omitted) when the check is exact. Past the summary's
+	// exact limit (SummaryOptions.ExactLimit) the check keeps, instead of
+	// every request, steadyBins time bins of BinS seconds each (arrival
+	// counts, completion counts and a TTFT sketch): the halves are then cut
+	// at the bin edge nearest the middle of the window, the TTFT p99s are
+	// within PercentileError, and the in-flight means are exact at bin
+	// edges and interpolated linearly inside the bins holding the window's
+	// first and last arrivals.
+	BinS float64 `json:"bin_s,omitempty"`
 }
 
-// steadyState checks the measured requests of recs (arriving at or after
-// warmup) over the window [first, last] of their arrivals.
-func steadyState(recs []Record, warmup, first, last time.Duration, slo SLO, offered float64, replicas int) SteadyState {
-	mid := first + (last-first)/2
-	var a, b []time.Duration
-	total := 0
-	var inFirst, inSecond time.Duration // request-time spent in flight in each half
-	overlap := func(from, to, lo, hi time.Duration) time.Duration {
-		return max(0, min(to, hi)-max(from, lo))
+// steadyRec is what the exact check keeps of one record.
+type steadyRec struct {
+	arrival, end, ttft time.Duration
+	flags              uint8
+}
+
+// The flags of a steadyRec.
+const (
+	steadyEnded    = 1 << iota // end is known (finishedAt)
+	steadyMeasured             // arrived at or after warmup
+	steadyTTFT                 // measured, not rejected, with a first token: ttft counts
+)
+
+// steadyBins is how many time bins the check keeps past the exact limit.
+const steadyBins = 512
+
+// steadyAcc gathers the steady-state check as records arrive: every
+// record (warmup ones too, for the requests in flight) while the summary is
+// exact, time bins past its exact limit.
+type steadyAcc struct {
+	recs []steadyRec
+	bins *timeBins // nil while exact
+}
+
+// add counts one record.
+func (a *steadyAcc) add(r *Record, warmup time.Duration) {
+	sr := steadyRec{arrival: r.Arrival}
+	if end, ended := r.finishedAt(); ended {
+		sr.end = end
+		sr.flags |= steadyEnded
 	}
-	for i := range recs {
-		r := &recs[i]
-		end, ended := r.finishedAt()
-		if !ended {
-			end = last
-		}
-		inFirst += overlap(r.Arrival, end, first, mid)
-		inSecond += overlap(r.Arrival, end, mid, last)
-		if r.Arrival < warmup {
-			continue
-		}
-		total++
-		if r.Outcome == OutcomeRejected || !r.HasFirstToken {
-			continue
-		}
-		if r.Arrival < mid {
-			a = append(a, r.TTFT())
-		} else {
-			b = append(b, r.TTFT())
+	if r.Arrival >= warmup {
+		sr.flags |= steadyMeasured
+		if r.Outcome != OutcomeRejected && r.HasFirstToken {
+			sr.flags |= steadyTTFT
+			sr.ttft = r.TTFT()
 		}
 	}
-	if len(a) < SteadyMinRequests || len(b) < SteadyMinRequests {
+	if a.bins != nil {
+		a.bins.add(sr)
+		return
+	}
+	a.recs = append(a.recs, sr)
+}
+
+// toBins moves the kept records into time bins, for good.
+func (a *steadyAcc) toBins() {
+	if a.bins != nil {
+		return
+	}
+	a.bins = &timeBins{width: 1}
+	for _, sr := range a.recs {
+		a.bins.add(sr)
+	}
+	a.recs = nil
+}
+
+// state is the check over the measured window [first, last] of arrivals;
+// total is the number of measured requests.
+func (a *steadyAcc) state(first, last time.Duration, total int, slo SLO, offered float64, replicas int) SteadyState {
+	var st SteadyState
+	var ok bool
+	if a.bins != nil {
+		st, ok = a.bins.state(first, last)
+	} else {
+		st, ok = a.exact(first, last)
+	}
+	if !ok {
 		return SteadyState{}
 	}
-	slices.Sort(a)
-	slices.Sort(b)
-	st := SteadyState{
-		Checked:         true,
-		FirstTTFTP99Ms:  roundSig(latencyOfSorted(a).P99),
-		SecondTTFTP99Ms: roundSig(latencyOfSorted(b).P99),
-		FirstInFlight:   roundSig(ratio(float64(inFirst), float64(mid-first))),
-		SecondInFlight:  roundSig(ratio(float64(inSecond), float64(last-mid))),
-		ArrivalRPS:      roundSig(ratio(float64(total-1), durS(last-first))),
-		OfferedRPS:      roundSig(max(offered, 0)),
-	}
+	st.Checked = true
+	st.ArrivalRPS = roundSig(ratio(float64(total-1), durS(last-first)))
+	st.OfferedRPS = roundSig(max(offered, 0))
 	var why []string
 	floor := SteadyFloor * durMs(slo.TTFTP99)
 	if st.SecondTTFTP99Ms > SteadyRise*st.FirstTTFTP99Ms && st.SecondTTFTP99Ms-st.FirstTTFTP99Ms > floor {
@@ -135,6 +172,162 @@ func steadyState(recs []Record, warmup, first, last time.Duration, slo SLO, offe
 		st.Warning = "not steady: " + strings.Join(why, "; ") + "; a longer run may give another answer"
 	}
 	return st
+}
+
+// exact is the check's halves from every record kept; ok is false when a
+// half has fewer than SteadyMinRequests requests with a first token.
+func (a *steadyAcc) exact(first, last time.Duration) (SteadyState, bool) {
+	mid := first + (last-first)/2
+	var x, y []time.Duration
+	var inFirst, inSecond time.Duration // request-time spent in flight in each half
+	overlap := func(from, to, lo, hi time.Duration) time.Duration {
+		return max(0, min(to, hi)-max(from, lo))
+	}
+	for i := range a.recs {
+		r := &a.recs[i]
+		end := r.end
+		if r.flags&steadyEnded == 0 {
+			end = last
+		}
+		inFirst += overlap(r.arrival, end, first, mid)
+		inSecond += overlap(r.arrival, end, mid, last)
+		if r.flags&steadyTTFT == 0 {
+			continue
+		}
+		if r.arrival < mid {
+			x = append(x, r.ttft)
+		} else {
+			y = append(y, r.ttft)
+		}
+	}
+	if len(x) < SteadyMinRequests || len(y) < SteadyMinRequests {
+		return SteadyState{}, false
+	}
+	slices.Sort(x)
+	slices.Sort(y)
+	return SteadyState{
+		FirstTTFTP99Ms:  roundSig(latencyOfSorted(x).P99),
+		SecondTTFTP99Ms: roundSig(latencyOfSorted(y).P99),
+		FirstInFlight:   roundSig(ratio(float64(inFirst), float64(mid-first))),
+		SecondInFlight:  roundSig(ratio(float64(inSecond), float64(last-mid))),
+	}, true
+}
+
+// timeBin is one bin of timeBins.
+type timeBin struct {
+	// arrivals and ends count the records arriving, and the records with
+	// a known end ending, in the bin; arrSum and endSum sum those times in
+	// nanoseconds.
+	arrivals, ends int64
+	arrSum, endSum u128
+	// ttft holds the TTFT of the measured requests arriving in the bin
+	// that count in the check (steadyTTFT).
+	ttft sketch
+}
+
+// timeBins is the steady-state check past the exact limit: steadyBins
+// bins of width nanoseconds each from time 0. The width is the smallest
+// power of two for which the bins cover every arrival and every known end
+// so far: when a time falls past the last bin the width doubles and pairs
+// of bins merge, so the bins depend on the records only, not on their
+// order.
+type timeBins struct {
+	width time.Duration
+	bins  [steadyBins]timeBin
+}
+
+// cover widens the bins until they cover t.
+func (t *timeBins) cover(v time.Duration) {
+	for v/t.width >= steadyBins {
+		for i := range steadyBins / 2 {
+			a, b := &t.bins[2*i], &t.bins[2*i+1]
+			m := timeBin{arrivals: a.arrivals + b.arrivals, ends: a.ends + b.ends,
+				arrSum: a.arrSum.add(b.arrSum), endSum: a.endSum.add(b.endSum), ttft: a.ttft}
+			m.ttft.merge(&b.ttft)
+			t.bins[i] = m
+		}
+		for i := steadyBins / 2; i < steadyBins; i++ {
+			t.bins[i] = timeBin{}
+		}
+		t.width *= 2
+	}
+}
+
+// add counts one record. Negative times count as 0, and an end before its
+// arrival as the arrival (no time in flight), as the exact check counts it.
+func (t *timeBins) add(r steadyRec) {
+	arr := max(r.arrival, 0)
+	t.cover(arr)
+	b := &t.bins[arr/t.width]
+	b.arrivals++
+	b.arrSum = b.arrSum.add(u128{lo: uint64(arr)})
+	if r.flags&steadyTTFT != 0 {
+		b.ttft.add(r.ttft)
+	}
+	if r.flags&steadyEnded != 0 {
+		end := max(r.end, arr)
+		t.cover(end)
+		e := &t.bins[end/t.width]
+		e.ends++
+		e.endSum = e.endSum.add(u128{lo: uint64(end)})
+	}
+}
+
+// inFlight returns the integral of the requests in flight from 0 to each
+// bin edge: f[k] for time k*width, k in [0, steadyBins]. With A arrivals
+// and E ends before x, summing a and e over them, the integral to x is
+// sum(e) - sum(a) + x*(A-E): every request that ended before x was in
+// flight e-a, every other one arrived before x was so far x-a.
+func (t *timeBins) inFlight() []float64 {
+	f := make([]float64, steadyBins+1)
+	var arr, ends int64
+	var arrSum, endSum u128
+	for k := 1; k <= steadyBins; k++ {
+		b := &t.bins[k-1]
+		arr, ends = arr+b.arrivals, ends+b.ends
+		arrSum, endSum = arrSum.add(b.arrSum), endSum.add(b.endSum)
+		x := uint64(k) * uint64(t.width)
+		f[k] = endSum.add(mul128(x, uint64(arr-ends))).sub(arrSum).float()
+	}
+	return f
+}
+
+// state is the check's halves from the bins (see SteadyState.BinS).
+func (t *timeBins) state(first, last time.Duration) (SteadyState, bool) {
+	w := t.width
+	// The bin edge nearest the middle, inside the window when one is.
+	mid := first + (last-first)/2
+	k := int64((mid + w/2) / w)
+	k = min(max(k, int64((first+w-1)/w)), int64(last/w))
+	k = min(max(k, 0), steadyBins)
+	cut := time.Duration(k) * w
+	var x, y sketch
+	for i := range steadyBins {
+		if int64(i) < k {
+			x.merge(&t.bins[i].ttft)
+		} else {
+			y.merge(&t.bins[i].ttft)
+		}
+	}
+	if x.n < SteadyMinRequests || y.n < SteadyMinRequests {
+		return SteadyState{}, false
+	}
+	f := t.inFlight()
+	at := func(v time.Duration) float64 {
+		v = min(max(v, 0), steadyBins*w)
+		i := int(v / w)
+		if i == steadyBins {
+			return f[i]
+		}
+		return f[i] + (f[i+1]-f[i])*float64(v-time.Duration(i)*w)/float64(w)
+	}
+	return SteadyState{
+		FirstTTFTP99Ms:  roundSig(x.quantileMs(0.99)),
+		SecondTTFTP99Ms: roundSig(y.quantileMs(0.99)),
+		FirstInFlight:   roundSig(ratio(at(cut)-at(first), float64(cut-first))),
+		SecondInFlight:  roundSig(ratio(at(last)-at(cut), float64(last-cut))),
+		BinS:            roundSig(durS(w)),
+	}, true
 }
 
 // finishedAt is when a request left the fleet: its end if it completed,

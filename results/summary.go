@@ -1,9 +1,7 @@
 package results
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -77,6 +75,10 @@ type SummaryOptions struct {
 	// this run, e.g. too_long: "prompt + max_tokens over max_model_len
 	// 32768"; a reason without an entry is explained by ReasonMeaning.
 	Reasons map[string]string
+	// ExactLimit is the most records whose percentiles are exact; past it
+	// they come from sketches within PercentileError (see Accumulator). 0
+	// or less means DefaultExactLimit.
+	ExactLimit int
 }
 
 // ReplicaSummary is one replica's share of a run.
@@ -225,6 +227,15 @@ type Summary struct {
 	// were dispatched (Replica >= 0); rejected requests, never dispatched,
 	// are left out whatever their Replica.
 	QueueMs Latency `json:"queue_ms"`
+	// PercentileError is 0 (omitted) when every percentile of the summary
+	// is exact: the run had at most SummaryOptions.ExactLimit records
+	// (DefaultExactLimit, 1,048,576, unless set). Past that limit the
+	// percentiles (these, ByPriority's, PerTenant's and the steady-state
+	// check's) come from sketches and it is their relative error bound,
+	// PercentileError (0.004: each is within 0.4% of the exact value).
+	// Means, counts and rates stay exact. ITL's percentiles always come
+	// from its Histogram.
+	PercentileError float64 `json:"percentile_error,omitempty"`
 
 	// HitRate is sum CachedTokens / sum PromptTokens over measured completed
 	// requests; PredictedHitRate is the same with PredictedCachedTokens.
@@ -278,264 +289,15 @@ type Summary struct {
 // sets. Records whose Replica is outside opts.Replicas count in the totals
 // but in no ReplicaSummary. A rejected record counts in Requests, Failed,
 // RejectedTotal, Rejected and ByPriority only: its Replica, Dispatch and
-// first token are ignored. recs is not modified.
+// first token are ignored. recs is not modified. Percentiles are exact for
+// up to opts.ExactLimit records and within PercentileError past it, as an
+// Accumulator fed the same records computes them.
 func Summarize(recs []Record, opts SummaryOptions) Summary {
-	slo := opts.SLO
-	def := DefaultSLO()
-	if slo.TTFTP99 == 0 {
-		slo.TTFTP99 = def.TTFTP99
-	}
-	if slo.TPOTP99 == 0 {
-		slo.TPOTP99 = def.TPOTP99
-	}
-
-	// One backing array for the four per-request samples and the scratch
-	// space of sortDurations.
-	n := len(recs)
-	buf := make([]time.Duration, 5*n)
-	ttft := buf[0:0:n]
-	tpot := buf[n : n : 2*n]
-	e2e := buf[2*n : 2*n : 3*n]
-	queue := buf[3*n : 3*n : 4*n]
-	scratch := buf[4*n:]
-
-	per := make([]ReplicaSummary, len(opts.Replicas))
-	var (
-		s                         Summary
-		first, last, lastArrival  time.Duration
-		prompt, cached, predicted int64
-		outTokens                 int64
-		good                      int
-		pred                      predictionAcc
-		classes                   bool // a measured request has a non-zero priority
-		tenants                   bool // a measured request has a tenant
-	)
-	s.Rejected = map[string]int{}
-	s.FailedBy = map[string]int{}
+	a := NewAccumulator(opts)
 	for i := range recs {
-		r := &recs[i]
-		if r.Arrival < opts.Warmup {
-			continue
-		}
-		if s.Requests == 0 || r.Arrival < first {
-			first = r.Arrival
-		}
-		if s.Requests == 0 || r.Arrival > last {
-			last = r.Arrival
-		}
-		lastArrival = max(lastArrival, r.Arrival)
-		s.Requests++
-		s.Preemptions += r.Preemptions
-		classes = classes || r.Priority != 0
-		tenants = tenants || r.Tenant != ""
-
-		if r.Outcome == OutcomeRejected {
-			s.Failed++
-			s.FailedBy[r.failReason()]++
-			s.RejectedTotal++
-			s.Rejected[r.rejectReason()]++
-			continue
-		}
-		var rs *ReplicaSummary
-		if r.Replica >= 0 {
-			queue = append(queue, r.Queue())
-			if r.Replica < len(per) {
-				rs = &per[r.Replica]
-				rs.Requests++
-				rs.Preemptions += r.Preemptions
-			}
-		}
-		if r.HasFirstToken {
-			ttft = append(ttft, r.TTFT())
-		}
-		if r.Outcome != OutcomeOK {
-			s.Failed++
-			s.FailedBy[r.failReason()]++
-			s.EngineFailed++
-			continue
-		}
-
-		s.Completed++
-		last = max(last, r.End)
-		e2e = append(e2e, r.E2E())
-		outTokens += int64(r.OutputTokens)
-		prompt += int64(r.PromptTokens)
-		cached += int64(r.CachedTokens)
-		predicted += int64(r.PredictedCachedTokens)
-		pred.add(r.PredictedCachedTokens - r.CachedTokens)
-		if rs != nil {
-			rs.PromptTokens += int64(r.PromptTokens)
-			rs.CachedTokens += int64(r.CachedTokens)
-		}
-
-		firstTok := r.E2E()
-		if r.HasFirstToken {
-			firstTok = r.TTFT()
-		}
-		tp, ok := r.TPOT()
-		if ok {
-			tpot = append(tpot, tp)
-		}
-		if firstTok <= slo.TTFTP99 && (!ok || tp <= slo.TPOTP99) {
-			good++
-		}
+		a.Add(&recs[i])
 	}
-
-	s.Replicas = len(opts.Replicas)
-	for _, d := range [][]time.Duration{ttft, tpot, e2e, queue} {
-		sortDurations(d, scratch)
-	}
-	s.TTFT = latencyOfSorted(ttft)
-	s.TPOT = latencyOfSorted(tpot)
-	s.E2E = latencyOfSorted(e2e)
-	s.QueueMs = latencyOfSorted(queue)
-	s.ITL = LatencyOfHistogram(opts.ITL)
-
-	dur := durS(last - first)
-	window := durS(lastArrival - first)
-	s.WindowS = roundSig(window)
-	s.DurationS = roundSig(dur)
-	s.ThroughputRPS = roundSig(ratio(float64(s.Completed), dur))
-	s.OutputTokensPerS = roundSig(ratio(float64(outTokens), dur))
-	s.GoodputRPS = roundSig(ratio(float64(good), window))
-	s.FailureReasons = failureReasons(s.FailedBy, opts.Reasons)
-	s.Steady = steadyState(recs, opts.Warmup, first, lastArrival, slo, opts.OfferedRate, len(opts.Replicas))
-	s.HitRate = roundFrac(ratio(float64(cached), float64(prompt)))
-	s.PredictedHitRate = roundFrac(ratio(float64(predicted), float64(prompt)))
-	s.Prediction = pred.summary()
-
-	s.SLOTTFTP99Ms = roundSig(durMs(slo.TTFTP99))
-	s.SLOTPOTP99Ms = roundSig(durMs(slo.TPOTP99))
-	s.SLOAttainment = roundFrac(ratio(float64(good), float64(s.Requests)))
-	s.SLOMet = s.Completed > 0 &&
-		s.TTFT.P99 <= durMs(slo.TTFTP99) &&
-		s.TPOT.P99 <= durMs(slo.TPOTP99)
-
-	for i, info := range opts.Replicas {
-		rs := &per[i]
-		rs.Replica = info.Name
-		rs.HitRate = roundFrac(ratio(float64(rs.CachedTokens), float64(rs.PromptTokens)))
-		rs.BusyFraction = roundFrac(ratio(float64(info.Busy), float64(opts.SimulatedEnd)))
-		rs.TokenBudgetUse = roundFrac(ratio(float64(info.Filled), float64(opts.SimulatedEnd)))
-		rs.PeakReservedBlocks = info.PeakReservedBlocks
-		rs.PeakRunning = info.PeakRunning
-		rs.CapacityBlocks = info.CapacityBlocks
-		s.PeakReservedOverCapacity = max(s.PeakReservedOverCapacity,
-			roundFrac(ratio(float64(info.PeakReservedBlocks), float64(info.CapacityBlocks))))
-	}
-	s.PerReplica = per
-	if classes {
-		s.ByPriority = byPriority(recs, opts.Warmup)
-	}
-	if tenants {
-		s.PerTenant = perTenant(recs, opts.Warmup)
-	}
-
-	s.TTFT = s.TTFT.rounded()
-	s.TPOT = s.TPOT.rounded()
-	s.ITL = s.ITL.rounded()
-	s.E2E = s.E2E.rounded()
-	s.QueueMs = s.QueueMs.rounded()
-	s.SimulatedS = roundSig(durS(opts.SimulatedEnd))
-	return s
-}
-
-// classAcc gathers one priority class for byPriority.
-type classAcc struct {
-	ClassSummary
-	ttft, queue []time.Duration
-}
-
-// byPriority is Summary.ByPriority over the records arriving at or after
-// warmup, by descending priority.
-func byPriority(recs []Record, warmup time.Duration) []ClassSummary {
-	accs := map[int]*classAcc{}
-	for i := range recs {
-		r := &recs[i]
-		if r.Arrival < warmup {
-			continue
-		}
-		a := accs[r.Priority]
-		if a == nil {
-			a = &classAcc{ClassSummary: ClassSummary{Priority: r.Priority}}
-			accs[r.Priority] = a
-		}
-		a.Requests++
-		switch {
-		case r.Outcome == OutcomeRejected:
-			a.Rejected++
-			continue
-		case r.Outcome == OutcomeOK:
-			a.Completed++
-		}
-		if r.HasFirstToken {
-			a.ttft = append(a.ttft, r.TTFT())
-		}
-		if r.Replica >= 0 {
-			a.queue = append(a.queue, r.Queue())
-		}
-	}
-	out := make([]ClassSummary, 0, len(accs))
-	for _, a := range accs {
-		slices.Sort(a.ttft)
-		slices.Sort(a.queue)
-		a.TTFTP99Ms = roundSig(latencyOfSorted(a.ttft).P99)
-		a.QueueP99Ms = roundSig(latencyOfSorted(a.queue).P99)
-		out = append(out, a.ClassSummary)
-	}
-	slices.SortFunc(out, func(x, y ClassSummary) int { return cmp.Compare(y.Priority, x.Priority) })
-	return out
-}
-
-// tenantAcc gathers one tenant for perTenant.
-type tenantAcc struct {
-	TenantSummary
-	ttft, e2e []time.Duration
-}
-
-// perTenant is Summary.PerTenant over the records arriving at or after
-// warmup, by tenant.
-func perTenant(recs []Record, warmup time.Duration) []TenantSummary {
-	accs := map[string]*tenantAcc{}
-	for i := range recs {
-		r := &recs[i]
-		if r.Arrival < warmup {
-			continue
-		}
-		a := accs[r.Tenant]
-		if a == nil {
-			a = &tenantAcc{TenantSummary: TenantSummary{Tenant: r.Tenant, FailedBy: map[string]int{}}}
-			accs[r.Tenant] = a
-		}
-		a.Requests++
-		if r.Outcome == OutcomeRejected {
-			a.Failed++
-			a.FailedBy[r.rejectReason()]++
-			continue
-		}
-		if r.HasFirstToken {
-			a.ttft = append(a.ttft, r.TTFT())
-		}
-		if r.Outcome != OutcomeOK {
-			a.Failed++
-			a.FailedBy[r.failReason()]++
-			continue
-		}
-		a.Completed++
-		a.e2e = append(a.e2e, r.E2E())
-	}
-	out := make([]TenantSummary, 0, len(accs))
-	for _, a := range accs {
-		slices.Sort(a.ttft)
-		slices.Sort(a.e2e)
-		t := latencyOfSorted(a.ttft)
-		a.TTFTP50Ms = roundSig(t.P50)
-		a.TTFTP99Ms = roundSig(t.P99)
-		a.E2EP99Ms = roundSig(latencyOfSorted(a.e2e).P99)
-		out = append(out, a.TenantSummary)
-	}
-	slices.SortFunc(out, func(x, y TenantSummary) int { return cmp.Compare(x.Tenant, y.Tenant) })
-	return out
+	return a.Summary(opts)
 }
 
 // Prediction is the accuracy of the router's cached-token predictions.

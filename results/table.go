@@ -18,7 +18,8 @@ const tableWidth = 100
 // attainment, goodput and preemptions. A legend and, for each summary, a
 // per-replica breakdown (requests, hit rate, busy fraction, token-budget
 // use) follow, then for each summary with failures the failures by reason
-// (Summary.FailureText) and its steady-state warning, if any. With policy
+// (Summary.FailureText), its steady-state warning, if any, and, past the
+// exact limit, the error bound of its percentiles. With policy
 // names of up to a dozen characters every line fits in 100 columns; the
 // per-replica and failure lines wrap at 100.
 func FormatTable(w io.Writer, sums []Summary) error {
@@ -84,6 +85,10 @@ func FormatTable(w io.Writer, sums []Summary) error {
 		}
 		if w := s.Steady.Warning; w != "" {
 			wrap(&b, s.Policy+": warning: "+w)
+		}
+		if e := s.PercentileError; e > 0 {
+			wrap(&b, fmt.Sprintf("%s: percentiles within %s%% of the exact ones (sketched: the run has more requests than its exact limit)",
+				s.Policy, strconv.FormatFloat(100*e, 'f', -1, 64)))
 		}
 	}
 	for i := range sums {

@@ -63,3 +63,22 @@ func TestFormatTableAdmission(t *testing.T) {
 		t.Fatalf("table lacks the admission line %q:\n%s", want, buf.String())
 	}
 }
+
+// A summary past its exact limit says how far its percentiles may be off;
+// an exact one says nothing of it.
+func TestFormatTableSketched(t *testing.T) {
+	recs := syntheticRecords(3000, 4)
+	opts := syntheticOptions(4)
+	exact := Summarize(recs, opts)
+	opts.ExactLimit = 1000
+	sketched := Summarize(recs, opts)
+	exact.Policy, sketched.Policy = "exact", "sketched"
+	var buf bytes.Buffer
+	if err := FormatTable(&buf, []Summary{exact, sketched}); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !strings.Contains(out, "sketched: percentiles within 0.4% of the exact ones") || strings.Contains(out, "exact: percentiles within") {
+		t.Fatalf("table:\n%s", out)
+	}
+}

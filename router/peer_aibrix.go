@@ -1,11 +1,14 @@
 package router
 
 import (
+	"fmt"
 	"math"
-	"math/rand/v2"
 )
 
-var _ Policy = (*AIBrix)(nil)
+var (
+	_ Policy    = (*AIBrix)(nil)
+	_ Explainer = (*AIBrix)(nil)
+)
 
 // AIBrix is the prefix-cache router of AIBrix's gateway (vllm-project/aibrix,
 // pkg/plugins/gateway/algorithms/prefix_cache.go, getTargetPodFromMatchedPods
@@ -52,7 +55,8 @@ type AIBrix struct {
 	UseGatewayCount bool
 
 	blockSize int
-	rng       *rand.Rand
+	rng       policyRNG
+	ex        *Explanation // set on the copy Explain picks with
 }
 
 // NewAIBrix returns AIBrix's prefix-cache router with the code defaults.
@@ -77,6 +81,7 @@ func (p *AIBrix) running(c *Candidate) int {
 }
 
 func (p *AIBrix) Pick(req *Request, cands []Candidate) int {
+	ex := p.ex
 	n := len(cands)
 	minR, maxR, sum := math.MaxInt, math.MinInt, 0.0
 	for i := range cands {
@@ -96,6 +101,9 @@ func (p *AIBrix) Pick(req *Request, cands []Candidate) int {
 		sd = math.Sqrt(ss / float64(n-1))
 	}
 	limit := mean + p.StdDevFactor*sd
+	if ex != nil {
+		p.explainPool(imbalanced, minR, maxR, mean, sd, limit)
+	}
 
 	// The first candidate in (match% desc, r asc, index asc) order that passes
 	// the σ guard is the minimum of that order among those that pass it.
@@ -111,11 +119,17 @@ func (p *AIBrix) Pick(req *Request, cands []Candidate) int {
 			continue
 		}
 		pct := 100 * m / t
+		if ex != nil {
+			ex.Candidates[i].Score = Num(pct)
+		}
 		if best < 0 || pct > bestPct || pct == bestPct && r < bestR {
 			best, bestPct, bestR = i, pct, r
 		}
 	}
 	if best >= 0 {
+		if ex != nil {
+			ex.term("prefix_step", 1)
+		}
 		return best
 	}
 
@@ -130,5 +144,78 @@ func (p *AIBrix) Pick(req *Request, cands []Candidate) int {
 			best = i
 		}
 	}
+	if ex != nil {
+		ex.term("prefix_step", 0)
+		ex.term("ties", float64(ties))
+	}
 	return best
+}
+
+func (p *AIBrix) explainPool(imbalanced bool, minR, maxR int, mean, sd, limit float64) {
+	ex := p.ex
+	ex.term("imbalanced", b2f(imbalanced))
+	ex.term("min_running", float64(minR))
+	ex.term("max_running", float64(maxR))
+	ex.term("imbalance_abs_count", float64(p.ImbalanceAbsCount))
+	ex.term("mean_running", mean)
+	ex.term("sd_running", sd)
+	ex.term("std_dev_factor", p.StdDevFactor)
+	ex.term("running_limit", limit)
+}
+
+// Explain reports the pool's running-request spread, mean, σ and limit,
+// each candidate's r and match%, and which filters left it out (guards
+// imbalance: not among the least loaded of an imbalanced pool;
+// sigma_limit: r above mean + k·σ). Score is match% for the candidates the
+// prefix step considered (it takes the highest, ties to lower r), else,
+// in the least-request fallback, r (the lowest, ties at random). The
+// winner is what Pick returns on a copy of the policy whose source is a
+// copy of this one's.
+func (p *AIBrix) Explain(req *Request, cands []Candidate) Explanation {
+	ex := newExplanation(p.Name(), "", cands)
+	cp := *p
+	cp.rng, cp.ex = p.rng.clone(), &ex
+	ex.Winner = cp.Pick(req, cands)
+	step, _ := ex.Term("prefix_step")
+	matched := step == 1
+	imb, _ := ex.Term("imbalanced")
+	minR, _ := ex.Term("min_running")
+	limit, _ := ex.Term("running_limit")
+	ex.Objective = "max match_pct (then min running)"
+	if !matched {
+		ex.Objective = "min running (least-request fallback)"
+	}
+	prompt := peerPromptTokens(req)
+	for i := range cands {
+		r := p.running(&cands[i])
+		m, t := peerBlocks(prompt, cands[i].PredictedCachedTokens, p.blockSize)
+		pct := 0
+		if t > 0 {
+			pct = 100 * m / t
+		}
+		ex.cterm(i, "running", float64(r))
+		ex.cterm(i, "matched_blocks", float64(m))
+		ex.cterm(i, "prompt_blocks", float64(t))
+		ex.cterm(i, "match_pct", float64(pct))
+		if imb == 1 && float64(r) != minR {
+			ex.guard(i, "imbalance")
+		}
+		if float64(r) > limit {
+			ex.guard(i, "sigma_limit")
+		}
+		if !matched {
+			ex.Candidates[i].Score = Num(r)
+		}
+	}
+	w := ex.Winner
+	if matched {
+		ex.Why = fmt.Sprintf("the longest match among the candidates within the load limits: %s, %d%% of the prompt's blocks, %d running (limit %s)",
+			ex.label(w), int(ex.Candidates[w].Score), p.running(&cands[w]), fmtNum(limit, ""))
+	} else {
+		ex.Why = fmt.Sprintf("no candidate within the load limits matches a block: least request, %s with %d running", ex.label(w), p.running(&cands[w]))
+		if ties, _ := ex.Term("ties"); ties > 1 {
+			ex.Why += fmt.Sprintf(" (a tie of %d, broken at random)", int(ties))
+		}
+	}
+	return ex
 }

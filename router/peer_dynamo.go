@@ -1,8 +1,9 @@
 package router
 
-import "math/rand/v2"
-
-var _ Policy = (*Dynamo)(nil)
+var (
+	_ Policy    = (*Dynamo)(nil)
+	_ Explainer = (*Dynamo)(nil)
+)
 
 // Dynamo is the cost function of Dynamo's KV router (ai-dynamo/dynamo,
 // lib/kv-router/src/scheduling/selector/default.rs; defaults from
@@ -55,7 +56,8 @@ type Dynamo struct {
 	ActiveRequestWeight float64
 
 	blockSize int
-	rng       *rand.Rand
+	rng       policyRNG
+	ex        *Explanation // set on the copy Explain picks with
 }
 
 // NewDynamo returns Dynamo's KV router cost function with its defaults.
@@ -71,8 +73,17 @@ func NewDynamo(o Options) *Dynamo {
 
 func (*Dynamo) Name() string { return "dynamo" }
 
-// cost is Dynamo's cost for c, minPending being Pmin over the candidates.
-func (p *Dynamo) cost(prompt int, c *Candidate, minPending int) float64 {
+// dynamoTerms are the parts of one candidate's cost.
+type dynamoTerms struct {
+	m, t, pending      int
+	decay, credit, raw float64
+	decode, prefill    float64 // decode blocks; max(0, raw - credit)
+	requests, cost     float64
+}
+
+// cost is Dynamo's cost for c, minPending being Pmin over the
+// candidates; with out set it also stores the cost's parts there.
+func (p *Dynamo) costTerms(prompt int, c *Candidate, minPending int, out *dynamoTerms) float64 {
 	bs := float64(p.blockSize)
 	m, t := peerBlocks(prompt, c.PredictedCachedTokens, p.blockSize)
 	pending := max(0, c.Load.PendingPrefillTokens)
@@ -91,7 +102,18 @@ func (p *Dynamo) cost(prompt int, c *Candidate, minPending int) float64 {
 	} else {
 		decode = float64(peerCeilDiv(c.Load.InFlightPromptTokens, p.blockSize) + t)
 	}
-	return p.PrefillLoadScale*max(0, raw-credit) + decode + p.ActiveRequestWeight*float64(max(0, c.Load.InFlight))
+	prefill := max(0, raw-credit)
+	requests := float64(max(0, c.Load.InFlight))
+	cost := p.PrefillLoadScale*prefill + decode + p.ActiveRequestWeight*requests
+	if out != nil {
+		*out = dynamoTerms{m: m, t: t, pending: pending, decay: decay, credit: credit, raw: raw, decode: decode, prefill: prefill, requests: requests, cost: cost}
+	}
+	return cost
+}
+
+// cost is Dynamo's cost for c, minPending being Pmin over the candidates.
+func (p *Dynamo) cost(prompt int, c *Candidate, minPending int) float64 {
+	return p.costTerms(prompt, c, minPending, nil)
 }
 
 func (p *Dynamo) Pick(req *Request, cands []Candidate) int {
@@ -100,10 +122,22 @@ func (p *Dynamo) Pick(req *Request, cands []Candidate) int {
 	for i := 1; i < len(cands); i++ {
 		minPending = min(minPending, max(0, cands[i].Load.PendingPrefillTokens))
 	}
+	var x dynamoTerms
+	var out *dynamoTerms
+	if p.ex != nil {
+		out = &x
+	}
 	best, ties := 0, 1
-	bestCost := p.cost(prompt, &cands[0], minPending)
+	bestCost := p.costTerms(prompt, &cands[0], minPending, out)
+	if p.ex != nil {
+		p.explainCandidate(0, x)
+	}
 	for i := 1; i < len(cands); i++ {
-		switch c := p.cost(prompt, &cands[i], minPending); {
+		c := p.costTerms(prompt, &cands[i], minPending, out)
+		if p.ex != nil {
+			p.explainCandidate(i, x)
+		}
+		switch {
 		case c < bestCost:
 			best, bestCost, ties = i, c, 1
 		case c == bestCost:
@@ -113,5 +147,42 @@ func (p *Dynamo) Pick(req *Request, cands []Candidate) int {
 			}
 		}
 	}
+	if p.ex != nil {
+		p.ex.term("overlap_credit", p.OverlapCredit)
+		p.ex.term("credit_decay", p.CreditDecay)
+		p.ex.term("prefill_load_scale", p.PrefillLoadScale)
+		p.ex.term("active_request_weight", p.ActiveRequestWeight)
+		p.ex.term("min_pending_prefill_tokens", float64(minPending))
+		p.ex.term("ties", float64(ties))
+	}
 	return best
+}
+
+func (p *Dynamo) explainCandidate(i int, x dynamoTerms) {
+	ex := p.ex
+	ex.cterm(i, "matched_blocks", float64(x.m))
+	ex.cterm(i, "prompt_blocks", float64(x.t))
+	ex.cterm(i, "pending_prefill_tokens", float64(x.pending))
+	ex.cterm(i, "decay", x.decay)
+	ex.cterm(i, "credit", x.credit)
+	ex.cterm(i, "raw_prefill_blocks", x.raw)
+	ex.cterm(i, "prefill_blocks", x.prefill)
+	ex.cterm(i, "decode_blocks", x.decode)
+	ex.cterm(i, "active_requests", x.requests)
+	ex.Candidates[i].Score = Num(x.cost)
+}
+
+// Explain reports each candidate's cost terms, cost =
+// prefill_load_scale*prefill_blocks + decode_blocks +
+// active_request_weight*active_requests with prefill_blocks =
+// max(0, raw_prefill_blocks - credit). The winner is what Pick returns on
+// a copy of the policy whose source is a copy of this one's.
+func (p *Dynamo) Explain(req *Request, cands []Candidate) Explanation {
+	ex := newExplanation(p.Name(), "min cost", cands)
+	cp := *p
+	cp.rng, cp.ex = p.rng.clone(), &ex
+	ex.Winner = cp.Pick(req, cands)
+	ties, _ := ex.Term("ties")
+	ex.Why = ex.compared("cost (prefill + decode blocks)", "blocks", true, int(ties))
+	return ex
 }

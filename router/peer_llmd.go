@@ -1,8 +1,9 @@
 package router
 
-import "math/rand/v2"
-
-var _ Policy = (*LLMD)(nil)
+var (
+	_ Policy    = (*LLMD)(nil)
+	_ Explainer = (*LLMD)(nil)
+)
 
 // LLMD is llm-d's default scheduling profile (llm-d/llm-d-router, formerly
 // llm-d-inference-scheduler): three weighted scorers summed, then the
@@ -52,7 +53,8 @@ type LLMD struct {
 	KVUtilizationWeight float64
 
 	blockSize int
-	rng       *rand.Rand
+	rng       policyRNG
+	ex        *Explanation // set on the copy Explain picks with
 }
 
 // NewLLMD returns llm-d's default profile with its default weights.
@@ -88,8 +90,9 @@ func (p *LLMD) kvUsage(c *Candidate) float64 {
 	return peerClamp01(float64(peerCeilDiv(c.Load.InFlightPromptTokens, p.blockSize)) / float64(c.KVCapacityBlocks))
 }
 
-// score is S(c) given the queue range over the candidates.
-func (p *LLMD) score(prompt int, c *Candidate, qmin, qmax int) float64 {
+// scoreTerms is S(c) given the queue range over the candidates; with ex
+// set it also records S's parts as candidate i's terms.
+func (p *LLMD) scoreTerms(prompt int, c *Candidate, qmin, qmax int, ex *Explanation, i int) float64 {
 	m, t := peerBlocks(prompt, c.PredictedCachedTokens, p.blockSize)
 	prefix := peerMatchRatio(m, t)
 	queue := 1.0
@@ -97,10 +100,20 @@ func (p *LLMD) score(prompt int, c *Candidate, qmin, qmax int) float64 {
 		queue = peerClamp01(float64(qmax-llmdQueue(c)) / float64(qmax-qmin))
 	}
 	kv := 1 - p.kvUsage(c)
-	return p.PrefixWeight*prefix + p.QueueWeight*queue + p.KVUtilizationWeight*kv
+	s := p.PrefixWeight*prefix + p.QueueWeight*queue + p.KVUtilizationWeight*kv
+	if ex != nil {
+		p.explainCandidate(ex, i, c, m, t, prefix, queue, kv, s)
+	}
+	return s
+}
+
+// score is S(c) given the queue range over the candidates.
+func (p *LLMD) score(prompt int, c *Candidate, qmin, qmax int) float64 {
+	return p.scoreTerms(prompt, c, qmin, qmax, nil, 0)
 }
 
 func (p *LLMD) Pick(req *Request, cands []Candidate) int {
+	ex := p.ex
 	prompt := peerPromptTokens(req)
 	qmin, qmax := llmdQueue(&cands[0]), llmdQueue(&cands[0])
 	for i := 1; i < len(cands); i++ {
@@ -108,9 +121,9 @@ func (p *LLMD) Pick(req *Request, cands []Candidate) int {
 		qmin, qmax = min(qmin, q), max(qmax, q)
 	}
 	best, ties := 0, 1
-	bestScore := p.score(prompt, &cands[0], qmin, qmax)
+	bestScore := p.scoreTerms(prompt, &cands[0], qmin, qmax, ex, 0)
 	for i := 1; i < len(cands); i++ {
-		switch s := p.score(prompt, &cands[i], qmin, qmax); {
+		switch s := p.scoreTerms(prompt, &cands[i], qmin, qmax, ex, i); {
 		case s > bestScore:
 			best, bestScore, ties = i, s, 1
 		case s == bestScore:
@@ -120,5 +133,38 @@ func (p *LLMD) Pick(req *Request, cands []Candidate) int {
 			}
 		}
 	}
+	if ex != nil {
+		ex.term("prefix_weight", p.PrefixWeight)
+		ex.term("queue_weight", p.QueueWeight)
+		ex.term("kv_utilization_weight", p.KVUtilizationWeight)
+		ex.term("queue_min", float64(qmin))
+		ex.term("queue_max", float64(qmax))
+		ex.term("ties", float64(ties))
+	}
 	return best
+}
+
+func (p *LLMD) explainCandidate(ex *Explanation, i int, c *Candidate, m, t int, prefix, queue, kv, s float64) {
+	ex.cterm(i, "matched_blocks", float64(m))
+	ex.cterm(i, "prompt_blocks", float64(t))
+	ex.cterm(i, "queue_depth", float64(llmdQueue(c)))
+	ex.cterm(i, "kv_usage", p.kvUsage(c))
+	ex.cterm(i, "prefix", prefix)
+	ex.cterm(i, "queue", queue)
+	ex.cterm(i, "kv_utilization", kv)
+	ex.Candidates[i].Score = Num(s)
+}
+
+// Explain reports each candidate's three scorers and
+// S = prefix_weight*prefix + queue_weight*queue +
+// kv_utilization_weight*kv_utilization. The winner is what Pick returns on
+// a copy of the policy whose source is a copy of this one's.
+func (p *LLMD) Explain(req *Request, cands []Candidate) Explanation {
+	ex := newExplanation(p.Name(), "max score", cands)
+	cp := *p
+	cp.rng, cp.ex = p.rng.clone(), &ex
+	ex.Winner = cp.Pick(req, cands)
+	ties, _ := ex.Term("ties")
+	ex.Why = ex.compared("weighted score (prefix, queue, kv-utilization)", "", false, int(ties))
+	return ex
 }

@@ -1,6 +1,11 @@
 package router
 
-var _ Policy = (*SGLang)(nil)
+import "fmt"
+
+var (
+	_ Policy    = (*SGLang)(nil)
+	_ Explainer = (*SGLang)(nil)
+)
 
 // SGLang is the cache_aware policy of SGLang's router (sgl-project/sglang,
 // sgl-router/src/policies/cache_aware.rs; lightseekorg/smg keeps it in
@@ -35,6 +40,8 @@ type SGLang struct {
 	// BalanceAbsThreshold and BalanceRelThreshold define imbalance (64, 1.5).
 	BalanceAbsThreshold int
 	BalanceRelThreshold float64
+
+	ex *Explanation // set on the copy Explain picks with
 }
 
 // NewSGLang returns SGLang's cache_aware policy with the CLI defaults.
@@ -44,7 +51,15 @@ func NewSGLang(Options) *SGLang {
 
 func (*SGLang) Name() string { return "sglang" }
 
+// The regimes of SGLang's rule, as Explain reports them (term regime).
+const (
+	sglangImbalanced = iota // route to the least loaded
+	sglangCacheHit          // route to the best match
+	sglangSmallest          // route to the smallest tree
+)
+
 func (p *SGLang) Pick(req *Request, cands []Candidate) int {
+	ex := p.ex
 	minI, maxLoad := 0, cands[0].Load.InFlight
 	for i := 1; i < len(cands); i++ {
 		l := cands[i].Load.InFlight
@@ -54,7 +69,14 @@ func (p *SGLang) Pick(req *Request, cands []Candidate) int {
 		maxLoad = max(maxLoad, l)
 	}
 	minLoad := cands[minI].Load.InFlight
+	if ex != nil {
+		ex.term("min_load", float64(minLoad))
+		ex.term("max_load", float64(maxLoad))
+	}
 	if maxLoad-minLoad > p.BalanceAbsThreshold && float64(maxLoad) > p.BalanceRelThreshold*float64(minLoad) {
+		if ex != nil {
+			ex.term("regime", sglangImbalanced)
+		}
 		return minI
 	}
 
@@ -66,11 +88,22 @@ func (p *SGLang) Pick(req *Request, cands []Candidate) int {
 			best = i
 		}
 	}
+	if ex != nil {
+		ex.term("best_match", float64(best))
+	}
 	if prompt := peerPromptTokens(req); prompt > 0 {
 		rate := float64(min(max(0, cands[best].PredictedCachedTokens), prompt)) / float64(prompt)
+		if ex != nil {
+			ex.term("best_match_rate", rate)
+		}
 		if rate > p.CacheThreshold {
+			if ex != nil {
+				ex.term("regime", sglangCacheHit)
+			}
 			return best
 		}
+	} else if ex != nil {
+		ex.term("best_match_rate", 0)
 	}
 
 	smallest := 0
@@ -81,5 +114,61 @@ func (p *SGLang) Pick(req *Request, cands []Candidate) int {
 			smallest = i
 		}
 	}
+	if ex != nil {
+		ex.term("regime", sglangSmallest)
+	}
 	return smallest
+}
+
+// Explain reports the regime the rule took (0 imbalanced: least loaded;
+// 1 cache hit: best match; 2 smallest tree) and what it compared: the
+// loads, each candidate's match rate, the trees' sizes. Score is the
+// number the regime compared: in_flight (min), predicted cached tokens
+// (max, ties to fewer in flight) or indexed blocks (min, ties to fewer in
+// flight). The winner is what Pick returns on a copy of the policy.
+func (p *SGLang) Explain(req *Request, cands []Candidate) Explanation {
+	ex := newExplanation(p.Name(), "", cands)
+	cp := *p
+	cp.ex = &ex
+	ex.Winner = cp.Pick(req, cands)
+	ex.term("balance_abs_threshold", float64(p.BalanceAbsThreshold))
+	ex.term("balance_rel_threshold", p.BalanceRelThreshold)
+	ex.term("cache_threshold", p.CacheThreshold)
+	r, _ := ex.Term("regime")
+	regime := int(r)
+	ex.Objective = [...]string{"min in_flight (imbalanced)", "max predicted_cached_tokens (cache hit)", "min indexed_blocks (smallest tree)"}[regime]
+	prompt := peerPromptTokens(req)
+	for i := range cands {
+		c := &cands[i]
+		rate := 0.0
+		if prompt > 0 {
+			rate = float64(min(max(0, c.PredictedCachedTokens), prompt)) / float64(prompt)
+		}
+		ex.cterm(i, "load", float64(c.Load.InFlight))
+		ex.cterm(i, "match_rate", rate)
+		ex.cterm(i, "tree_blocks", float64(c.IndexedBlocks))
+		switch regime {
+		case sglangImbalanced:
+			ex.Candidates[i].Score = Num(c.Load.InFlight)
+		case sglangCacheHit:
+			ex.Candidates[i].Score = Num(c.PredictedCachedTokens)
+		default:
+			ex.Candidates[i].Score = Num(c.IndexedBlocks)
+		}
+	}
+	minL, _ := ex.Term("min_load")
+	maxL, _ := ex.Term("max_load")
+	rate, _ := ex.Term("best_match_rate")
+	switch regime {
+	case sglangImbalanced:
+		ex.Why = fmt.Sprintf("the pool is imbalanced (loads %g to %g: spread over %d and max over %g x min): the least loaded, %s",
+			minL, maxL, p.BalanceAbsThreshold, p.BalanceRelThreshold, ex.label(ex.Winner))
+	case sglangCacheHit:
+		ex.Why = fmt.Sprintf("balanced; the best match %s holds %s of the prompt, above the cache threshold %g",
+			ex.label(ex.Winner), fmtNum(rate, ""), p.CacheThreshold)
+	default:
+		ex.Why = fmt.Sprintf("balanced; the best match holds %s of the prompt, not above the cache threshold %g: the smallest tree, %s (%d blocks)",
+			fmtNum(rate, ""), p.CacheThreshold, ex.label(ex.Winner), cands[ex.Winner].IndexedBlocks)
+	}
+	return ex
 }

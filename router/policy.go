@@ -3,14 +3,12 @@ package router
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
-	"github.com/inferrail/inferrail/internal/seed"
 )
 
 // Request is what the router knows of a request when it picks a replica.
@@ -215,10 +213,6 @@ func NewPolicy(name string, o Options) (Policy, error) {
 	}
 	return f(o.withDefaults()), nil
 }
-
-// subRNG derives a subsystem's random source from the run seed, so adding a
-// random draw in one place never reshuffles another.
-func subRNG(s uint64, name string) *rand.Rand { return seed.Rand(s, "router/"+name) }
 
 // Pick runs p over cands and checks the answer.
 func Pick(p Policy, req *Request, cands []Candidate) (int, error) {

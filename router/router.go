@@ -112,31 +112,8 @@ func (r *Router) Route(now time.Duration, req *Request, reps []Replica) (Decisio
 // candidates admit accepts (all of them when admit is nil). It returns
 // ErrNoCandidates when no replica is eligible or none is admitted.
 func (r *Router) RouteAdmitted(now time.Duration, req *Request, reps []Replica, admit Admit) (Decision, error) {
-	r.cands = Eligible(req.Model, reps, r.cands[:0])
-	if len(r.cands) == 0 {
+	if !r.predict(now, req, reps) {
 		return Decision{}, ErrNoCandidates
-	}
-	if r.cfg.Index == IndexEvents {
-		r.idx.Expire(now)
-	}
-	r.ids = r.ids[:0]
-	for _, c := range r.cands {
-		r.ids = append(r.ids, c.Replica)
-	}
-	if cap(r.depths) < len(r.ids) {
-		r.depths = make([]int, len(r.ids))
-	}
-	r.depths = r.depths[:len(r.ids)]
-	r.idx.Lookup(req.BlockHashes, r.ids, r.depths)
-	// Engines always compute a prompt's last token: predictions stop one
-	// block short of a fully cached prompt.
-	bs := r.cfg.Options.BlockSize
-	maxPred := max(0, (req.PromptTokens-1)/bs)
-	for i := range r.cands {
-		c := &r.cands[i]
-		c.PredictedCachedTokens = min(r.depths[i], maxPred) * bs
-		c.IndexedBlocks = r.idx.Blocks(c.Replica)
-		c.ActiveBlocks = r.idx.PinnedBlocks(c.Replica)
 	}
 	if admit != nil {
 		n := 0
@@ -164,6 +141,39 @@ func (r *Router) RouteAdmitted(now time.Duration, req *Request, reps []Replica, 
 		d.receipt = r.idx.RecordPinned(c.Replica, req.BlockHashes)
 	}
 	return d, nil
+}
+
+// predict fills r.cands with the candidates eligible for req among reps and
+// the index's predictions for each; it reports whether there is one.
+// Route and Explain (explain_router.go) offer the policy what it finds.
+func (r *Router) predict(now time.Duration, req *Request, reps []Replica) bool {
+	r.cands = Eligible(req.Model, reps, r.cands[:0])
+	if len(r.cands) == 0 {
+		return false
+	}
+	if r.cfg.Index == IndexEvents {
+		r.idx.Expire(now)
+	}
+	r.ids = r.ids[:0]
+	for _, c := range r.cands {
+		r.ids = append(r.ids, c.Replica)
+	}
+	if cap(r.depths) < len(r.ids) {
+		r.depths = make([]int, len(r.ids))
+	}
+	r.depths = r.depths[:len(r.ids)]
+	r.idx.Lookup(req.BlockHashes, r.ids, r.depths)
+	// Engines always compute a prompt's last token: predictions stop one
+	// block short of a fully cached prompt.
+	bs := r.cfg.Options.BlockSize
+	maxPred := max(0, (req.PromptTokens-1)/bs)
+	for i := range r.cands {
+		c := &r.cands[i]
+		c.PredictedCachedTokens = min(r.depths[i], maxPred) * bs
+		c.IndexedBlocks = r.idx.Blocks(c.Replica)
+		c.ActiveBlocks = r.idx.PinnedBlocks(c.Replica)
+	}
+	return true
 }
 
 // BlockSize is the block size the router hashes and predicts with.

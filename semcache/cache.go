@@ -10,9 +10,9 @@ import (
 // Rule decides which requests are deterministic enough to be answered
 // from a cache. The exact response cache (package respcache) owns that
 // rule (temperature at most max_temperature, n and best_of 1, no sampling
-// that makes answers differ); until it exports it, the proxy passes an
-// adapter of it here. There is no default: a Cache without a Rule is an
-// error.
+// that makes answers differ), and *respcache.Cache is one (its
+// Deterministic method): the proxy passes the model's exact cache here.
+// There is no default: a Cache without a Rule is an error.
 type Rule interface {
 	// Deterministic reports whether the request to path with body may be
 	// answered from a cache, and if not, why.
@@ -178,6 +178,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Cache, error) {
 
 // Config returns the cache's configuration.
 func (c *Cache) Config() Config { return c.cfg }
+
+// Store returns the cache's store: the proxy reads a MemoryStore's Len
+// and Bytes for its gauges.
+func (c *Cache) Store() Store { return c.store }
 
 // Close closes the store New made.
 func (c *Cache) Close() error {

@@ -45,7 +45,7 @@ const (
 )
 
 // Config configures one model's semantic cache. Field names are the YAML
-// keys; live/config is to embed it per model as semantic_cache. Start from
+// keys; live/config embeds it per model as semantic_cache. Start from
 // DefaultConfig and check with Validate (New does).
 type Config struct {
 	// Enabled turns the cache on. Default false: a semantic cache answers

@@ -18,7 +18,7 @@ import (
 
 func newLiveCmd(stdout, stderr io.Writer) *cobra.Command {
 	var path string
-	var check bool
+	var check, watch bool
 	cmd := &cobra.Command{
 		Use:   "live",
 		Short: "Run the OpenAI-compatible proxy that routes with the simulator's router",
@@ -33,9 +33,13 @@ scrapes every engine's /metrics, and serves its own metrics on the admin
 address. Admission, the queue and the replicas' health are the simulator's
 gateway core (router/gateway). The configuration is YAML
 (examples/live.yaml shows every field); --check validates it, loads every
-tokenizer and profile, prints what it would run and exits.`,
+tokenizer and profile, prints what it would run and exits. SIGHUP, a change
+of the file (--watch) and POST /admin/reload reload it without dropping a
+request: replicas that stay keep their state and the KV index; settings
+that need a restart are reported (docs/hot-reload.md).`,
 		Example: `  inferrail live --config examples/live.yaml --check
   inferrail live --config examples/live.yaml
+  kill -HUP "$(pgrep -f 'inferrail live')"    # reload the configuration
   curl -s 127.0.0.1:8080/v1/completions -d '{"prompt": "hello there ", "max_tokens": 8}'
   curl -s 127.0.0.1:9090/metrics | grep inferrail_requests_total`,
 		Args: noArgs,
@@ -49,11 +53,23 @@ tokenizer and profile, prints what it would run and exits.`,
 				fmt.Fprintf(stdout, "%s: ok\n%s", path, cfg.Summary())
 				return nil
 			}
-			return serveUntilSignal(cmd.Context(), cfg, s.Serve)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			if watch {
+				if _, err := s.WatchConfig(ctx); err != nil {
+					return err
+				}
+			}
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go s.ReloadOn(ctx, hup)
+			return serveUntilSignal(ctx, cfg, s.Serve)
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "YAML configuration (required)")
 	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration, load its tokenizers and profiles, print a summary and exit")
+	cmd.Flags().BoolVar(&watch, "watch", true, "reload the configuration when its file changes (SIGHUP and POST /admin/reload reload it in any case)")
 	return cmd
 }
 
@@ -71,7 +87,7 @@ func newLiveServer(path string, stderr io.Writer) (*config.Config, *live.Server,
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
-	s, err := live.New(cfg, live.Deps{Notes: stderr, Logger: logger, Version: version()})
+	s, err := live.New(cfg, live.Deps{Notes: stderr, Logger: logger, Version: version(), ConfigPath: path})
 	if err != nil {
 		return nil, nil, usageError{err}
 	}

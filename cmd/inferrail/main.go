@@ -74,6 +74,7 @@ runs as a production proxy (live) in front of real engines, or of mock ones
 	root.AddCommand(newEPPCmd(stdout, stderr))
 	root.AddCommand(newFidelityCmd(stdout, stderr))
 	root.AddCommand(newKeysCmd(stdout, stderr), newUsageCmd(stdout))
+	root.AddCommand(newExplainCmd(stdout))
 	// cobra adds help and completion when it runs; add them now so that
 	// they are guarded like the rest.
 	root.InitDefaultHelpCmd()

@@ -65,6 +65,8 @@ type simFlags struct {
 	sets           []string
 	json           bool
 	out            string
+	explainSample  float64
+	explainOut     string
 	gw             gatewayFlags
 	// fixedReplicas, when set, is the fleet size and --replicas is not
 	// registered (capacity searches the fleet size; its default rate is that
@@ -252,6 +254,8 @@ the limits; --set 'without_tenants=[noisy]' leaves a tenant out.`,
 	fl.BoolVar(&f.affinity, "session-affinity", false, "cost_model keeps a session on its previous replica unless that is 25% slower")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object on stdout (progress stays on stderr)")
 	fl.StringVar(&f.out, "out", "", "directory to write summary.json and requests.parquet into")
+	fl.Float64Var(&f.explainSample, "explain-sample", 0, "share of requests (sampled by id) whose routing decision is explained into --explain-out, in (0, 1]")
+	fl.StringVar(&f.explainOut, "explain-out", "", "file to write the sampled decisions' explanations into, one JSON object a line (the schema of live's POST /admin/explain)")
 	return cmd
 }
 
@@ -510,8 +514,8 @@ func yamlHasKey(path, key string) bool {
 // runSims runs the same requests under several policies and prints one
 // table and what it shows (make demo); compare is the tool for more.
 func runSims(cmd *cobra.Command, f simFlags, policies []string, stdout, stderr io.Writer) error {
-	if f.out != "" || f.json {
-		return usagef("--policy: several policies print one table; for --out or --json use compare --policies %s", f.policy)
+	if f.out != "" || f.json || f.explainOut != "" {
+		return usagef("--policy: several policies print one table; for --out, --json or --explain-out use compare --policies %s or one policy", f.policy)
 	}
 	var sums []results.Summary
 	for _, p := range policies {
@@ -521,6 +525,7 @@ func runSims(cmd *cobra.Command, f simFlags, policies []string, stdout, stderr i
 		if err != nil {
 			return err
 		}
+		cfg.KeepRecords = false // the table needs the summaries only
 		out, err := simulate(cfg, f, stderr)
 		if err != nil {
 			return err
@@ -557,13 +562,47 @@ func simulate(cfg fleet.Config, f simFlags, stderr io.Writer) (*fleet.Output, er
 }
 
 func runSim(cfg fleet.Config, f simFlags, stdout, stderr io.Writer) error {
+	// The run's records stream into its summary and, with --out, into
+	// requests.parquet as requests end: none is held, so the run's memory
+	// does not grow with its length (docs/sim-memory.md).
+	cfg.KeepRecords = false
+	var rf *requestsFile
+	if f.out != "" {
+		var err error
+		if rf, err = createRequestsFile(f.out, cfg); err != nil {
+			return err
+		}
+		defer rf.abort()
+		cfg.Record = rf.add
+	}
+	cfg.ExplainSample = f.explainSample
+	var ef *explainFile
+	if f.explainOut != "" {
+		var err error
+		if ef, err = createExplainFile(f.explainOut); err != nil {
+			return err
+		}
+		defer ef.abort()
+		cfg.Explain = fleet.ExplainLines(ef)
+	}
+	if err := cfg.Validate(); err != nil { // the explain settings, with the rest
+		return flagErrors(err)
+	}
 	out, err := simulate(cfg, f, stderr)
 	if err != nil {
 		return err
 	}
-	if f.out != "" {
-		if err := writeRun(f.out, cfg, out); err != nil {
+	if ef != nil {
+		if err := ef.close(); err != nil {
 			return err
+		}
+	}
+	if f.out != "" {
+		if err := rf.close(); err != nil {
+			return err
+		}
+		if err := results.WriteSummaryFile(filepath.Join(f.out, "summary.json"), out.Summary); err != nil {
+			return fmt.Errorf("write summary: %w", err)
 		}
 	}
 	if f.json {
@@ -574,20 +613,6 @@ func runSim(cfg fleet.Config, f simFlags, stdout, stderr io.Writer) error {
 	}
 	if f.out != "" {
 		fmt.Fprintf(stdout, "wrote %s and %s\n", filepath.Join(f.out, "summary.json"), filepath.Join(f.out, "requests.parquet"))
-	}
-	return nil
-}
-
-func writeRun(dir string, cfg fleet.Config, out *fleet.Output) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	if err := results.WriteSummaryFile(filepath.Join(dir, "summary.json"), out.Summary); err != nil {
-		return fmt.Errorf("write summary: %w", err)
-	}
-	rows := results.RowsFromRecords(out.Records, cfg.Workload.Workload, cfg.Policy, cfg.Seed)
-	if err := results.WriteParquetFile(filepath.Join(dir, "requests.parquet"), rows); err != nil {
-		return fmt.Errorf("write requests: %w", err)
 	}
 	return nil
 }

@@ -11,7 +11,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/inferrail/inferrail/respcache"
 	"github.com/inferrail/inferrail/router/gateway"
+	"github.com/inferrail/inferrail/semcache"
 	"github.com/inferrail/inferrail/tenancy"
 )
 
@@ -465,6 +467,13 @@ type Model struct {
 	// Policy is the routing policy, one of router.Names(). Default
 	// "cost_model".
 	Policy string `yaml:"policy"`
+	// ShadowPolicy is a policy (one of router.Names()) every routing
+	// decision also asks, with the same candidates and state, without
+	// effect on routing: its agreement with policy and cost_model's
+	// estimates of both picks are exported (inferrail_shadow_*) and its
+	// picks logged in the decision log (docs/explain-shadow.md). Default
+	// "" (none).
+	ShadowPolicy string `yaml:"shadow_policy"`
 	// Tokenizer is "builtin:sim", a model directory holding tokenizer.json,
 	// or a tokenizer.json path. Default "builtin:sim".
 	Tokenizer string `yaml:"tokenizer"`
@@ -525,6 +534,24 @@ type Model struct {
 	// request for the model together (one "anonymous" key). Default
 	// unlimited.
 	KeyLimits Limits `yaml:"key_limits"`
+	// ResponseCache is the model's exact response cache (package
+	// respcache, docs/response-cache.md): a deterministic request whose
+	// identical twin (same canonical body, model, tenant and cache_salt)
+	// was answered within its ttl is replayed byte for byte without an
+	// engine. Default off (respcache.DefaultConfig: memory store, ttl 1h,
+	// max_bytes 256MiB, max_entry_bytes 1MiB, max_temperature 0, max_wait
+	// 30s). A request needs a tenant to be cached: its API key (auth:
+	// keys) or the value of tenant_header.
+	ResponseCache respcache.Config `yaml:"response_cache"`
+	// SemanticCache is the model's semantic cache (package semcache,
+	// docs/semantic-cache.md), behind the exact one: a deterministic
+	// request the exact cache misses may get the stored answer of an
+	// earlier request of the same tenant whose last user message is
+	// nearly the same (embeddings' cosine similarity at least threshold).
+	// Default off (semcache.DefaultConfig: memory store, threshold 0.95,
+	// ttl 1h); it needs response_cache enabled, whose determinism rule and
+	// tenant it uses and whose captured answers it stores.
+	SemanticCache semcache.Config `yaml:"semantic_cache"`
 	// Replicas are the listed replicas.
 	Replicas []Replica `yaml:"replicas"`
 	// DNS are the DNS groups: every address of a group is a replica.
@@ -665,6 +692,8 @@ func DefaultModel() Model {
 		OutputQuantile: g.OutputQuantile,
 		MaxPriority:    g.Queue.MaxPriority,
 		Queue:          Queue{MaxRequests: g.Queue.MaxRequests, MaxBytes: ByteSize(g.Queue.MaxBytes), Timeout: g.Queue.Timeout},
+		ResponseCache:  respcache.DefaultConfig(),
+		SemanticCache:  semcache.DefaultConfig(),
 	}
 }
 
@@ -678,7 +707,8 @@ func DefaultDNSGroup() DNSGroup { return DNSGroup{Scheme: "http"} }
 // (Default, DefaultModel, DefaultDNSGroup); a replica without a name is named
 // after its URL's host:port. The result is validated. On error every problem
 // is reported, each a *FieldError, joined with errors.Join. Relative paths
-// (tokenizer, profile, decision_log.path, record.path, record.salt_file) are taken from the working
+// (tokenizer, profile, semantic_cache.embeddings.api_key_file,
+// decision_log.path, record.path, record.salt_file) are taken from the working
 // directory; Load takes them from the file's.
 func Parse(data []byte) (*Config, error) {
 	return parse(data, "")
@@ -786,6 +816,7 @@ func (c *Config) resolvePaths(dir string) {
 		if !strings.HasPrefix(m.Tokenizer, "builtin:") {
 			m.Tokenizer = join(m.Tokenizer)
 		}
+		m.SemanticCache.Embeddings.APIKeyFile = join(m.SemanticCache.Embeddings.APIKeyFile)
 		if !isPresetName(m.Profile) {
 			m.Profile = join(m.Profile)
 		}
@@ -891,6 +922,9 @@ func (c *Config) Summary() string {
 			fmt.Fprintf(&b, " (aliases %s)", strings.Join(m.Aliases, ", "))
 		}
 		fmt.Fprintf(&b, ": policy %s, index %s, tokenizer %s, block_size %d", m.Policy, m.Index, m.Tokenizer, m.BlockSize)
+		if m.ShadowPolicy != "" {
+			fmt.Fprintf(&b, ", shadow_policy %s", m.ShadowPolicy)
+		}
 		if m.Profile != "" {
 			fmt.Fprintf(&b, ", profile %s", m.Profile)
 		}
@@ -908,6 +942,12 @@ func (c *Config) Summary() string {
 		fmt.Fprintf(&b, ", queue %d/%v/%v", m.Queue.MaxRequests, m.Queue.MaxBytes, m.Queue.Timeout)
 		if !m.KeyLimits.Zero() {
 			fmt.Fprintf(&b, ", key_limits rpm %d tpm %d max_concurrency %d", m.KeyLimits.RPM, m.KeyLimits.TPM, m.KeyLimits.MaxConcurrency)
+		}
+		if rc := &m.ResponseCache; rc.Enabled {
+			fmt.Fprintf(&b, ", response_cache %s ttl %v max_temperature %v", rc.Store, rc.TTL, rc.MaxTemperature)
+		}
+		if sc := &m.SemanticCache; sc.Enabled {
+			fmt.Fprintf(&b, ", semantic_cache %s threshold %v", sc.Store, sc.Threshold)
 		}
 		if len(m.Replicas) > 0 {
 			fmt.Fprintf(&b, "; %s:", plural(len(m.Replicas), "replica"))

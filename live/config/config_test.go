@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inferrail/inferrail/respcache"
+	"github.com/inferrail/inferrail/semcache"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current code")
@@ -89,7 +92,12 @@ func TestDefaultValues(t *testing.T) {
 		{"record", d.Record, Record{Path: "", RotateBytes: 256 * MiB, RotateInterval: time.Hour, FlushInterval: 10 * time.Second, Sample: 1, Buffer: 65536}},
 		{"dns_refresh", d.DNSRefresh, 10 * time.Second},
 		{"model", DefaultModel(), Model{Policy: "cost_model", Tokenizer: "builtin:sim", Index: "approximate", BlockSize: 16, MaxConcurrency: 256, MaxPending: 64,
-			Admission: "kv", Overcommit: 1, OutputQuantile: 0.75, MaxPriority: 10, Queue: Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second}}},
+			Admission: "kv", Overcommit: 1, OutputQuantile: 0.75, MaxPriority: 10, Queue: Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second},
+			ResponseCache: respcache.DefaultConfig(), SemanticCache: semcache.DefaultConfig()}},
+		{"response_cache", DefaultModel().ResponseCache, respcache.Config{Enabled: false, Store: "memory", TTL: time.Hour, MaxBytes: 0, MaxEntryBytes: respcache.MiB,
+			MaxTemperature: 0, TenantHeader: "", MaxWait: 30 * time.Second, Redis: respcache.RedisConfig{KeyPrefix: "ir:rc:", Timeout: 50 * time.Millisecond}}},
+		{"semantic_cache", DefaultModel().SemanticCache, semcache.Config{Enabled: false, Threshold: 0.95, Store: "memory", TTL: time.Hour, MaxEntryBytes: 1 << 20, MaxTextBytes: 2048,
+			Embeddings: semcache.EmbeddingsConfig{Timeout: time.Second}, Postgres: semcache.PostgresConfig{Table: "inferrail_semantic_cache", Timeout: 200 * time.Millisecond, MaxConns: 4}}},
 		{"dns", DefaultDNSGroup(), DNSGroup{Scheme: "http"}},
 		{"auth", d.Auth, "none"},
 		{"tenancy", d.Tenancy, Tenancy{Store: "", AuthCacheTTL: 5 * time.Second, UsageFlushInterval: 10 * time.Second, UsageBuffer: 65536,
@@ -187,6 +195,19 @@ models:
     kv_capacity_blocks: 4000
     queue: {max_requests: 0, max_bytes: 1MiB, timeout: 2s, shed_on_slo: true}
     key_limits: {rpm: 4, tpm: 5, max_concurrency: 6}
+    response_cache: {enabled: true, store: redis, ttl: 2m, max_bytes: 0, max_entry_bytes: 2KiB, max_temperature: 0.5, tenant_header: X-Team, max_wait: 3s,
+      redis: {addr: "127.0.0.1:6380", key_prefix: "rc:", timeout: 9ms}}
+    semantic_cache:
+      enabled: true
+      embeddings: {url: "http://127.0.0.1:8000", model: emb, timeout: 2s, dimensions: 384, api_key_file: ` + pwFile + `}
+      threshold: 0.97
+      store: pgvector
+      postgres: {dsn: "postgres://u@db.example/x", table: sc, timeout: 1s, max_conns: 2}
+      ttl: 10m
+      max_entries: 50
+      max_bytes: 0
+      max_entry_bytes: 4096
+      max_text_bytes: 512
     replicas:
       - name: r
         url: https://engine.example:8443/prefix
@@ -240,8 +261,13 @@ models:
 			Admission: "llmd-utilization", Overcommit: 1.5, OutputQuantile: 0.9, DefaultMaxTokens: 256, MaxModelLen: 8192, MaxPriority: 100, KVCapacityBlocks: 4000,
 			Queue:     Queue{MaxRequests: 0, MaxBytes: MiB, Timeout: 2 * time.Second, ShedOnSLO: true},
 			KeyLimits: Limits{4, 5, 6},
-			Replicas:  []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, 5000, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv", true}},
-			DNS:       []DNSGroup{{"g", "vllm.default.svc.cluster.local", 8000, "https", 5557, 5558, "kv"}},
+			ResponseCache: respcache.Config{Enabled: true, Store: "redis", TTL: 2 * time.Minute, MaxEntryBytes: 2 * respcache.KiB, MaxTemperature: 0.5,
+				TenantHeader: "X-Team", MaxWait: 3 * time.Second, Redis: respcache.RedisConfig{Addr: "127.0.0.1:6380", KeyPrefix: "rc:", Timeout: 9 * time.Millisecond}},
+			SemanticCache: semcache.Config{Enabled: true, Threshold: 0.97, Store: "pgvector", TTL: 10 * time.Minute, MaxEntries: 50, MaxEntryBytes: 4096, MaxTextBytes: 512,
+				Embeddings: semcache.EmbeddingsConfig{URL: "http://127.0.0.1:8000", Model: "emb", Timeout: 2 * time.Second, Dimensions: 384, APIKeyFile: pwFile},
+				Postgres:   semcache.PostgresConfig{DSN: "postgres://u@db.example/x", Table: "sc", Timeout: time.Second, MaxConns: 2}},
+			Replicas: []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, 5000, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv", true}},
+			DNS:      []DNSGroup{{"g", "vllm.default.svc.cluster.local", 8000, "https", 5557, 5558, "kv"}},
 		}},
 	}
 	if !reflect.DeepEqual(*c, want) {
@@ -554,5 +580,56 @@ models:
 	}
 	if !paths["models[0].tokenizer"] || !paths["models[0].profile"] {
 		t.Errorf("Parse from another directory: %v, want tokenizer and profile errors", fes)
+	}
+}
+
+// The caches show in the summary when on, and the semantic cache's key
+// file is found next to the configuration file.
+func TestCachesSummaryAndPaths(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "emb.key"), []byte("k\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doc := `
+models:
+  - name: m
+    response_cache: {enabled: true, ttl: 5m}
+    semantic_cache: {enabled: true, embeddings: {url: "http://127.0.0.1:1", model: e, api_key_file: emb.key}}
+    replicas: [{name: r, url: "http://h:1"}]
+`
+	path := filepath.Join(dir, "live.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Models[0].SemanticCache.Embeddings.APIKeyFile, filepath.Join(dir, "emb.key"); got != want {
+		t.Errorf("api_key_file %q, want %q", got, want)
+	}
+	want := "m: policy cost_model, index approximate, tokenizer builtin:sim, block_size 16, max_concurrency 256, max_pending 64, admission kv, queue 1024/256MiB/30s, response_cache memory ttl 5m0s max_temperature 0, semantic_cache memory threshold 0.95; 1 replica: r=http://h:1\n"
+	if got := c.Summary(); got != want {
+		t.Errorf("Summary() =\n%s\nwant\n%s", got, want)
+	}
+	// examples/live.yaml spells out the defaults.
+	ex, err := Load(examplePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ex.Models[0].ResponseCache; !reflect.DeepEqual(got, respcache.DefaultConfig()) {
+		t.Errorf("examples/live.yaml response_cache %+v, want the defaults %+v", got, respcache.DefaultConfig())
+	}
+	if got := ex.Models[0].SemanticCache; !reflect.DeepEqual(got, semcache.DefaultConfig()) {
+		t.Errorf("examples/live.yaml semantic_cache %+v, want the defaults %+v", got, semcache.DefaultConfig())
+	}
+	// A wrong value is reported at its line, under the model's path.
+	bad := strings.Replace(doc, "ttl: 5m", "ttl: 0s", 1)
+	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(path)
+	if err == nil || !strings.Contains(err.Error(), path+":4: models[0].response_cache.ttl: must be a duration from 1s") {
+		t.Fatalf("Load(ttl 0) = %v", err)
 	}
 }

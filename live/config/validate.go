@@ -15,8 +15,10 @@ import (
 	"unicode"
 
 	"github.com/inferrail/inferrail/calibrate"
+	"github.com/inferrail/inferrail/respcache"
 	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/router/gateway"
+	"github.com/inferrail/inferrail/semcache"
 	"github.com/inferrail/inferrail/tenancy"
 )
 
@@ -468,6 +470,9 @@ func (k *checker) model(p string, m *Model) {
 	if names := router.Names(); !slices.Contains(names, m.Policy) {
 		k.fail(p+".policy", "unknown policy %q; want one of %s", m.Policy, strings.Join(names, ", "))
 	}
+	if names := router.Names(); m.ShadowPolicy != "" && !slices.Contains(names, m.ShadowPolicy) {
+		k.fail(p+".shadow_policy", "unknown policy %q; want one of %s, or leave it out for no shadow", m.ShadowPolicy, strings.Join(names, ", "))
+	}
 	k.tokenizer(p+".tokenizer", m.Tokenizer)
 	events := m.Index == IndexEvents
 	if m.Index != IndexApproximate && !events {
@@ -478,6 +483,7 @@ func (k *checker) model(p string, m *Model) {
 	k.intIn(p+".max_concurrency", m.MaxConcurrency, 1, maxCount)
 	k.intIn(p+".max_pending", m.MaxPending, 1, maxCount)
 	k.admission(p, m)
+	k.caches(p, m)
 	if len(m.Replicas) == 0 && len(m.DNS) == 0 && (m.Name == "" || m.Name != k.poolModel) {
 		k.fail(p, "needs at least one entry in replicas or dns")
 	}
@@ -566,6 +572,45 @@ func (k *checker) model(p string, m *Model) {
 		if g.KVEventsReplayPort != 0 {
 			k.intIn(gp+".kv_events_replay_port", g.KVEventsReplayPort, 1, 65535)
 		}
+	}
+}
+
+// caches checks a model's response_cache and semantic_cache blocks (each
+// package's Validate, its errors under the model's path) and that the
+// semantic cache has the exact one in front of it.
+func (k *checker) caches(p string, m *Model) {
+	each := func(err error, field func(error) (string, string, bool)) {
+		if err == nil {
+			return
+		}
+		list := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			list = j.Unwrap()
+		}
+		for _, e := range list {
+			if f, msg, ok := field(e); ok {
+				k.fail(p+"."+f, "%s", msg)
+			} else {
+				k.fail(p, "%v", e)
+			}
+		}
+	}
+	each(m.ResponseCache.Validate(), func(e error) (string, string, bool) {
+		var fe *respcache.FieldError
+		if errors.As(e, &fe) {
+			return "response_cache." + fe.Field, fe.Msg, true
+		}
+		return "", "", false
+	})
+	each(m.SemanticCache.Validate(), func(e error) (string, string, bool) {
+		var fe *semcache.FieldError
+		if errors.As(e, &fe) {
+			return "semantic_cache." + fe.Field, fe.Msg, true
+		}
+		return "", "", false
+	})
+	if m.SemanticCache.Enabled && !m.ResponseCache.Enabled {
+		k.fail(p+".semantic_cache.enabled", "needs response_cache.enabled: true: the semantic cache sits behind the exact one, takes its determinism rule and tenant, and stores the answers it captures")
 	}
 }
 

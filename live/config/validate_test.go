@@ -67,6 +67,19 @@ func TestValidateRules(t *testing.T) {
 		{"ledger refresh over ttl/3", func(c *Config) { c.Tenancy.Ledger.RefreshInterval = 5 * time.Second }, "tenancy.ledger.refresh_interval", "lease_ttl/3"},
 		{"ledger policy", func(c *Config) { c.Tenancy.Ledger.OnRedisError = "retry" }, "tenancy.ledger.on_redis_error", "closed"},
 		{"ledger gateway id", func(c *Config) { c.Tenancy.Ledger.GatewayID = "a b" }, "tenancy.ledger.gateway_id", "without spaces"},
+		// the response caches
+		{"response cache ttl", func(c *Config) { m0(c).ResponseCache.TTL = 0 }, "models[0].response_cache.ttl", "from 1s to 720h0m0s, got 0s"},
+		{"response cache redis without addr", func(c *Config) { m0(c).ResponseCache.Store = "redis" }, "models[0].response_cache.redis.addr", "required with store: redis"},
+		{"response cache temperature", func(c *Config) { m0(c).ResponseCache.MaxTemperature = 3 }, "models[0].response_cache.max_temperature", "0 (greedy requests only) to 2"},
+		{"semantic cache threshold", func(c *Config) { m0(c).SemanticCache.Threshold = 0.5 }, "models[0].semantic_cache.threshold", "0.8 to 1"},
+		{"semantic cache without url", func(c *Config) {
+			m0(c).ResponseCache.Enabled = true
+			m0(c).SemanticCache.Enabled, m0(c).SemanticCache.Embeddings.Model = true, "e"
+		}, "models[0].semantic_cache.embeddings.url", ""},
+		{"semantic cache without the exact one", func(c *Config) {
+			m0(c).SemanticCache.Enabled = true
+			m0(c).SemanticCache.Embeddings.URL, m0(c).SemanticCache.Embeddings.Model = "http://127.0.0.1:8000", "e"
+		}, "models[0].semantic_cache.enabled", "needs response_cache.enabled"},
 		// tracing and the endpoint picker
 		{"tracing endpoint not a URL", func(c *Config) { c.Tracing.Endpoint = "127.0.0.1:4318" }, "tracing.endpoint", "http:// or https:// URL"},
 		{"tracing ratio over 1", func(c *Config) { c.Tracing.SampleRatio = 1.5 }, "tracing.sample_ratio", ""},
@@ -320,6 +333,11 @@ func TestValidateAccepts(t *testing.T) {
 			c.Record.Salt, c.Record.SaltFile = "", filepath.Join(tmp, "ok.salt")
 			os.WriteFile(c.Record.SaltFile, []byte("0123456789abcdef\n"), 0o600)
 			c.Record.RotateBytes, c.Record.FlushInterval, c.Record.Sample, c.Record.Buffer = 64*KiB, c.Record.RotateInterval, 1e-9, 1
+		}},
+		{"both caches on", func(c *Config) {
+			c.Models[0].ResponseCache.Enabled, c.Models[0].ResponseCache.MaxTemperature = true, 2
+			c.Models[0].SemanticCache.Enabled, c.Models[0].SemanticCache.Threshold = true, 1
+			c.Models[0].SemanticCache.Embeddings.URL, c.Models[0].SemanticCache.Embeddings.Model = "http://127.0.0.1:8000", "e"
 		}},
 		{"tokenizer dir", func(c *Config) { c.Models[0].Tokenizer = tok }},
 		{"tokenizer file", func(c *Config) { c.Models[0].Tokenizer = filepath.Join(tok, "tokenizer.json") }},

@@ -55,23 +55,50 @@ func (g *poolGate) open(c *Core, now time.Duration) bool {
 	return true
 }
 
+// admitWhy says which of admit's checks decided (explain.go names them);
+// admit leaves it in Core.why for the explanation of a decision.
+type admitWhy uint8
+
+// The checks of admit, in its order.
+const (
+	whyNoRule          admitWhy = iota // admission none: every eligible replica
+	whyUnknownCapacity                 // kv, tokenflow: no capacity to weigh against
+	whyEmpty                           // kv, tokenflow: nothing reserved, it takes its next request
+	whyFits                            // tokenflow: reserved + weight fit the capacity
+	whyOverCapacity                    // tokenflow: they do not
+	whyOverReserved                    // kv: reservations + weight over capacity x overcommit
+	whyOverEngine                      // kv: the engine's scraped usage + weight over it
+	whyFitsReserved                    // kv, events mode: the reservations and usage fit
+	whyFitsPinned                      // kv, approximate mode: the exact footprint fits
+	whyOverPinned                      // kv, approximate mode: the exact footprint does not
+	whyLLMDUnsaturated                 // llmd-utilization: below 1, or no replica is
+	whyLLMDSaturated                   // llmd-utilization: saturated while others are not
+	whyLLMDUnder                       // llmd-concurrency: under the cap
+	whyLLMDAtCap                       // llmd-concurrency: at the cap
+	whyDynamoFree                      // dynamo: active prefill under the threshold
+	whyDynamoBusy                      // dynamo: over it
+)
+
 // admit reports whether candidate cand may take the request being routed
-// (c.cur).
+// (c.cur), and leaves in c.why the check that decided.
 func (c *Core) admit(cand *router.Candidate) bool {
 	r := c.reps[cand.Replica]
 	switch c.cfg.Admission {
 	case AdmitKV, AdmitTokenFlow:
 		capb := c.capacity(r)
 		if capb <= 0 {
-			return true // unknown capacity: nothing to weigh against
+			return c.verdict(true, whyUnknownCapacity) // unknown capacity: nothing to weigh against
 		}
 		reserved := c.ledger.Reserved(cand.Replica)
 		if reserved == 0 {
-			return true // an empty replica always takes its next request
+			return c.verdict(true, whyEmpty) // an empty replica always takes its next request
 		}
 		w := c.weight(c.cur, cand.PredictedCachedTokens)
 		if c.cfg.Admission == AdmitTokenFlow {
-			return reserved+w <= capb
+			if reserved+w <= capb {
+				return c.verdict(true, whyFits)
+			}
+			return c.verdict(false, whyOverCapacity)
 		}
 		limit := float64(capb) * c.cfg.Overcommit
 		// Three views of the replica's demand with this request, the
@@ -82,30 +109,51 @@ func (c *Core) admit(cand *router.Candidate) bool {
 		// their exact footprint: distinct pinned blocks, a prefix shared
 		// by requests in flight counted once, plus every request's tail.
 		used := reserved + w
+		why := whyOverReserved
 		if el := cand.Load.Engine; el.Valid {
-			used = max(used, int(math.Ceil(el.KVCacheUsage*float64(capb)))+w)
+			if e := int(math.Ceil(el.KVCacheUsage*float64(capb))) + w; e > used {
+				used, why = e, whyOverEngine
+			}
 		}
 		if float64(used) > limit {
-			return false
+			return c.verdict(false, why)
 		}
 		if c.rt.IndexMode() != router.IndexApproximate {
-			return true
+			return c.verdict(true, whyFitsReserved)
 		}
 		e := c.cur
 		pinned := cand.ActiveBlocks + r.tail + c.fullBlocks(e) + c.tailBlocks(e)
 		if float64(pinned) <= limit {
-			return true // even with none of its prompt held already
+			return c.verdict(true, whyFitsPinned) // even with none of its prompt held already
 		}
 		if e.req.BlockHashes != nil {
 			pinned -= c.rt.Index().PinnedDepth(cand.Replica, e.req.BlockHashes)
 		}
-		return float64(pinned) <= limit
+		if float64(pinned) <= limit {
+			return c.verdict(true, whyFitsPinned)
+		}
+		return c.verdict(false, whyOverPinned)
 	case AdmitLLMDUtilization:
-		return !c.gate.llmdAny || c.gate.scores[cand.Replica] < 1
+		if !c.gate.llmdAny || c.gate.scores[cand.Replica] < 1 {
+			return c.verdict(true, whyLLMDUnsaturated)
+		}
+		return c.verdict(false, whyLLMDSaturated)
 	case AdmitLLMDConcurrency:
-		return r.load.InFlight < c.cfg.Peers.LLMDMaxConcurrency
+		if r.load.InFlight < c.cfg.Peers.LLMDMaxConcurrency {
+			return c.verdict(true, whyLLMDUnder)
+		}
+		return c.verdict(false, whyLLMDAtCap)
 	case AdmitDynamo:
-		return float64(r.load.PendingPrefillTokens) <= c.cfg.Peers.DynamoQueueThreshold*float64(c.cfg.Router.Options.MaxNumBatchedTokens)
+		if float64(r.load.PendingPrefillTokens) <= c.cfg.Peers.DynamoQueueThreshold*float64(c.cfg.Router.Options.MaxNumBatchedTokens) {
+			return c.verdict(true, whyDynamoFree)
+		}
+		return c.verdict(false, whyDynamoBusy)
 	}
-	return true
+	return c.verdict(true, whyNoRule)
+}
+
+// verdict leaves why in c.why and returns ok.
+func (c *Core) verdict(ok bool, why admitWhy) bool {
+	c.why = why
+	return ok
 }

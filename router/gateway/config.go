@@ -127,6 +127,12 @@ type Config struct {
 	Model string
 	// Router configures the routing policy and the KV index.
 	Router router.Config
+	// ShadowPolicy names a policy (router.Names) that every decision also
+	// asks, with the same candidates and state, without effect on routing:
+	// its picks, their agreement with the real ones and cost_model's
+	// estimates of both are in each Decision.Shadow and in ShadowStats
+	// (shadow.go). "" (the default) asks none.
+	ShadowPolicy string
 	// Admission is the admission rule. Default AdmitKV.
 	Admission Admission
 	// Overcommit scales each replica's KV capacity for kv admission, in
@@ -189,6 +195,11 @@ func DefaultConfig() Config {
 // Validate checks c; every message names the setting.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.ShadowPolicy != "" {
+		if _, err := router.NewPolicy(c.ShadowPolicy, c.Router.Options); err != nil {
+			errs = append(errs, fmt.Errorf("shadow_policy: %w", err))
+		}
+	}
 	if _, err := ParseAdmission(string(c.Admission)); err != nil {
 		errs = append(errs, fmt.Errorf("admission: %w", err))
 	}

@@ -106,6 +106,10 @@ type Decision struct {
 	Status     int
 	Reason     string
 	RetryAfter time.Duration
+	// Shadow is what the shadow policy (Config.ShadowPolicy) would have
+	// picked for a dispatched request (shadow.go); its Policy is "" without
+	// one.
+	Shadow ShadowPick
 }
 
 // Usage is what the engine reported of a request it served.
@@ -182,6 +186,7 @@ type entry struct {
 	weight   int
 	tail     int // blocks beyond the prompt's full ones: its last partial block and max_tokens
 	tried    []int32
+	shadow   shadowNote // the shadow's view of the current dispatch, until its first byte
 }
 
 type replica struct {
@@ -230,6 +235,11 @@ type Core struct {
 	admitFn router.Admit
 	evbuf   []engine.KVEvent
 	gate    poolGate
+	// why is the check of the last admit call that decided (admission.go).
+	why admitWhy
+	// shadow asks a second policy about every decision (shadow.go); nil
+	// without Config.ShadowPolicy.
+	shadow *shadow
 	// rreq is try's request to the router, kept here: the router hands it
 	// to the policy (an interface call), so a local would escape.
 	rreq router.Request
@@ -262,6 +272,11 @@ func New(cfg Config) (*Core, error) {
 	c.admitFn = c.admit
 	c.alive = c.queuedTicket
 	c.out_.q, c.out_.min = cfg.OutputQuantile, cfg.OutputMinSamples
+	if cfg.ShadowPolicy != "" {
+		if err := c.SetShadow(cfg.ShadowPolicy); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -489,6 +504,7 @@ func (c *Core) release(e *entry) {
 	e.dec = router.Decision{}
 	e.tried = e.tried[:0]
 	e.weight = 0
+	e.shadow = shadowNote{}
 	c.free = append(c.free, i)
 }
 
@@ -525,22 +541,8 @@ func (c *Core) place(now time.Duration, e *entry, front bool) Decision {
 			return d
 		}
 	}
-	if !c.anyUntried(now, e) {
-		return c.reject(now, e, c.unavailableStatus(now, e), ReasonNoReplica)
-	}
-	switch {
-	case e.req.NoQueue || c.cfg.Queue.MaxRequests == 0:
-		return c.reject(now, e, http.StatusTooManyRequests, ReasonNoCapacity)
-	case c.q.live >= c.cfg.Queue.MaxRequests || c.q.bytes+e.req.Bytes > c.cfg.Queue.MaxBytes:
-		return c.reject(now, e, http.StatusTooManyRequests, ReasonQueueFull)
-	}
-	if c.cfg.Queue.ShedOnSLO {
-		if rate := c.drainRate(); rate > 0 {
-			wait := time.Duration(float64(c.q.ahead(e.prio)+1) / rate * float64(time.Second))
-			if now+wait > e.deadline {
-				return c.reject(now, e, http.StatusTooManyRequests, ReasonSLOShed)
-			}
-		}
+	if status, reason := c.refusal(now, e); reason != "" {
+		return c.reject(now, e, status, reason)
 	}
 	e.st = stQueued
 	c.q.push(t, e.prio, e.req.Tenant, e.req.TenantWeight, front)
@@ -558,6 +560,29 @@ func (c *Core) place(now time.Duration, e *entry, front bool) Decision {
 		}
 	}
 	return Decision{Kind: Queued, Ticket: t, ID: e.req.ID}
+}
+
+// refusal is why place refuses e, which no replica admits now, instead of
+// queueing it: its status and reason, "" when it queues.
+func (c *Core) refusal(now time.Duration, e *entry) (int, string) {
+	if !c.anyUntried(now, e) {
+		return c.unavailableStatus(now, e), ReasonNoReplica
+	}
+	switch {
+	case e.req.NoQueue || c.cfg.Queue.MaxRequests == 0:
+		return http.StatusTooManyRequests, ReasonNoCapacity
+	case c.q.live >= c.cfg.Queue.MaxRequests || c.q.bytes+e.req.Bytes > c.cfg.Queue.MaxBytes:
+		return http.StatusTooManyRequests, ReasonQueueFull
+	}
+	if c.cfg.Queue.ShedOnSLO {
+		if rate := c.drainRate(); rate > 0 {
+			wait := time.Duration(float64(c.q.ahead(e.prio)+1) / rate * float64(time.Second))
+			if now+wait > e.deadline {
+				return http.StatusTooManyRequests, ReasonSLOShed
+			}
+		}
+	}
+	return 0, ""
 }
 
 // unavailableStatus is the status of a request no replica takes: 429 while
@@ -642,15 +667,7 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	if !c.gate.open(c, now) {
 		return Decision{}, false
 	}
-	// The views' fixed fields (index, name, models, caps) are set when a
-	// replica is added; each attempt refreshes what moves.
-	for i, r := range c.reps {
-		v := &c.views[i]
-		v.Load = r.load
-		v.Load.Engine = c.engineLoad(now, r)
-		v.KVCapacityBlocks = c.capacity(r)
-		v.Healthy = c.healthy(now, r) && !tried(e, i) && allowed(e, i)
-	}
+	c.refresh(now, e, c.views)
 	c.rreq = router.Request{ID: e.req.ID, Model: c.cfg.Model, Session: e.req.Session, Priority: e.prio, PromptTokens: e.req.PromptTokens, BlockHashes: e.req.BlockHashes}
 	c.cur = e
 	var admit router.Admit
@@ -661,6 +678,10 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	reserved := false // TryAdd put the weight in the ledger already
 	if err == nil && c.reserver != nil {
 		d, reserved, err = c.reserve(now, e, d, admit)
+	}
+	var sp ShadowPick
+	if err == nil && c.shadow != nil {
+		sp = c.shadowPick(now, e, d.Replica)
 	}
 	c.cur = nil
 	c.rreq.BlockHashes = nil // keep no reference past the call
@@ -692,7 +713,21 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	l.InFlightPromptTokens += e.req.PromptTokens
 	r.peakInFlight = max(r.peakInFlight, l.InFlight)
 	return Decision{Kind: Dispatched, Ticket: c.ticketOf(e), ID: e.req.ID, Replica: d.Replica, Name: r.cfg.Name,
-		PredictedCachedTokens: d.PredictedCachedTokens, Weight: w, Queued: queued}, true
+		PredictedCachedTokens: d.PredictedCachedTokens, Weight: w, Queued: queued, Shadow: sp}, true
+}
+
+// refresh sets what moves in views (the replicas' views for the router)
+// for routing e at now: loads, engine reports, capacities, and whether e
+// may go there. The fixed fields (index, name, models, caps) are set when a
+// replica is added.
+func (c *Core) refresh(now time.Duration, e *entry, views []router.Replica) {
+	for i, r := range c.reps {
+		v := &views[i]
+		v.Load = r.load
+		v.Load.Engine = c.engineLoad(now, r)
+		v.KVCapacityBlocks = c.capacity(r)
+		v.Healthy = c.healthy(now, r) && !tried(e, i) && allowed(e, i)
+	}
 }
 
 // reserve is try's check-and-reserve with a Reserver: it asks TryAdd for
@@ -804,6 +839,9 @@ func (c *Core) firstByte(now time.Duration, t Ticket, cached int) []Decision {
 	r := c.reps[e.replica]
 	c.unpend(r, e)
 	e.st = stStreaming
+	if e.shadow.on {
+		c.shadowMeasured(now, e)
+	}
 	if cached >= 0 {
 		c.reconcile(e, cached)
 	}
@@ -874,6 +912,7 @@ func (c *Core) takeBack(now time.Duration, e *entry, fault bool) {
 	c.endAttempt(r, e)
 	c.rt.Abandon(e.dec)
 	e.dec = router.Decision{}
+	e.shadow = shadowNote{}
 	if fault {
 		c.failure(now, e.replica)
 	}

@@ -577,23 +577,25 @@ func (k *checker) fits(c *Config, what string, longest int) {
 // bounded (Validate does not check them): its requests can be drawn
 // without end.
 const (
-	// MaxRequests bounds one run's requests: every request's record stays
-	// in memory until the run ends.
+	// MaxRequests bounds one run's requests, far above any real study, so a
+	// typo (1e12 for 1e2) does not run for days; a simulation's memory does
+	// not grow with its length (results.Accumulator), a comparison's does
+	// (it keeps each request's record for its charts).
 	MaxRequests = 10_000_000
 	// MaxRate bounds the offered load, in requests per second.
 	MaxRate = 1_000_000
 )
 
 // CheckLength reports a run longer than MaxRequests: requests (0: no
-// limit) or, without a limit, duration at rate. Runs that keep every
-// record (fleet, the CLI's sim, compare, capacity) call it.
+// limit) or, without a limit, duration at rate. fleet.Config.Validate and
+// compare.Spec.Validate call it.
 func CheckLength(requests int, duration time.Duration, rate float64) error {
 	if requests > MaxRequests {
-		return fmt.Errorf("requests: must be at most %d, got %d (every request's record stays in memory until the run ends)", MaxRequests, requests)
+		return fmt.Errorf("requests: must be at most %d, got %d (split a longer study into runs, or shard it: compare plan)", MaxRequests, requests)
 	}
 	if requests == 0 && duration > 0 {
 		if n := rate * duration.Seconds(); n > MaxRequests {
-			return fmt.Errorf("duration: %v at %g requests per second is about %.3g requests, more than the %d one run holds (every request's record stays in memory): shorten the duration, lower the rate or cap the requests", duration, rate, n, MaxRequests)
+			return fmt.Errorf("duration: %v at %g requests per second is about %.3g requests, more than the %d one run holds: shorten the duration, lower the rate or cap the requests", duration, rate, n, MaxRequests)
 		}
 	}
 	return nil

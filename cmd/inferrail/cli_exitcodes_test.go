@@ -168,7 +168,7 @@ func TestCLIRunSizeBounds(t *testing.T) {
 		args     []string
 		mentions []string
 	}{
-		{[]string{"sim", "--requests", "1000000000000"}, []string{"--requests", "10000000", "memory"}},
+		{[]string{"sim", "--requests", "1000000000000"}, []string{"--requests", "10000000", "compare plan"}},
 		{[]string{"sim", "--set", "requests=1000000000000"}, []string{"requests", "10000000"}},
 		{[]string{"sim", "--duration", "1000000h"}, []string{"--duration", "10000000", "--requests"}},
 		{[]string{"sim", "--rate", "1e12", "--requests", "100"}, []string{"--rate", "1000000"}},

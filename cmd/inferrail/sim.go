@@ -317,7 +317,7 @@ func (f *simFlags) traceSource(cmd *cobra.Command, model string) (func(uint64) (
 		return nil, "", usagef("--rate-scale: must be in (0, 1], got %v (it keeps that share of the trace's requests; use --speedup to raise the rate)", f.rateScale)
 	}
 	if f.limit < 0 || f.limit > maxRequests {
-		return nil, "", usagef("--limit: must be between 0 (the whole trace) and %d, got %d (every request's record stays in memory until the run ends)", maxRequests, f.limit)
+		return nil, "", usagef("--limit: must be between 0 (the whole trace) and %d, got %d", maxRequests, f.limit)
 	}
 	format := f.traceFormat
 	if format == "" {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/inferrail/inferrail/internal/bytesize"
 )
 
 // Stores (Config.Store).
@@ -222,59 +222,13 @@ func validHeaderName(s string) bool {
 	return true
 }
 
-// ByteSize is a size in bytes; YAML reads an integer or a size such as
-// "256MiB" (B, KiB, MiB, GiB).
-type ByteSize int64
+// ByteSize is a size in bytes (package bytesize): in YAML an integer, or a
+// number and a unit such as "256MiB".
+type ByteSize = bytesize.Size
 
 // Byte size units.
 const (
-	KiB ByteSize = 1 << 10
-	MiB ByteSize = 1 << 20
-	GiB ByteSize = 1 << 30
+	KiB = bytesize.KiB
+	MiB = bytesize.MiB
+	GiB = bytesize.GiB
 )
-
-// String writes b in the largest binary unit that divides it, else in bytes.
-func (b ByteSize) String() string {
-	for _, u := range []struct {
-		n    ByteSize
-		name string
-	}{{GiB, "GiB"}, {MiB, "MiB"}, {KiB, "KiB"}} {
-		if b != 0 && b%u.n == 0 {
-			return strconv.FormatInt(int64(b/u.n), 10) + u.name
-		}
-	}
-	return strconv.FormatInt(int64(b), 10) + "B"
-}
-
-// UnmarshalYAML reads an integer or a size string such as "4MiB".
-func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return errors.New(`want a size in bytes such as 4194304 or "4MiB"`)
-	}
-	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
-}
-
-// ParseByteSize reads "4194304", "4194304B", "4096KiB", "4MiB" or "1GiB".
-func ParseByteSize(orig string) (ByteSize, error) {
-	s := strings.TrimSpace(orig)
-	unit := ByteSize(1)
-	for _, u := range []struct {
-		suffix string
-		n      ByteSize
-	}{{"KiB", KiB}, {"MiB", MiB}, {"GiB", GiB}, {"B", 1}} {
-		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, unit = strings.TrimSpace(rest), u.n
-			break
-		}
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v < 0 || v > math.MaxInt64/int64(unit) {
-		return 0, fmt.Errorf(`want a size in bytes such as 4194304 or "4MiB" (units B, KiB, MiB, GiB), got %q`, orig)
-	}
-	return ByteSize(v) * unit, nil
-}

@@ -99,11 +99,20 @@ redis: {key_prefix: "gw:", timeout: 20ms}
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}
-	for _, bad := range []string{"max_bytes: 12XB", "max_bytes: -1", "max_bytes: [1]", "max_bytes: 99999999999GiB"} {
+	for _, bad := range []string{"max_bytes: 12XB", "max_bytes: [1]", "max_bytes: 99999999999GiB"} {
 		c := DefaultConfig()
 		if err := yaml.Unmarshal([]byte(bad), &c); err == nil {
 			t.Errorf("%q decoded", bad)
 		}
+	}
+	// A negative size decodes (the one size type reads any integer) and
+	// Validate refuses it, naming the field.
+	neg := DefaultConfig()
+	if err := yaml.Unmarshal([]byte("max_bytes: -1"), &neg); err != nil {
+		t.Fatal(err)
+	}
+	if err := neg.Validate(); err == nil || !strings.Contains(err.Error(), "max_bytes") {
+		t.Errorf("max_bytes -1: Validate says %v", err)
 	}
 	if got := (256 * MiB).String(); got != "256MiB" {
 		t.Errorf("String %q", got)

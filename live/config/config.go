@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
 
+	"github.com/inferrail/inferrail/internal/bytesize"
 	"github.com/inferrail/inferrail/respcache"
 	"github.com/inferrail/inferrail/router/gateway"
 	"github.com/inferrail/inferrail/semcache"
@@ -1031,72 +1031,13 @@ func plural(n int, what string) string {
 	return strconv.Itoa(n) + " " + what + "s"
 }
 
-// ByteSize is a number of bytes. In YAML it is an integer, or a string of a
-// number and a unit: B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB
-// (powers of 1024), such as "4MiB".
-type ByteSize int64
+// ByteSize is a number of bytes (package bytesize): in YAML an integer, or
+// a number and a unit such as "4MiB".
+type ByteSize = bytesize.Size
 
 // Byte size units.
 const (
-	KiB ByteSize = 1 << 10
-	MiB ByteSize = 1 << 20
-	GiB ByteSize = 1 << 30
+	KiB = bytesize.KiB
+	MiB = bytesize.MiB
+	GiB = bytesize.GiB
 )
-
-// String writes b in the largest binary unit that divides it, such as
-// "32MiB", else in bytes.
-func (b ByteSize) String() string {
-	for _, u := range []struct {
-		n    ByteSize
-		name string
-	}{{GiB, "GiB"}, {MiB, "MiB"}, {KiB, "KiB"}} {
-		if b != 0 && b%u.n == 0 {
-			return strconv.FormatInt(int64(b/u.n), 10) + u.name
-		}
-	}
-	return strconv.FormatInt(int64(b), 10) + "B"
-}
-
-// UnmarshalYAML reads an integer or a size string such as "4MiB".
-func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	v, err := parseByteSize(n)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
-}
-
-func parseByteSize(n *yaml.Node) (ByteSize, error) {
-	if n.Kind != yaml.ScalarNode {
-		return 0, fmt.Errorf(`want a size in bytes such as 4194304 or "4MiB", got %s`, kindName(n))
-	}
-	s := strings.TrimSpace(n.Value)
-	if n.ShortTag() == "!!int" {
-		var v int64
-		if err := n.Decode(&v); err != nil {
-			return 0, fmt.Errorf("want a size in bytes, got %q (too large)", n.Value)
-		}
-		return ByteSize(v), nil
-	}
-	if n.ShortTag() != "!!str" {
-		return 0, fmt.Errorf(`want a size in bytes such as 4194304 or "4MiB", got %q`, n.Value)
-	}
-	units := []struct {
-		suffix string
-		n      int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
-	mult := int64(1)
-	num := s
-	for _, u := range units {
-		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
-			mult, num = u.n, strings.TrimSpace(rest)
-			break
-		}
-	}
-	v, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || v > (1<<62)/mult || v < -(1<<62)/mult {
-		return 0, fmt.Errorf(`want a size in bytes such as 4194304 or "4MiB" (units B, KB, MB, GB, KiB, MiB, GiB), got %q`, n.Value)
-	}
-	return ByteSize(v * mult), nil
-}

@@ -4,6 +4,7 @@ import (
 	"io"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -126,4 +127,31 @@ func (s *sliceReader) Next() (Record, error) {
 	}
 	s.i++
 	return s.recs[s.i-1], nil
+}
+
+// A recording's rate-limited requests were refused before the gateway core,
+// so a replay leaves them out and counts them; every other outcome, and
+// every record of a load-only trace, is replayed.
+func TestReplaySkipsRateLimitedRecordings(t *testing.T) {
+	recs := []Record{
+		{ID: 1, InputTokens: 10, OutputTokens: 2},
+		{ID: 2, Arrival: time.Second, InputTokens: 10, OutputTokens: 2, Measured: &Measured{Outcome: OutcomeRateLimited}},
+		{ID: 3, Arrival: 2 * time.Second, InputTokens: 10, OutputTokens: 2, Measured: &Measured{Outcome: "queue_timeout"}},
+		{ID: 4, Arrival: 3 * time.Second, InputTokens: 10, OutputTokens: 2, Measured: &Measured{Outcome: "ok"}},
+	}
+	src, err := NewSource(&sliceReader{recs: recs}, ReplayOptions{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at []time.Duration
+	for {
+		r, ok := src.Next()
+		if !ok {
+			break
+		}
+		at = append(at, r.Arrival)
+	}
+	if want := []time.Duration{0, 2 * time.Second, 3 * time.Second}; !slices.Equal(at, want) || src.RateLimited() != 1 {
+		t.Errorf("replayed arrivals %v (want %v), rate limited %d (want 1)", at, want, src.RateLimited())
+	}
 }

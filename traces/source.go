@@ -70,7 +70,9 @@ type Source struct {
 	err     error
 	done    bool
 	clamped int
-	closer  io.Closer
+	// rateLimited counts the recorded requests left out (OutcomeRateLimited).
+	rateLimited int
+	closer      io.Closer
 }
 
 // CloseAtEnd makes the source close c (the trace file) once it has read its
@@ -112,6 +114,15 @@ func NewSource(r Reader, o ReplayOptions) (*Source, error) {
 // record without SkipBad, an I/O error).
 func (s *Source) Err() error { return s.err }
 
+// OutcomeRateLimited is the Measured.Outcome of a recorded request that
+// its tenant's rate limit refused at once (results.RejectRateLimited): live
+// answers it with 429 before the gateway core, so a replay leaves it out.
+const OutcomeRateLimited = "rate_limited"
+
+// RateLimited counts the recorded requests left out because their tenant's
+// rate limit refused them (OutcomeRateLimited).
+func (s *Source) RateLimited() int { return s.rateLimited }
+
 // Reordered counts records whose timestamp went backwards; they were
 // replayed at the previous arrival time.
 func (s *Source) Reordered() int { return s.clamped }
@@ -137,6 +148,10 @@ func (s *Source) Next() (*workload.Request, bool) {
 		if s.o.End > 0 && rec.Arrival >= s.o.End {
 			s.finish()
 			break
+		}
+		if rec.Measured != nil && rec.Measured.Outcome == OutcomeRateLimited {
+			s.rateLimited++ // refused before the gateway core: no load to replay
+			continue
 		}
 		if s.o.RateScale < 1 && s.rng.Float64() >= s.o.RateScale {
 			continue

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/inferrail/inferrail/internal/bytesize"
 	"github.com/inferrail/inferrail/respcache"
 	"github.com/inferrail/inferrail/router/gateway"

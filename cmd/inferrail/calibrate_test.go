@@ -130,7 +130,9 @@ func TestCalibrateProbesMockEngine(t *testing.T) {
 	}
 	cfg := engine.DefaultConfig()
 	cfg.MaxModelLen = 2048
-	cfg.Latency = engine.Profile{StepFixedMs: 4, PrefillTokenUs: 5, PrefillPairNs: 0.2, DecodeSeqUs: 20, DecodeCtxTokenNs: 10}
+	// Prefill per token large enough (1,024 tokens: 51 ms) that a busy
+	// machine's scheduling jitter of a few ms cannot hide its slope.
+	cfg.Latency = engine.Profile{StepFixedMs: 4, PrefillTokenUs: 50, PrefillPairNs: 0.2, DecodeSeqUs: 20, DecodeCtxTokenNs: 10}
 	s, err := server.New(server.Config{Engine: cfg, EnablePromptTokensDetails: true})
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,20 @@ func cacheConfig(t testing.TB, ups ...*upstream) *config.Config {
 
 // engineRequests is the generation requests engine u finished, from its
 // own metrics (vllm:request_success_total, every finished_reason).
+// settledEngineRequests waits (at most 5 s) until the engine has counted at
+// least want finished requests, a little longer for any late extra one, and
+// returns its count: the engine counts a request as it retires it, which
+// can come after the client has read the whole answer.
+func settledEngineRequests(t testing.TB, u *upstream, want int) int {
+	t.Helper()
+	end := time.Now().Add(5 * time.Second)
+	for engineRequests(t, u) < want && time.Now().Before(end) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	return engineRequests(t, u)
+}
+
 func engineRequests(t testing.TB, u *upstream) int {
 	t.Helper()
 	resp, err := http.Get(u.url() + "/metrics")
@@ -141,7 +155,7 @@ func TestCacheReplayIsByteIdentical(t *testing.T) {
 			if r1.Header.Get("Content-Type") != r2.Header.Get("Content-Type") {
 				t.Fatalf("content type %q, first %q", r2.Header.Get("Content-Type"), r1.Header.Get("Content-Type"))
 			}
-			if n := engineRequests(t, up) - before; n != 1 {
+			if n := settledEngineRequests(t, up, before+1) - before; n != 1 {
 				t.Fatalf("the engine computed %d answers, want 1", n)
 			}
 			// The engine itself writes the same text again (a function of
@@ -229,7 +243,7 @@ func TestCacheTenantsAndMetering(t *testing.T) {
 	if !bytes.Equal(first, second) || bytes.Equal(first, other) {
 		t.Fatal("key b was served key a's answer, or key a not its own")
 	}
-	if n := engineRequests(t, up); n != 2 {
+	if n := settledEngineRequests(t, up, 2); n != 2 {
 		t.Fatalf("the engine computed %d answers, want 2 (one per key)", n)
 	}
 	// The first answer holds TPM at p+out (of p+out+5): a hit still
@@ -308,7 +322,7 @@ func TestCacheConcurrentIdenticalMissesComputedOnce(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if got := engineRequests(t, up); got != 1 {
+	if got := settledEngineRequests(t, up, 1); got != 1 {
 		t.Fatalf("%d identical requests reached the engine %d times, want once", n, got)
 	}
 	misses := 0
@@ -352,7 +366,7 @@ func TestCacheBypass(t *testing.T) {
 				t.Fatalf("%v: %s %q on a bypassed request", tc.body, respcache.HeaderCache, got)
 			}
 		}
-		if n := engineRequests(t, up) - before; n != 2 {
+		if n := settledEngineRequests(t, up, before+2) - before; n != 2 {
 			t.Fatalf("%v: the engine computed %d answers, want 2", tc.body, n)
 		}
 	}

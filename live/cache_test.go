@@ -52,6 +52,24 @@ func settledEngineRequests(t testing.TB, u *upstream, want int) int {
 	return engineRequests(t, u)
 }
 
+// stableEngineRequests returns the engine's count of finished requests once
+// it has stopped moving (two reads 30 ms apart agree; at most 5 s), so that a
+// late count of an earlier request is not charged to the next one.
+func stableEngineRequests(t testing.TB, u *upstream) int {
+	t.Helper()
+	end := time.Now().Add(5 * time.Second)
+	n := engineRequests(t, u)
+	for time.Now().Before(end) {
+		time.Sleep(30 * time.Millisecond)
+		m := engineRequests(t, u)
+		if m == n {
+			break
+		}
+		n = m
+	}
+	return n
+}
+
 func engineRequests(t testing.TB, u *upstream) int {
 	t.Helper()
 	resp, err := http.Get(u.url() + "/metrics")
@@ -135,7 +153,7 @@ func TestCacheReplayIsByteIdentical(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			before := engineRequests(t, up)
+			before := stableEngineRequests(t, up)
 			r1, first := send(t, g, tc.path, tc.body, tenant)
 			if got := r1.Header.Get(respcache.HeaderCache); got != "miss" {
 				t.Fatalf("first answer: %s %q, want miss", respcache.HeaderCache, got)
@@ -359,7 +377,7 @@ func TestCacheBypass(t *testing.T) {
 		{"no_tenant", map[string]any{"prompt": prompt, "max_tokens": 4, "temperature": 0}, nil},
 	}
 	for _, tc := range cases {
-		before := engineRequests(t, up)
+		before := stableEngineRequests(t, up)
 		for range 2 {
 			resp, _ := send(t, g, "/v1/completions", tc.body, tc.hdr)
 			if got, ok := resp.Header[respcache.HeaderCache]; ok {
@@ -424,12 +442,12 @@ func TestSemanticCacheThroughProxy(t *testing.T) {
 		t.Fatalf("first question: %q, want miss", kind)
 	}
 	stored(1)
-	before := engineRequests(t, up)
+	before := stableEngineRequests(t, up)
 	kind, para := ask("a", "how can i reset my password")
 	if kind != cacheSemantic || !bytes.Equal(para, first) {
 		t.Fatalf("paraphrase: %q %s, want semantic and the first answer %s", kind, para, first)
 	}
-	if engineRequests(t, up) != before {
+	if stableEngineRequests(t, up) != before {
 		t.Fatal("a semantic hit reached the engine")
 	}
 	// The paraphrase was not stored under its own exact key: asked again it

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferrail/inferrail/engine/kvblock"
 )
 
 // BenchmarkCore measures one request through the core: Submit (dispatched
@@ -18,31 +17,7 @@ func BenchmarkCore(b *testing.B) {
 	for _, pol := range []string{"round_robin", "cost_model", "llmd"} {
 		for _, n := range []int{8, 64} {
 			b.Run(fmt.Sprintf("%s/%d", pol, n), func(b *testing.B) {
-				cfg := testConfig(pol)
-				c := newCore(b, cfg, n, ReplicaConfig{CapacityBlocks: 16384})
-				prompts := make([][]kvblock.Hash, 32)
-				for i := range prompts {
-					prompts[i] = hashesOf(uint64(i+1), 8192)
-				}
-				one := func(i int) {
-					p := prompts[i%len(prompts)]
-					now := time.Duration(i)
-					d, _ := c.Submit(now, Request{ID: uint64(i), PromptTokens: 8192, PromptKnown: true, BlockHashes: p, MaxTokens: 256})
-					if d.Kind != Dispatched {
-						b.Fatalf("request %d: %+v", i, d)
-					}
-					c.FirstByte(now, d.Ticket, d.PredictedCachedTokens)
-					c.Finished(now, d.Ticket, Usage{}, p)
-				}
-				for i := range 4 * n {
-					one(i)
-				}
-				b.ReportAllocs()
-				i := 4 * n
-				for b.Loop() {
-					one(i)
-					i++
-				}
+				benchCore(b, testConfig(pol), n)
 			})
 		}
 	}

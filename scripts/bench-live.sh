@@ -32,23 +32,10 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 make -s build
 mkdir -p "$OUT"
 rm -f "$OUT"/*.cpu
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	[ -f "$TMP/nginx.pid" ] && kill "$(cat "$TMP/nginx.pid")" 2>/dev/null || true
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-cat >"$TMP/zero.yaml" <<YAML
-name: near-zero
-latency: {step_fixed_ms: 0.001, prefill_token_us: 0.001, prefill_pair_ns: 0, decode_seq_us: 0, decode_ctx_token_ns: 0}
-YAML
-for p in 19001 19002 19003; do
-	$BIN engine --port $p --profile "$TMP/zero.yaml" 2>"$TMP/engine-$p.log" &
-	PIDS+=($!)
-done
+cleanup_extra() { [ -f "$TMP/nginx.pid" ] && kill "$(cat "$TMP/nginx.pid" 2>/dev/null)" 2>/dev/null || true; }
+# shellcheck source=scripts/live-lib.sh
+. scripts/live-lib.sh
+start_zero_engines 19001 19002 19003
 cat >"$TMP/live.yaml" <<YAML
 listen: 127.0.0.1:19080
 admin_listen: 127.0.0.1:19090

@@ -23,22 +23,9 @@ BIN=bin/inferrail
 make -s build
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/*.cpu
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-cat >"$TMP/zero.yaml" <<YAML
-name: near-zero
-latency: {step_fixed_ms: 0.001, prefill_token_us: 0.001, prefill_pair_ns: 0, decode_seq_us: 0, decode_ctx_token_ns: 0}
-YAML
-for p in 19201 19202 19203; do
-	$BIN engine --port $p --profile "$TMP/zero.yaml" 2>"$TMP/engine-$p.log" &
-	PIDS+=($!)
-done
+# shellcheck source=scripts/live-lib.sh
+. scripts/live-lib.sh
+start_zero_engines 19201 19202 19203
 live_config() { # listen admin_listen cache(on|off)
 	cat <<YAML
 listen: 127.0.0.1:$1

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
 )
 
 // BenchmarkCore measures one request through the core: Submit (dispatched

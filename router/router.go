@@ -112,6 +112,13 @@ func (r *Router) Route(now time.Duration, req *Request, reps []Replica) (Decisio
 // candidates admit accepts (all of them when admit is nil). It returns
 // ErrNoCandidates when no replica is eligible or none is admitted.
 func (r *Router) RouteAdmitted(now time.Duration, req *Request, reps []Replica, admit Admit) (Decision, error) {
+	return r.RouteWith(now, req, reps, admit, r.pol)
+}
+
+// RouteWith is RouteAdmitted with policy pol instead of the router's own,
+// over the same index: the gateway core picks a disaggregated request's
+// prefill replica this way (its decode replica with the router's policy).
+func (r *Router) RouteWith(now time.Duration, req *Request, reps []Replica, admit Admit, pol Policy) (Decision, error) {
 	if !r.predict(now, req, reps) {
 		return Decision{}, ErrNoCandidates
 	}
@@ -128,7 +135,7 @@ func (r *Router) RouteAdmitted(now time.Duration, req *Request, reps []Replica, 
 			return Decision{}, ErrNoCandidates
 		}
 	}
-	i, err := Pick(r.pol, req, r.cands)
+	i, err := Pick(pol, req, r.cands)
 	if err != nil {
 		return Decision{}, err
 	}

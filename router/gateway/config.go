@@ -173,6 +173,9 @@ type Config struct {
 	// Ledger holds the replicas' reservations; nil: a local one. Several
 	// cores (gateways) sharing one ledger see each other's reservations.
 	Ledger Ledger
+	// PD configures disaggregated prefill/decode (pd.go), used when some
+	// replica has RolePrefill.
+	PD PDConfig
 }
 
 // DefaultConfig returns the defaults of every field but Model and Router.
@@ -189,6 +192,7 @@ func DefaultConfig() Config {
 			LLMDQueueThreshold: 5, LLMDKVThreshold: 0.8, LLMDStaleness: 200 * time.Millisecond,
 			LLMDMaxConcurrency: 100, DynamoQueueThreshold: 4,
 		},
+		PD: DefaultPDConfig(),
 	}
 }
 
@@ -199,6 +203,9 @@ func (c *Config) Validate() error {
 		if _, err := router.NewPolicy(c.ShadowPolicy, c.Router.Options); err != nil {
 			errs = append(errs, fmt.Errorf("shadow_policy: %w", err))
 		}
+	}
+	if err := c.PD.validate(c.Router.Options); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := ParseAdmission(string(c.Admission)); err != nil {
 		errs = append(errs, fmt.Errorf("admission: %w", err))

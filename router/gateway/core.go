@@ -110,6 +110,15 @@ type Decision struct {
 	// picked for a dispatched request (shadow.go); its Policy is "" without
 	// one.
 	Shadow ShadowPick
+	// Prefill is the prefill replica of a dispatched request that
+	// prefills remotely (P/D, pd.go), -1 for one that prefills on Replica;
+	// PrefillName names it and PrefillCachedTokens is what the index
+	// expects cached there. The caller sends the prefill there, calls
+	// PrefillDone (or PrefillFailed) when it answers, then sends the
+	// request to Replica, which decodes it.
+	Prefill             int
+	PrefillName         string
+	PrefillCachedTokens int
 }
 
 // Usage is what the engine reported of a request it served.
@@ -142,6 +151,9 @@ type ReplicaConfig struct {
 	// CapacityBlocks is the replica's KV capacity from the configuration
 	// (0: the engine's report, else Config.DefaultCapacityBlocks).
 	CapacityBlocks int
+	// Role is what the replica serves under P/D (pd.go); RoleBoth, the
+	// zero value, serves everything.
+	Role Role
 }
 
 // ReplicaState is a snapshot of the core's view of one replica.
@@ -187,6 +199,15 @@ type entry struct {
 	tail     int // blocks beyond the prompt's full ones: its last partial block and max_tokens
 	tried    []int32
 	shadow   shadowNote // the shadow's view of the current dispatch, until its first byte
+	// pend is the prefill tokens the attempt counts on its replica
+	// (PendingPrefillTokens): the uncached prompt, 0 while it prefills
+	// remotely.
+	pend int
+	// prefill is the replica of a remote prefill in progress (-1: none),
+	// pdec its routing decision and pfill its pending prefill tokens there.
+	prefill int
+	pdec    router.Decision
+	pfill   int
 }
 
 type replica struct {
@@ -245,6 +266,8 @@ type Core struct {
 	rreq router.Request
 
 	out_ outputEstimate
+	pd   pdState
+	pds  PDStats
 
 	// drain rate: the times of the last dispatches from the queue.
 	drained  [32]time.Duration
@@ -276,6 +299,9 @@ func New(cfg Config) (*Core, error) {
 		if err := c.SetShadow(cfg.ShadowPolicy); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.pd.init(cfg); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -313,6 +339,7 @@ func (c *Core) AddReplica(rc ReplicaConfig) (int, error) {
 	i := len(c.reps)
 	c.reps = append(c.reps, &replica{cfg: rc})
 	c.views = append(c.views, router.Replica{})
+	c.pd.views = append(c.pd.views, router.Replica{})
 	c.setView(i)
 	if capb := c.capacity(c.reps[i]); capb > 0 {
 		c.rt.SetCapacity(i, capb)
@@ -329,6 +356,7 @@ func (c *Core) setView(i int) {
 		MaxInFlight: r.cfg.MaxInFlight,
 		MaxPending:  r.cfg.MaxPending,
 	}
+	c.pd.on = slices.ContainsFunc(c.reps, func(r *replica) bool { return r.cfg.Role == RolePrefill && !r.gone })
 }
 
 // removeReplica is RemoveReplica (trace.go) without the trace.
@@ -427,10 +455,11 @@ func (c *Core) healthy(now time.Duration, r *replica) bool {
 	return !r.gone && now >= r.ejectedUntil
 }
 
-// anyHealthy reports whether some replica could ever take a request now.
+// anyHealthy reports whether some replica could ever take a request now
+// (a prefill-only one cannot: it decodes nothing).
 func (c *Core) anyHealthy(now time.Duration) bool {
 	for _, r := range c.reps {
-		if c.healthy(now, r) {
+		if c.healthy(now, r) && decodeCapable(r) {
 			return true
 		}
 	}
@@ -494,6 +523,7 @@ func (c *Core) alloc() *entry {
 	e := &c.entries[i]
 	e.idx = i
 	e.gen++
+	e.prefill = -1
 	return e
 }
 
@@ -505,6 +535,7 @@ func (c *Core) release(e *entry) {
 	e.tried = e.tried[:0]
 	e.weight = 0
 	e.shadow = shadowNote{}
+	e.pend, e.prefill, e.pdec, e.pfill = 0, -1, router.Decision{}, 0
 	c.free = append(c.free, i)
 }
 
@@ -595,7 +626,7 @@ func (c *Core) unavailableStatus(now time.Duration, e *entry) int {
 		return http.StatusServiceUnavailable
 	}
 	for _, i := range e.req.Allowed {
-		if r := c.rep(i); r != nil && c.healthy(now, r) {
+		if r := c.rep(i); r != nil && c.healthy(now, r) && decodeCapable(r) {
 			return http.StatusTooManyRequests
 		}
 	}
@@ -606,7 +637,7 @@ func (c *Core) unavailableStatus(now time.Duration, e *entry) int {
 // tried exists.
 func (c *Core) anyUntried(now time.Duration, e *entry) bool {
 	for i, r := range c.reps {
-		if c.healthy(now, r) && !tried(e, i) && allowed(e, i) {
+		if c.healthy(now, r) && !tried(e, i) && allowed(e, i) && decodeCapable(r) {
 			return true
 		}
 	}
@@ -683,6 +714,11 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	if err == nil && c.shadow != nil {
 		sp = c.shadowPick(now, e, d.Replica)
 	}
+	var pd router.Decision
+	remote := false
+	if err == nil && c.pd.on {
+		pd, remote = c.remote(now, e, d)
+	}
 	c.cur = nil
 	c.rreq.BlockHashes = nil // keep no reference past the call
 	if err != nil {
@@ -701,6 +737,17 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	e.tail = c.tailBlocks(e)
 	r.tail += e.tail
 	e.tried = append(e.tried, int32(d.Replica))
+	e.pend = e.req.PromptTokens - d.PredictedCachedTokens
+	dec := Decision{Kind: Dispatched, Ticket: c.ticketOf(e), ID: e.req.ID, Replica: d.Replica, Name: r.cfg.Name,
+		PredictedCachedTokens: d.PredictedCachedTokens, Weight: w, Queued: queued, Shadow: sp, Prefill: -1}
+	if remote {
+		c.startPrefill(e, pd)
+		e.pend = 0 // the decode replica computes the prompt's last token only
+		dec.Prefill, dec.PrefillName, dec.PrefillCachedTokens = pd.Replica, c.reps[pd.Replica].cfg.Name, e.pdec.PredictedCachedTokens
+		c.pds.Remote++
+	} else if c.pd.on {
+		c.pds.Local++
+	}
 	if !reserved {
 		c.ledger.Add(d.Replica, w)
 	}
@@ -709,11 +756,10 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	l.InFlight++
 	l.Pending++
 	l.PendingPromptTokens += e.req.PromptTokens
-	l.PendingPrefillTokens += e.req.PromptTokens - d.PredictedCachedTokens
+	l.PendingPrefillTokens += e.pend
 	l.InFlightPromptTokens += e.req.PromptTokens
 	r.peakInFlight = max(r.peakInFlight, l.InFlight)
-	return Decision{Kind: Dispatched, Ticket: c.ticketOf(e), ID: e.req.ID, Replica: d.Replica, Name: r.cfg.Name,
-		PredictedCachedTokens: d.PredictedCachedTokens, Weight: w, Queued: queued, Shadow: sp}, true
+	return dec, true
 }
 
 // refresh sets what moves in views (the replicas' views for the router)
@@ -726,7 +772,7 @@ func (c *Core) refresh(now time.Duration, e *entry, views []router.Replica) {
 		v.Load = r.load
 		v.Load.Engine = c.engineLoad(now, r)
 		v.KVCapacityBlocks = c.capacity(r)
-		v.Healthy = c.healthy(now, r) && !tried(e, i) && allowed(e, i)
+		v.Healthy = c.healthy(now, r) && !tried(e, i) && allowed(e, i) && decodeCapable(r)
 	}
 }
 
@@ -855,7 +901,8 @@ func (c *Core) unpend(r *replica, e *entry) {
 	l := &r.load
 	l.Pending = max(0, l.Pending-1)
 	l.PendingPromptTokens = max(0, l.PendingPromptTokens-e.req.PromptTokens)
-	l.PendingPrefillTokens = max(0, l.PendingPrefillTokens-(e.req.PromptTokens-e.dec.PredictedCachedTokens))
+	l.PendingPrefillTokens = max(0, l.PendingPrefillTokens-e.pend)
+	e.pend = 0
 }
 
 // reconcile resizes e's reservation to what the engine really found cached.
@@ -905,6 +952,11 @@ func (c *Core) endAttempt(r *replica, e *entry) {
 
 // takeBack undoes a dispatched attempt that failed before its first byte.
 func (c *Core) takeBack(now time.Duration, e *entry, fault bool) {
+	if e.prefill >= 0 {
+		c.endPrefill(e)
+		c.rt.Abandon(e.pdec)
+		e.pdec = router.Decision{}
+	}
 	r := c.reps[e.replica]
 	if e.st == stPending {
 		c.unpend(r, e)

@@ -11,7 +11,8 @@ import (
 // (or another adapter) and check that it decides the same.
 type TraceEvent struct {
 	// Op names the call: submit, first_byte, finished, retry, fail,
-	// abort, advance, report, remove_replica, poke, kv_events.
+	// abort, advance, report, remove_replica, poke, kv_events, prefill_done,
+	// prefill_failed.
 	Op string
 	At time.Duration
 	// Ticket is the request's (first_byte, finished, retry, fail, abort).
@@ -170,4 +171,27 @@ func (c *Core) KVEvents(now time.Duration, i int, evs []KVEvent) {
 	if c.cfg.Trace != nil {
 		c.trace(TraceEvent{Op: "kv_events", At: now, Replica: i, KV: append([]KVEvent(nil), evs...)}, nil)
 	}
+}
+
+// PrefillDone records that a dispatched request's remote prefill (Decision.
+// Prefill) answered: the prefill replica's part ends (it keeps the prompt
+// cached) and the request, pending on its decode replica, goes on there.
+func (c *Core) PrefillDone(now time.Duration, t Ticket) []Decision {
+	o := c.prefillDone(now, t)
+	if c.cfg.Trace != nil {
+		c.trace(TraceEvent{Op: "prefill_done", At: now, Ticket: t}, o)
+	}
+	return o
+}
+
+// PrefillFailed records that a remote prefill failed (an error, a refusal,
+// an answer without the KV's transfer parameters): the prefill replica's
+// part ends, a failure counts against it when fault, and the request, with
+// the same ticket, prefills on its decode replica instead.
+func (c *Core) PrefillFailed(now time.Duration, t Ticket, fault bool) []Decision {
+	o := c.prefillFailed(now, t, fault)
+	if c.cfg.Trace != nil {
+		c.trace(TraceEvent{Op: "prefill_failed", At: now, Ticket: t, Fault: fault}, o)
+	}
+	return o
 }

@@ -626,6 +626,10 @@ func NewRooflineParallel(m Model, g GPU, par Parallel) (*Roofline, error) {
 		MaxModelLen:         maxLen,
 		ExpertParallel:      par.EP,
 		Latency:             roundProfile(p),
+		// The KV of one token on the rank's TP GPUs (shares or replicas),
+		// for tier loads and P/D transfers; the tiers stay off.
+		KVBytesPerToken: r.KVBytesTokenGPU * ftp,
+		PDTransfer:      engine.DefaultPDTransfer(),
 	}
 	if par.DP > 1 {
 		r.Config.DataParallelSize = par.DP
@@ -789,6 +793,8 @@ func PresetInfo(name string) (string, error) {
 		MemoryUtilization, g.MemoryBytes/1e9, r.WeightBytesGPU/1e9, ReserveBytes/1e9, r.ActivationBytes/1e9, r.KVBytesGPU/1e9)
 	fmt.Fprintf(&b, "  KV: %.1f KiB per token per GPU (%s) -> %d blocks of %d = %d tokens; max_model_len %d\n",
 		r.KVBytesTokenGPU/1024, m.kvForm(), c.NumGPUBlocks, c.BlockSize, r.KVTokens, c.MaxModelLen)
+	fmt.Fprintf(&b, "  kv_bytes_per_token %.0f = KV bytes per token per GPU x %d GPUs of the rank (prices KV tier loads and P/D transfers; no kv_tiers)\n",
+		c.KVBytesPerToken, r.TP)
 	fmt.Fprintf(&b, "  scheduler (vLLM defaults): max_num_seqs %d, max_num_batched_tokens %d\n", c.MaxNumSeqs, c.MaxNumBatchedTokens)
 	p := c.Latency
 	fmt.Fprintf(&b, "  step_fixed_ms %.4g = weights per GPU / (bandwidth x %.2f) + %.1f ms host overhead", p.StepFixedMs, EffBandwidth, StepOverheadMs)

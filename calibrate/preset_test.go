@@ -188,3 +188,37 @@ func FuzzPreset(f *testing.F) {
 		}
 	})
 }
+
+// Every preset sets kv_bytes_per_token to the KV of one token on its rank's
+// GPUs (for tier loads and P/D transfers) and leaves the KV tiers off.
+func TestPresetKVBytesPerToken(t *testing.T) {
+	for name, want := range map[string]float64{
+		"Llama-3.1-8B@H100":    2 * 32 * 8 * 128 * 2, // 131072, as engine.DefaultConfig
+		"Llama-3.1-70B@4xH100": 2 * 80 * 8 * 128 * 2, // the 8 KV heads split over 4 GPUs
+		"Llama-3.1-8B@16xH100": 0,                    // refused: not a preset
+		"DeepSeek-V3@8xH200":   8 * 61 * (512 + 64) * 2,
+	} {
+		c, err := Preset(name)
+		if want == 0 {
+			if err == nil {
+				t.Errorf("%s: no error", name)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.KVBytesPerToken != want || c.KVTiers != (engine.KVTiers{}) || c.PDTransfer != engine.DefaultPDTransfer() {
+			t.Errorf("%s: kv_bytes_per_token %v (want %v), tiers %+v, pd_transfer %+v", name, c.KVBytesPerToken, want, c.KVTiers, c.PDTransfer)
+		}
+	}
+	for _, n := range PresetNames() {
+		r, err := PresetRoofline(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := r.Config; c.KVBytesPerToken != r.KVBytesTokenGPU*float64(r.TP) || c.KVBytesPerToken <= 0 {
+			t.Errorf("%s: kv_bytes_per_token %v, per GPU %v x TP %d", n, c.KVBytesPerToken, r.KVBytesTokenGPU, r.TP)
+		}
+	}
+}

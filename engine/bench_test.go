@@ -9,9 +9,22 @@ import (
 
 // BenchmarkStep measures one scheduler iteration of an engine that keeps 64
 // requests decoding (refilled as they finish), reported per scheduled request.
-func BenchmarkStep(b *testing.B) {
+func BenchmarkStep(b *testing.B) { benchStep(b, DefaultConfig()) }
+
+// BenchmarkStepTiers is BenchmarkStep with a CPU and a disk tier: the
+// blocks of finished requests that the free queue evicts are offloaded
+// (a request's unique suffix never repeats, so nothing loads back).
+func BenchmarkStepTiers(b *testing.B) {
 	cfg := DefaultConfig()
-	e, _ := New(cfg)
+	cfg.KVTiers = KVTiers{CPUBlocks: 2048, CPULink: "pcie-gen5", DiskBlocks: 8192, DiskLink: "nvme"}
+	benchStep(b, cfg)
+}
+
+func benchStep(b *testing.B, cfg Config) {
+	e, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
 	var id RequestID
 	add := func(now time.Duration) {
 		id++

@@ -60,3 +60,16 @@ func (d *deque) remove(s *seq) {
 		}
 	}
 }
+
+// removeAt deletes the i-th element, keeping the order of the rest.
+func (d *deque) removeAt(i int) {
+	if i == 0 {
+		d.popFront()
+		return
+	}
+	for j := i; j < d.size-1; j++ {
+		d.buf[(d.head+j)%len(d.buf)] = d.at(j + 1)
+	}
+	d.buf[(d.head+d.size-1)%len(d.buf)] = nil
+	d.size--
+}

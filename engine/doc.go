@@ -22,6 +22,18 @@
 // durations and Profile.OutputDelayMs (vLLM's asynchronous scheduling and
 // output processing), never before the previous step's tokens.
 //
+// KV tiers (tier.go, Config.KVTiers; off by default): a cached GPU block
+// whose slot is reallocated offloads its hash to a CPU tier, an LRU whose
+// oldest entries move on to an optional disk tier. An admission whose GPU
+// prefix hit continues in the tiers loads those blocks back: the request
+// waits in its place in the queue, skipped and without budget, for blocks
+// x block_size x kv_bytes_per_token over the tier's bandwidth, then its
+// loaded blocks count as cached. KV events carry the medium (GPU, CPU,
+// DISK). A Request with RemotePrefill is the decode side of disaggregated
+// prefill: its prompt's KV arrived from another engine, so it starts with
+// the prompt computed but its last token; Config.TransferTime prices the
+// transfer for the caller. See docs/tiered-kv.md.
+//
 // A Group (group.go) is what one endpoint serves: Config.Ranks() engines
 // (data_parallel_size) behind vLLM's internal data-parallel load balancer,
 // independent or, with enable_expert_parallel, stepping in lockstep. It has
@@ -30,6 +42,6 @@
 // thin pass-through to that rank's Engine.
 //
 // Start with Engine (engine.go), then scheduler.go and pool.go; Config and
-// Profile (config.go) hold the knobs and their YAML form; group.go models
-// data parallelism.
+// Profile (config.go) hold the knobs and their YAML form; tier.go holds the
+// lower KV tiers; group.go models data parallelism.
 package engine

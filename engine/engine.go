@@ -26,6 +26,20 @@ type Request struct {
 	// become cacheable once generated; a request that hashes fewer blocks
 	// than it fills simply caches fewer.
 	BlockHashes []kvblock.Hash
+	// RemotePrefill marks the decode side of disaggregated prefill: the
+	// prompt's KV was computed on another engine and has arrived already
+	// (the caller delays Add by the transfer, Config.TransferTime; the
+	// engine does not model it). At its first admission the prompt counts
+	// as computed but for its last token, as a fully cached prompt: the
+	// request takes blocks for the whole prompt (its locally cached prefix
+	// reused, the rest new), its full blocks enter the prefix cache at once
+	// (BlockStored, medium GPU), and its first step computes one token and
+	// emits the first output token, within max_num_seqs, the blocks and the
+	// token budget like any admission. The lower tiers are not consulted.
+	// Emission.CachedTokens is the locally cached part only;
+	// Metrics.RemoteKVTokens counts the rest of the prompt. A preempted
+	// request recomputes as any other (the transferred KV is not kept).
+	RemotePrefill bool
 }
 
 // Errors returned by Add and Abort.
@@ -54,11 +68,15 @@ type seq struct {
 	numOutput   int
 	numStored   int // leading blocks registered in the prefix cache
 	blocks      []int32
-	cached      int // prompt tokens served from the prefix cache at first admission; -1 before
+	cached      int // prompt tokens served from the prefix cache (GPU and tiers) at first admission; -1 before
 	preemptions int
 	state       seqState
 	done        bool
-	newTokens   int // scheduled in the current step
+	loading     bool // waiting for a load from a lower tier (holds blocks); see Engine.loads
+	remote      bool // Request.RemotePrefill, until its first admission
+	queried     bool // this admission counted its prefix-cache query (reset by preemption)
+	scheduled   bool // scheduled once (listed in Result.Admitted)
+	newTokens   int  // scheduled in the current step
 }
 
 func (s *seq) numTokens() int { return s.prompt + s.numOutput }
@@ -84,6 +102,20 @@ type Engine struct {
 	metrics    Metrics
 	res        Result
 	events     []KVEvent
+
+	// Loads from the lower tiers in flight, in the order they started (an
+	// aborted request's too: its blocks are written until the load ends).
+	loads    []load
+	nloading int  // waiting requests with a load in flight
+	stalled  bool // the last step scheduled nothing: wait for a load to end
+}
+
+// load is a request's load of blocks from the lower tiers: its blocks
+// [numStored, len(blocks)) receive the KV until the load ends.
+type load struct {
+	s       *seq
+	until   time.Duration
+	aborted bool
 }
 
 // New returns an idle engine with an empty cache. cfg is validated.
@@ -98,6 +130,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.EnableKVEvents {
 		e.pool.events = &e.events
+	}
+	if t := cfg.KVTiers; t.CPUBlocks > 0 {
+		e.pool.cpu = newTier(MediumCPU, t.CPUBlocks)
+		if t.DiskBlocks > 0 {
+			e.pool.disk = newTier(MediumDisk, t.DiskBlocks)
+		}
 	}
 	e.metrics.NumGPUBlocks = cfg.NumGPUBlocks
 	e.lagged = cfg.Latency.OutputLagSteps != 0 || cfg.Latency.OutputDelayMs != 0
@@ -136,9 +174,11 @@ func (e *Engine) Add(now time.Duration, req Request) error {
 		output: req.OutputTokens,
 		hashes: req.BlockHashes,
 		cached: -1,
+		remote: req.RemotePrefill,
 	}
 	e.seqs[req.ID] = s
 	e.waiting.pushBack(s)
+	e.stalled = false
 	return nil
 }
 
@@ -161,6 +201,10 @@ func (c *Config) Admissible(prompt, output, maxTokens int) error {
 
 // Abort removes a request at once, freeing its slot and its blocks (which stay
 // cached). Outputs of an in-progress step for it should be ignored by the caller.
+// A request loading blocks from a lower tier leaves at once too, but its
+// blocks are being written until the load ends: they stay in use until
+// then, and are freed uncached (as vLLM frees an aborted request's blocks
+// when its finished_recving arrives).
 func (e *Engine) Abort(now time.Duration, id RequestID) error {
 	e.tell(now)
 	s, ok := e.seqs[id]
@@ -168,9 +212,21 @@ func (e *Engine) Abort(now time.Duration, id RequestID) error {
 		return fmt.Errorf("%w: %d", ErrUnknownID, id)
 	}
 	delete(e.seqs, id)
+	e.stalled = false
 	switch s.state {
 	case stateWaiting:
 		e.waiting.remove(s)
+		if s.loading {
+			s.loading = false
+			e.nloading--
+			for i := range e.loads {
+				if e.loads[i].s == s {
+					e.loads[i].aborted = true
+				}
+			}
+			e.metrics.RequestsAborted++
+			return nil // the load releases the blocks when it ends
+		}
 	case stateRunning:
 		for i, r := range e.running {
 			if r == s {
@@ -188,16 +244,30 @@ func (e *Engine) Abort(now time.Duration, id RequestID) error {
 
 // NextStep returns when the engine wants to run its next step: the end of the
 // current step (or now, if idle) when it has work, ok=false when it has none.
+// When all it can do is wait for a load from a lower tier (every waiting
+// request is loading, or the last step scheduled nothing while loads were
+// in flight), it is the end of the first load.
 func (e *Engine) NextStep() (time.Duration, bool) {
 	if !e.hasWork() {
 		return 0, false
 	}
-	return max(e.now, e.busyUntil), true
+	at := max(e.now, e.busyUntil)
+	if len(e.loads) > 0 && (e.stalled || len(e.running) == 0 && e.waiting.len() == e.nloading) {
+		first := e.loads[0].until
+		for _, l := range e.loads[1:] {
+			first = min(first, l.until)
+		}
+		at = max(at, first)
+	}
+	return at, true
 }
 
-func (e *Engine) hasWork() bool { return len(e.running) > 0 || e.waiting.len() > 0 }
+func (e *Engine) hasWork() bool {
+	return len(e.running) > 0 || e.waiting.len() > 0 || len(e.loads) > 0
+}
 
-// ResetPrefixCache drops every cached block, as vLLM's /reset_prefix_cache.
+// ResetPrefixCache drops every cached block, as vLLM's /reset_prefix_cache,
+// and empties the lower tiers (an AllBlocksCleared event for each medium).
 // It fails (false) while any block is in use.
 func (e *Engine) ResetPrefixCache() (bool, []KVEvent) {
 	e.events = e.events[:0]

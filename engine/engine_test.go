@@ -309,10 +309,19 @@ func checkInvariants(t *rapid.T, e *Engine) {
 		for _, id := range s.blocks {
 			refs[id]++
 		}
-		if s.state == stateWaiting && len(s.blocks) != 0 {
+		if s.state == stateWaiting && len(s.blocks) != 0 && !s.loading {
 			t.Fatalf("waiting request %d holds %d blocks", s.id, len(s.blocks))
 		}
 	}
+	// An aborted request's load holds its blocks until it ends.
+	for _, l := range e.loads {
+		if l.aborted {
+			for _, id := range l.s.blocks {
+				refs[id]++
+			}
+		}
+	}
+	checkTiers(t, e)
 	free := 0
 	for i, b := range e.pool.blocks {
 		if b.ref < 0 {
@@ -521,6 +530,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("block_size: [1]\n"))
 	f.Add([]byte("latency: {prefill_token_us: -1}\n"))
 	f.Add([]byte(""))
+	f.Add([]byte("kv_tiers: {cpu_blocks: 100, cpu_link: pcie-gen5, disk_blocks: 1000, disk_link: nvme, host_memory_gb: 1}\n"))
+	f.Add([]byte("pd_transfer: {bandwidth_gbps: 0}\nkv_bytes_per_token: 1e300\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {

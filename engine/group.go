@@ -57,10 +57,11 @@ const StatsInterval = 100 * time.Millisecond
 // KV events. Each rank has its own prefix cache, but a router indexes the
 // group as one replica: a hash is reported stored when the first rank
 // stores it and removed when the last rank holding it evicts it (a count
-// of holders per hash), so the index never forgets a block some rank still
-// has. A rank's BlockStored run that other ranks already hold in part is
-// split around those hashes, each piece with its own parent hash.
-// ResetPrefixCache clears every rank or none.
+// of holders per medium and hash: the GPU caches and each lower tier,
+// CPU and disk, are counted apart), so the index never forgets a block
+// some rank still has. A rank's BlockStored run that other ranks already
+// hold in part is split around those hashes, each piece with its own
+// parent hash. ResetPrefixCache clears every rank or none.
 //
 // Metrics are summed over ranks as vLLM's /metrics page of a DP deployment
 // adds up per-engine series (running, waiting, blocks, counters);
@@ -93,8 +94,10 @@ type Group struct {
 
 	steps int64 // group steps that ran
 
-	// KV events: holders per hash, and the group's events of the last call.
+	// KV events: holders per hash (GPU caches in held, each other medium
+	// in heldIn), and the group's events of the last call.
 	held   map[kvblock.Hash]int32
+	heldIn map[string]map[kvblock.Hash]int32
 	events []KVEvent
 }
 
@@ -225,12 +228,26 @@ func (g *Group) NextStep() (time.Duration, bool) {
 		return g.one.NextStep()
 	}
 	if g.lockstep {
+		// Every rank steps together, as soon as any rank can: a rank with
+		// work is due now, unless it has loads from a lower tier in flight
+		// and may only wait for them (then its NextStep says when).
+		var at time.Duration
+		ok := false
 		for _, e := range g.ranks {
-			if e.hasWork() {
+			if !e.hasWork() {
+				continue
+			}
+			if len(e.loads) == 0 {
 				return max(g.now, g.busyUntil), true
 			}
+			if t, _ := e.NextStep(); !ok || t < at {
+				at, ok = t, true
+			}
 		}
-		return 0, false
+		if !ok {
+			return 0, false
+		}
+		return max(at, g.now, g.busyUntil), true
 	}
 	var at time.Duration
 	ok := false
@@ -352,19 +369,20 @@ func (g *Group) filterEvents(out, evs []KVEvent) []KVEvent {
 		switch ev.Kind {
 		case BlockStored, BlockRemoved:
 			stored := ev.Kind == BlockStored
+			held := g.holders(ev.Medium)
 			from := -1 // start of the current run of reported hashes
 			for k, h := range ev.BlockHashes {
-				c := g.held[h]
+				c := held[h]
 				var report bool
 				if stored {
-					g.held[h] = c + 1
+					held[h] = c + 1
 					report = c == 0
 				} else {
 					report = c <= 1
 					if report {
-						delete(g.held, h)
+						delete(held, h)
 					} else {
-						g.held[h] = c - 1
+						held[h] = c - 1
 					}
 				}
 				switch {
@@ -383,6 +401,22 @@ func (g *Group) filterEvents(out, evs []KVEvent) []KVEvent {
 		}
 	}
 	return out
+}
+
+// holders returns the holder counts of a medium.
+func (g *Group) holders(medium string) map[kvblock.Hash]int32 {
+	if medium == MediumGPU {
+		return g.held
+	}
+	m, ok := g.heldIn[medium]
+	if !ok {
+		if g.heldIn == nil {
+			g.heldIn = make(map[string]map[kvblock.Hash]int32)
+		}
+		m = make(map[kvblock.Hash]int32)
+		g.heldIn[medium] = m
+	}
+	return m
 }
 
 // subEvent is ev narrowed to its hashes [from, to): a stored run that starts
@@ -418,7 +452,16 @@ func (g *Group) ResetPrefixCache() (bool, []KVEvent) {
 	g.events = g.events[:0]
 	if g.held != nil {
 		clear(g.held)
+		for _, m := range g.heldIn {
+			clear(m)
+		}
 		g.events = append(g.events, KVEvent{Kind: AllBlocksCleared, Medium: MediumGPU})
+		if g.cfg.KVTiers.CPUBlocks > 0 {
+			g.events = append(g.events, KVEvent{Kind: AllBlocksCleared, Medium: MediumCPU})
+			if g.cfg.KVTiers.DiskBlocks > 0 {
+				g.events = append(g.events, KVEvent{Kind: AllBlocksCleared, Medium: MediumDisk})
+			}
+		}
 	}
 	return true, g.events
 }
@@ -448,6 +491,13 @@ func (g *Group) Metrics() Metrics {
 		m.CachedBlocks += r.CachedBlocks
 		m.PrefixCacheQueries += r.PrefixCacheQueries
 		m.PrefixCacheHits += r.PrefixCacheHits
+		m.CPUHitTokens += r.CPUHitTokens
+		m.DiskHitTokens += r.DiskHitTokens
+		m.CPUBlocks += r.CPUBlocks
+		m.DiskBlocks += r.DiskBlocks
+		m.KVLoads += r.KVLoads
+		m.KVLoadTime += r.KVLoadTime
+		m.RemoteKVTokens += r.RemoteKVTokens
 		m.Preemptions += r.Preemptions
 		m.PromptTokens += r.PromptTokens
 		m.GenerationTokens += r.GenerationTokens

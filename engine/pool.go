@@ -25,6 +25,8 @@ type pool struct {
 	caching    bool
 	events     *[]KVEvent // nil when KV events are off
 	blockSize  int
+	// The lower tiers (tier.go): nil when off; disk only with cpu.
+	cpu, disk *tier
 }
 
 func newPool(n, blockSize int, caching bool) *pool {
@@ -120,6 +122,9 @@ func (p *pool) alloc() int32 {
 			if p.events != nil {
 				*p.events = append(*p.events, KVEvent{Kind: BlockRemoved, BlockHashes: []kvblock.Hash{b.hash}, Medium: MediumGPU})
 			}
+			if p.cpu != nil {
+				p.offload(b.hash)
+			}
 		}
 		b.hashed = false
 		b.hash = kvblock.Hash{}
@@ -173,7 +178,8 @@ func (p *pool) store(ids []int32, hashes []kvblock.Hash, from, to int) {
 	}
 }
 
-// reset drops every cached hash; it is only valid when no block is referenced.
+// reset drops every cached hash, the lower tiers' too; it is only valid
+// when no block is referenced.
 func (p *pool) reset() bool {
 	if p.nfree != len(p.blocks) {
 		return false
@@ -186,5 +192,6 @@ func (p *pool) reset() bool {
 	if p.events != nil {
 		*p.events = append(*p.events, KVEvent{Kind: AllBlocksCleared, Medium: MediumGPU})
 	}
+	p.resetTiers()
 	return true
 }

@@ -283,6 +283,8 @@ type ttftTerms struct {
 	step                  float64 // one step's time: fixed + decode load
 	linear                float64 // prefill_token x (queued + own uncached tokens)
 	pair                  float64 // the request's own attention term
+	tier                  float64 // prompt tokens loaded back from the lower KV tiers
+	load                  float64 // their load time
 	ttft                  float64
 }
 
@@ -292,18 +294,28 @@ type ttftTerms struct {
 func ttftMs(o *Options, prompt int, c *Candidate, out *ttftTerms) float64 {
 	pr := &o.Profile
 	cached := min(c.PredictedCachedTokens, prompt)
-	u := float64(prompt - cached)
+	tier := 0
+	if o.TierLoadNsPerToken > 0 {
+		// Blocks found in a lower tier load back instead of computing.
+		tier = min(max(0, c.PredictedTierTokens), prompt-cached)
+	}
+	u := float64(prompt - cached - tier)
 	tokens := float64(c.Load.PendingPrefillTokens) + u
 	steps := math.Max(1, math.Ceil(tokens/float64(o.MaxNumBatchedTokens)))
 	decoding := float64(max(0, c.Load.InFlight-c.Load.Pending))
 	decodingCtx := float64(max(0, c.Load.InFlightPromptTokens-c.Load.PendingPromptTokens))
 	step := pr.StepFixedMs + float64(pr.DecodeSeqUs*decoding)/1e3 + float64(pr.DecodeCtxTokenNs*decodingCtx)/1e6
 	linear := float64(pr.PrefillTokenUs*tokens) / 1e3
-	pair := float64(pr.PrefillPairNs*u*(float64(cached)+u/2)) / 1e6
+	pair := float64(pr.PrefillPairNs*u*(float64(cached+tier)+u/2)) / 1e6
 	ttft := float64(steps*step) + linear + pair
+	load := 0.0
+	if tier > 0 {
+		load = float64(o.TierLoadNsPerToken*float64(tier)) / 1e6
+		ttft += load
+	}
 	if out != nil {
 		*out = ttftTerms{cached: cached, u: u, tokens: tokens, steps: steps, decoding: decoding, decodingCtx: decodingCtx,
-			step: step, linear: linear, pair: pair, ttft: ttft}
+			step: step, linear: linear, pair: pair, tier: float64(tier), load: load, ttft: ttft}
 	}
 	return ttft
 }
@@ -325,6 +337,12 @@ func (ex *Explanation) explainTTFT(i int, o *Options, t ttftTerms) {
 	ex.cterm(i, "step_ms", t.step)
 	ex.cterm(i, "prefill_linear_ms", t.linear)
 	ex.cterm(i, "prefill_pair_ms", t.pair)
+	if t.tier > 0 {
+		// ttft_ms adds the load; its implied weight of a tier block
+		// against a GPU one is 1 - load / what computing it would cost.
+		ex.cterm(i, "tier_tokens", t.tier)
+		ex.cterm(i, "tier_load_ms", t.load)
+	}
 	ex.cterm(i, "ttft_ms", t.ttft)
 }
 

@@ -51,3 +51,16 @@ func peerClamp01(x float64) float64 {
 	}
 	return x
 }
+
+// peerTierBlocks is the candidate's blocks in its lower KV tiers right
+// after its m matched GPU blocks, at most t-m.
+func peerTierBlocks(c *Candidate, m, t, bs int) int {
+	if c.PredictedTierTokens <= 0 {
+		return 0
+	}
+	return min(c.PredictedTierTokens/bs, max(0, t-m))
+}
+
+// llmdCPUTierWeight is llm-d's precise prefix scorer's weight of a CPU-tier
+// block against a GPU one.
+const llmdCPUTierWeight = 0.8

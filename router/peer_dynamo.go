@@ -48,6 +48,10 @@ var (
 type Dynamo struct {
 	// OverlapCredit is c, the credit per matched device block (default 1).
 	OverlapCredit float64
+	// HostCacheHitWeight credits a block found in a lower KV tier
+	// (Candidate.PredictedTierTokens) at this share of a device block
+	// (Dynamo's --router-host-cache-hit-weight, 0.75).
+	HostCacheHitWeight float64
 	// CreditDecay is d, the overload decay of the credit (default 0: off).
 	CreditDecay float64
 	// PrefillLoadScale weighs the prefill term against decode blocks (default 1).
@@ -64,10 +68,11 @@ type Dynamo struct {
 func NewDynamo(o Options) *Dynamo {
 	o = o.withDefaults()
 	return &Dynamo{
-		OverlapCredit:    1,
-		PrefillLoadScale: 1,
-		blockSize:        o.BlockSize,
-		rng:              subRNG(o.Seed, "dynamo"),
+		OverlapCredit:      1,
+		HostCacheHitWeight: 0.75,
+		PrefillLoadScale:   1,
+		blockSize:          o.BlockSize,
+		rng:                subRNG(o.Seed, "dynamo"),
 	}
 }
 
@@ -92,7 +97,7 @@ func (p *Dynamo) costTerms(prompt int, c *Candidate, minPending int, out *dynamo
 		excess := float64(max(0, pending-minPending)) / bs
 		decay = 1 / (1 + p.CreditDecay*excess/float64(t))
 	}
-	credit := p.OverlapCredit * decay * float64(m)
+	credit := p.OverlapCredit * decay * (float64(m) + p.HostCacheHitWeight*float64(peerTierBlocks(c, m, t, p.blockSize)))
 	raw := float64(pending+prompt) / bs
 	var decode float64
 	if c.ActiveBlocks > 0 {

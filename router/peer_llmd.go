@@ -95,6 +95,10 @@ func (p *LLMD) kvUsage(c *Candidate) float64 {
 func (p *LLMD) scoreTerms(prompt int, c *Candidate, qmin, qmax int, ex *Explanation, i int) float64 {
 	m, t := peerBlocks(prompt, c.PredictedCachedTokens, p.blockSize)
 	prefix := peerMatchRatio(m, t)
+	if tb := peerTierBlocks(c, m, t, p.blockSize); tb > 0 && t > 0 {
+		// The precise prefix scorer weights a CPU-tier block 0.8 of a GPU one.
+		prefix += llmdCPUTierWeight * float64(tb) / float64(t)
+	}
 	queue := 1.0
 	if qmax != qmin {
 		queue = peerClamp01(float64(qmax-llmdQueue(c)) / float64(qmax-qmin))

@@ -58,6 +58,11 @@ type Candidate struct {
 	// this replica holds (0 without an index). It never covers the whole
 	// prompt: engines always compute the last token, so it stops one block short.
 	PredictedCachedTokens int
+	// PredictedTierTokens is the prompt tokens right after
+	// PredictedCachedTokens that the index expects in the replica's lower
+	// KV tiers (CPU, disk: tier.go), which the engine would load back
+	// rather than compute; 0 without tiers.
+	PredictedTierTokens int
 	// KVCapacityBlocks is the replica's KV cache size in blocks (0 if unknown).
 	KVCapacityBlocks int
 	// IndexedBlocks is how many blocks the KV index holds for the replica
@@ -93,6 +98,10 @@ type Options struct {
 	// SessionAffinity makes cost_model keep a session on the replica of its
 	// previous turn unless that costs more than SessionSlack over the best.
 	SessionAffinity bool
+	// TierLoadNsPerToken is the time to load one token's KV back from the
+	// engines' lower tiers (kv_bytes_per_token over the CPU tier's
+	// bandwidth), for cost_model's credit of tier hits (0: not credited).
+	TierLoadNsPerToken float64
 }
 
 // withDefaults fills unset options.

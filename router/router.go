@@ -42,18 +42,24 @@ type Config struct {
 	// DefaultCapacityBlocks is the KV capacity assumed for a replica whose
 	// capacity was never set.
 	DefaultCapacityBlocks int
+	// TierBlocks is the capacity of each replica's lower KV tiers (CPU and
+	// disk together, in blocks; 0: none), for the tier index (tier.go).
+	TierBlocks int
 }
 
 // Router makes routing decisions: it filters the eligible replicas, asks the
 // KV index how much of the prompt each holds, lets the policy choose and
 // records the choice. It is not safe for concurrent use.
 type Router struct {
-	cfg    Config
-	pol    Policy
-	idx    *kvindex.Index
-	cands  []Candidate
-	ids    []int
-	depths []int
+	cfg  Config
+	pol  Policy
+	idx  *kvindex.Index
+	tier *kvindex.Index // the lower tiers (tier.go); nil without
+	// tierIDs and tierDepth are predictTiers' scratch.
+	tierIDs, tierDepth [1]int
+	cands              []Candidate
+	ids                []int
+	depths             []int
 }
 
 // Decision is where a request goes and what the router expects there.
@@ -61,8 +67,12 @@ type Decision struct {
 	Replica               int
 	Name                  string
 	PredictedCachedTokens int
-	receipt               kvindex.Receipt
-	promptBlocks          int
+	// PredictedTierTokens is what the index expects in the replica's lower
+	// KV tiers right after PredictedCachedTokens (Candidate's).
+	PredictedTierTokens int
+	receipt             kvindex.Receipt
+	tierReceipt         kvindex.Receipt
+	promptBlocks        int
 }
 
 // New validates cfg and builds the router: its policy and index.
@@ -81,11 +91,18 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Router{
+	if cfg.TierBlocks < 0 {
+		return nil, fmt.Errorf("tier blocks: must be zero or positive, got %d", cfg.TierBlocks)
+	}
+	r := &Router{
 		cfg: cfg,
 		pol: pol,
 		idx: kvindex.New(kvindex.Config{DefaultCapacityBlocks: cfg.DefaultCapacityBlocks}),
-	}, nil
+	}
+	if cfg.TierBlocks > 0 {
+		r.tier = kvindex.New(kvindex.Config{DefaultCapacityBlocks: r.tierCapacity(cfg.DefaultCapacityBlocks)})
+	}
+	return r, nil
 }
 
 // Policy returns the router's policy.
@@ -95,7 +112,12 @@ func (r *Router) Policy() Policy { return r.pol }
 func (r *Router) Index() *kvindex.Index { return r.idx }
 
 // SetCapacity tells the index a replica's KV cache size in blocks.
-func (r *Router) SetCapacity(replica, blocks int) { r.idx.SetCapacity(replica, blocks) }
+func (r *Router) SetCapacity(replica, blocks int) {
+	r.idx.SetCapacity(replica, blocks)
+	if r.tier != nil {
+		r.tier.SetCapacity(replica, r.tierCapacity(blocks))
+	}
+}
 
 // Admit reports whether a candidate, with its prediction filled in, may
 // take the request now (the gateway core's admission). It is called once per
@@ -140,12 +162,16 @@ func (r *Router) RouteWith(now time.Duration, req *Request, reps []Replica, admi
 		return Decision{}, err
 	}
 	c := r.cands[i]
-	d := Decision{Replica: c.Replica, Name: c.Name, PredictedCachedTokens: c.PredictedCachedTokens, promptBlocks: len(req.BlockHashes)}
+	d := Decision{Replica: c.Replica, Name: c.Name, PredictedCachedTokens: c.PredictedCachedTokens,
+		PredictedTierTokens: c.PredictedTierTokens, promptBlocks: len(req.BlockHashes)}
 	if r.cfg.Index == IndexEvents {
 		d.receipt = r.idx.RecordSpeculative(c.Replica, req.BlockHashes, now+r.cfg.SpeculationTTL)
 	} else {
 		// The engine holds a running request's blocks: pin them until it ends.
 		d.receipt = r.idx.RecordPinned(c.Replica, req.BlockHashes)
+		if r.tier != nil {
+			d.tierReceipt = r.tier.Record(c.Replica, req.BlockHashes)
+		}
 	}
 	return d, nil
 }
@@ -180,6 +206,9 @@ func (r *Router) predict(now time.Duration, req *Request, reps []Replica) bool {
 		c.IndexedBlocks = r.idx.Blocks(c.Replica)
 		c.ActiveBlocks = r.idx.PinnedBlocks(c.Replica)
 	}
+	if r.tier != nil {
+		r.predictTiers(req, maxPred)
+	}
 	return true
 }
 
@@ -191,7 +220,12 @@ func (r *Router) IndexMode() IndexMode { return r.cfg.Index }
 
 // Abandon takes a decision back: the attempt failed before the engine
 // computed the prompt, so the index must not believe it cached it.
-func (r *Router) Abandon(d Decision) { r.idx.TakeBack(d.receipt) }
+func (r *Router) Abandon(d Decision) {
+	r.idx.TakeBack(d.receipt)
+	if r.tier != nil {
+		r.tier.TakeBack(d.tierReceipt)
+	}
+}
 
 // Finished tells the router the request of decision d completed; held names
 // the blocks the engine now holds for it (prompt and answer, full blocks
@@ -204,6 +238,9 @@ func (r *Router) Finished(d Decision, held []kvblock.Hash) {
 	if r.cfg.Index == IndexApproximate {
 		if d.promptBlocks < len(held) {
 			r.idx.Record(d.Replica, held[d.promptBlocks:])
+			if r.tier != nil {
+				r.tier.Record(d.Replica, held[d.promptBlocks:])
+			}
 		}
 		r.idx.Release(d.receipt)
 	}
@@ -216,23 +253,42 @@ func (r *Router) KVEvents(replica int, evs []engine.KVEvent) {
 		return
 	}
 	for _, ev := range evs {
+		x := r.idx
+		if lowerTier(ev.Medium) {
+			if x = r.tier; x == nil {
+				continue // a tier the router does not track
+			}
+		}
 		switch ev.Kind {
 		case engine.BlockStored:
-			r.idx.Stored(replica, ev.BlockHashes)
+			x.Stored(replica, ev.BlockHashes)
 		case engine.BlockRemoved:
-			r.idx.Removed(replica, ev.BlockHashes)
+			x.Removed(replica, ev.BlockHashes)
 		case engine.AllBlocksCleared:
 			r.idx.Clear(replica)
+			if r.tier != nil {
+				r.tier.Clear(replica)
+			}
 		}
 	}
 }
 
 // Restarted tells the router a replica's engine restarted with an empty cache
 // (its prefix-cache counters went backwards).
-func (r *Router) Restarted(replica int) { r.idx.Clear(replica) }
+func (r *Router) Restarted(replica int) {
+	r.idx.Clear(replica)
+	if r.tier != nil {
+		r.tier.Clear(replica)
+	}
+}
 
 // Forget drops everything known about a replica that left the fleet.
-func (r *Router) Forget(replica int) { r.idx.Forget(replica) }
+func (r *Router) Forget(replica int) {
+	r.idx.Forget(replica)
+	if r.tier != nil {
+		r.tier.Forget(replica)
+	}
+}
 
 // SetPolicy replaces the router's policy, e.g. to wrap it with
 // instrumentation or to reload it.

@@ -303,6 +303,8 @@ func (c *Core) excluded(now time.Duration, e *entry, i int, v *router.Replica) s
 	switch {
 	case now < r.ejectedUntil:
 		return "ejected"
+	case !decodeCapable(r):
+		return "prefill_only"
 	case !allowed(e, i):
 		return "not_allowed"
 	case tried(e, i):

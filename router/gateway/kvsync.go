@@ -29,12 +29,15 @@ type KVEvent struct {
 	Own []kvblock.Hash
 	// BlockSize is the engine's block size (0: the core's).
 	BlockSize int
+	// Medium is where the blocks are (vLLM's medium: GPU, CPU, DISK; ""
+	// is GPU).
+	Medium string
 }
 
 // FromEngine converts a simulated engine's event, which carries the
 // core's own hashes, keyed by their low 64 bits as vLLM's ids are.
 func FromEngine(ev engine.KVEvent) KVEvent {
-	out := KVEvent{Kind: ev.Kind, Own: ev.BlockHashes, BlockSize: ev.BlockSize, HasParent: ev.HasParent, Parent: ev.ParentBlockHash.Lo}
+	out := KVEvent{Kind: ev.Kind, Own: ev.BlockHashes, BlockSize: ev.BlockSize, HasParent: ev.HasParent, Parent: ev.ParentBlockHash.Lo, Medium: ev.Medium}
 	if len(ev.BlockHashes) > 0 {
 		out.Blocks = make([]uint64, len(ev.BlockHashes))
 		for i, h := range ev.BlockHashes {
@@ -44,9 +47,12 @@ func FromEngine(ev engine.KVEvent) KVEvent {
 	return out
 }
 
-// kvTranslator maps one replica's engine block ids to the core's hashes.
+// kvTranslator maps one replica's engine block ids to the core's hashes:
+// own for the GPU's blocks, tier for the lower tiers' (a block may be in
+// both, and leaves each on its own).
 type kvTranslator struct {
-	own map[uint64]kvblock.Hash
+	own  map[uint64]kvblock.Hash
+	tier map[uint64]kvblock.Hash
 }
 
 // translate turns events into engine events keyed by the core's hashes,
@@ -54,9 +60,14 @@ type kvTranslator struct {
 func (k *kvTranslator) translate(evs []KVEvent, salt kvblock.Hash, bs int, out []engine.KVEvent) []engine.KVEvent {
 	if k.own == nil {
 		k.own = make(map[uint64]kvblock.Hash)
+		k.tier = make(map[uint64]kvblock.Hash)
 	}
 	for i := range evs {
 		e := &evs[i]
+		ids, medium := k.own, engine.MediumGPU
+		if e.Medium == engine.MediumCPU || e.Medium == engine.MediumDisk {
+			ids, medium = k.tier, e.Medium
+		}
 		switch e.Kind {
 		case engine.BlockStored:
 			if e.BlockSize != 0 && e.BlockSize != bs {
@@ -70,7 +81,10 @@ func (k *kvTranslator) translate(evs []KVEvent, salt kvblock.Hash, bs int, out [
 			}
 			parent := salt
 			if e.HasParent {
-				p, ok := k.own[e.Parent]
+				p, ok := ids[e.Parent]
+				if !ok {
+					p, ok = k.own[e.Parent] // an offloaded block's parent may still be on the GPU
+				}
 				if !ok {
 					continue
 				}
@@ -83,27 +97,31 @@ func (k *kvTranslator) translate(evs []KVEvent, salt kvblock.Hash, bs int, out [
 				} else {
 					parent = kvblock.HashBlock(parent, e.TokenIDs[j*bs:(j+1)*bs])
 				}
-				k.own[id] = parent
+				ids[id] = parent
 				ours = append(ours, parent)
 			}
-			out = append(out, engine.KVEvent{Kind: engine.BlockStored, BlockHashes: ours, BlockSize: bs, Medium: engine.MediumGPU})
+			out = append(out, engine.KVEvent{Kind: engine.BlockStored, BlockHashes: ours, BlockSize: bs, Medium: medium})
 		case engine.BlockRemoved:
 			var ours []kvblock.Hash
 			for _, id := range e.Blocks {
-				if o, ok := k.own[id]; ok {
+				if o, ok := ids[id]; ok {
 					ours = append(ours, o)
-					delete(k.own, id)
+					delete(ids, id)
 				}
 			}
 			if len(ours) > 0 {
-				out = append(out, engine.KVEvent{Kind: engine.BlockRemoved, BlockHashes: ours, Medium: engine.MediumGPU})
+				out = append(out, engine.KVEvent{Kind: engine.BlockRemoved, BlockHashes: ours, Medium: medium})
 			}
 		case engine.AllBlocksCleared:
 			clear(k.own)
+			clear(k.tier)
 			out = append(out, engine.KVEvent{Kind: engine.AllBlocksCleared})
 		}
 	}
 	return out
 }
 
-func (k *kvTranslator) reset() { clear(k.own) }
+func (k *kvTranslator) reset() {
+	clear(k.own)
+	clear(k.tier)
+}

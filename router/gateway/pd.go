@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/router"
 )
 
@@ -51,6 +52,10 @@ func ParseRole(s string) (Role, error) {
 // replica is chosen prefills on a prefill replica (remotely) or where it
 // decodes (locally).
 const (
+	// DecideAuto is the decider of the model's policy's own P/D design:
+	// threshold for llmd (llm-d's pd profile), dynamo for dynamo, cost for
+	// cost_model and threshold for the others.
+	DecideAuto = "auto"
 	// DecideNever prefills every request locally: the prefill replicas idle.
 	DecideNever = "never"
 	// DecideAlways prefills every request remotely while a prefill replica
@@ -75,13 +80,28 @@ const (
 
 // Deciders lists the P/D deciders.
 func Deciders() []string {
-	return []string{DecideThreshold, DecideCost, DecideDynamo, DecideAlways, DecideNever}
+	return []string{DecideAuto, DecideThreshold, DecideCost, DecideDynamo, DecideAlways, DecideNever}
+}
+
+// decider is the decider d names for the model's policy: d itself, or for
+// auto (and "") the policy's own.
+func decider(d, policy string) string {
+	if d != "" && d != DecideAuto {
+		return d
+	}
+	switch policy {
+	case "dynamo":
+		return DecideDynamo
+	case "cost_model":
+		return DecideCost
+	}
+	return DecideThreshold
 }
 
 // PDConfig configures disaggregated prefill/decode. It matters only when
 // some replica has RolePrefill.
 type PDConfig struct {
-	// Decider decides remote or local prefill (Deciders; "" is threshold).
+	// Decider decides remote or local prefill (Deciders; "" is auto).
 	Decider string
 	// NonCachedTokens is the threshold and cost deciders' least uncached
 	// prompt (on the decode replica) worth a remote prefill. Default 16
@@ -90,27 +110,30 @@ type PDConfig struct {
 	// MinPromptTokens is the threshold decider's least prompt (0: any).
 	MinPromptTokens int
 	// PrefillPolicy picks the prefill replica among the prefill pool
-	// (router.Names). Default cost_model, whatever the model's policy.
+	// (router.Names). "" (the default) is the model's policy, as llm-d
+	// scores prefill and decode pods with the same scorers and Dynamo's
+	// prefill router is its KV router.
 	PrefillPolicy string
-	// KVBytesPerToken, TransferBandwidthGBps and TransferBaseLatency price
-	// a KV transfer for the cost decider: base + tokens x bytes /
-	// bandwidth (the engines' profile: engine.Config.TransferTime).
-	KVBytesPerToken       float64
-	TransferBandwidthGBps float64
-	TransferBaseLatency   time.Duration
+	// KVBytesPerToken and Transfer price a KV transfer for the cost
+	// decider as the engines' profile does (engine.Config.TransferTime:
+	// base latency + tokens x bytes / bandwidth; the zero Transfer is
+	// the engine's defaults).
+	KVBytesPerToken float64
+	Transfer        engine.PDTransfer
 	// DynamoISLBound and DynamoISLRatio are Dynamo's isl_bounding limits
 	// (2048 tokens and 0.7).
 	DynamoISLBound int
 	DynamoISLRatio float64
 }
 
-// DefaultPDConfig returns P/D's defaults: llm-d's threshold decider at 16
-// tokens, prefill picked by cost_model, Llama-3.1-8B's KV size (bf16) over a
-// 25 GB/s link with 0.05 ms base latency (inference-sim's NIXL defaults).
+// DefaultPDConfig returns P/D's defaults: each policy's own decider
+// (auto) at llm-d's threshold of 16 tokens, prefill picked by the model's
+// policy, the default engine's KV size over inference-sim's NIXL link
+// defaults (25 GB/s, 0.05 ms).
 func DefaultPDConfig() PDConfig {
 	return PDConfig{
-		Decider: DecideThreshold, NonCachedTokens: 16, PrefillPolicy: "cost_model",
-		KVBytesPerToken: 131072, TransferBandwidthGBps: 25, TransferBaseLatency: 50 * time.Microsecond,
+		Decider: DecideAuto, NonCachedTokens: 16,
+		KVBytesPerToken: engine.DefaultConfig().KVBytesPerToken, Transfer: engine.DefaultPDTransfer(),
 		DynamoISLBound: 2048, DynamoISLRatio: 0.7,
 	}
 }
@@ -131,14 +154,11 @@ func (p *PDConfig) validate(opts router.Options) error {
 			errs = append(errs, fmt.Errorf("pd.prefill_policy: %w", err))
 		}
 	}
-	if !(p.KVBytesPerToken > 0) || math.IsInf(p.KVBytesPerToken, 0) {
-		errs = append(errs, fmt.Errorf("pd.kv_bytes_per_token: must be positive, got %v", p.KVBytesPerToken))
+	if !(p.KVBytesPerToken >= 0) || math.IsInf(p.KVBytesPerToken, 0) {
+		errs = append(errs, fmt.Errorf("pd.kv_bytes_per_token: must be zero (unknown) or positive, got %v", p.KVBytesPerToken))
 	}
-	if !(p.TransferBandwidthGBps > 0) || math.IsInf(p.TransferBandwidthGBps, 0) {
-		errs = append(errs, fmt.Errorf("pd.transfer_bandwidth_gbps: must be positive, got %v", p.TransferBandwidthGBps))
-	}
-	if p.TransferBaseLatency < 0 {
-		errs = append(errs, fmt.Errorf("pd.transfer_base_latency: must be zero or positive, got %v", p.TransferBaseLatency))
+	if t := p.Transfer; t != (engine.PDTransfer{}) && (!(t.BandwidthGBps > 0) || math.IsInf(t.BandwidthGBps, 0) || !(t.BaseLatencyMs >= 0)) {
+		errs = append(errs, fmt.Errorf("pd.transfer: bandwidth_gbps must be positive and base_latency_ms zero or positive, got %v and %v", t.BandwidthGBps, t.BaseLatencyMs))
 	}
 	if p.DynamoISLBound < 0 || !(p.DynamoISLRatio >= 0 && p.DynamoISLRatio <= 1) {
 		errs = append(errs, fmt.Errorf("pd.dynamo_isl_bound %d and dynamo_isl_ratio %v: must be zero or positive, the ratio in [0, 1]", p.DynamoISLBound, p.DynamoISLRatio))
@@ -148,22 +168,25 @@ func (p *PDConfig) validate(opts router.Options) error {
 
 // transferMs is the modelled KV transfer time of tokens, in milliseconds.
 func (p *PDConfig) transferMs(tokens int) float64 {
-	return p.TransferBaseLatency.Seconds()*1e3 + float64(float64(tokens)*p.KVBytesPerToken)/(p.TransferBandwidthGBps*1e6)
+	e := engine.Config{KVBytesPerToken: p.KVBytesPerToken, PDTransfer: p.Transfer}
+	return float64(e.TransferTime(tokens)) / 1e6
 }
 
 // pdState is the core's P/D machinery: the prefill policy and the prefill
 // replicas' views.
 type pdState struct {
-	on    bool // some replica has RolePrefill
-	pol   router.Policy
-	cost  *router.CostModel
-	views []router.Replica
+	on      bool   // some replica has RolePrefill
+	decider string // the decider in use (auto resolved)
+	pol     router.Policy
+	cost    *router.CostModel
+	views   []router.Replica
 }
 
 func (s *pdState) init(cfg Config) error {
+	s.decider = decider(cfg.PD.Decider, cfg.Router.Policy)
 	name := cfg.PD.PrefillPolicy
 	if name == "" {
-		name = "cost_model"
+		name = cfg.Router.Policy
 	}
 	pol, err := router.NewPolicy(name, cfg.Router.Options)
 	if err != nil {
@@ -190,7 +213,8 @@ func decodeCapable(r *replica) bool { return r.cfg.Role != RolePrefill }
 // prefill replica until PrefillDone).
 func (c *Core) remote(now time.Duration, e *entry, d router.Decision) (router.Decision, bool) {
 	p := &c.cfg.PD
-	if !c.pd.on || p.Decider == DecideNever {
+	dec := c.pd.decider
+	if !c.pd.on || dec == DecideNever {
 		return router.Decision{}, false
 	}
 	prompt := e.req.PromptTokens
@@ -199,7 +223,7 @@ func (c *Core) remote(now time.Duration, e *entry, d router.Decision) (router.De
 		cached = 0
 	}
 	uncached := prompt - cached
-	switch p.Decider {
+	switch dec {
 	case DecideAlways:
 	case DecideDynamo:
 		if uncached < p.DynamoISLBound && float64(uncached) < p.DynamoISLRatio*float64(prompt) {
@@ -225,7 +249,7 @@ func (c *Core) remote(now time.Duration, e *entry, d router.Decision) (router.De
 	if err != nil {
 		return router.Decision{}, false
 	}
-	if p.Decider == DecideCost {
+	if dec == DecideCost {
 		local := c.views[d.Replica].Candidate
 		local.PredictedCachedTokens = cached
 		pc := views[pd.Replica].Candidate

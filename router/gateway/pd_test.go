@@ -24,8 +24,15 @@ func pdCore(tb interface{ Fatal(...any) }, cfg Config, roles ...Role) *Core {
 	return c
 }
 
+// thresholdConfig is testConfig with llm-d's threshold decider.
+func thresholdConfig(pol string) Config {
+	cfg := testConfig(pol)
+	cfg.PD.Decider = DecideThreshold
+	return cfg
+}
+
 func TestPDDispatchesPrefillRemotely(t *testing.T) {
-	c := pdCore(t, testConfig("cost_model"), RolePrefill, RoleDecode)
+	c := pdCore(t, thresholdConfig("cost_model"), RolePrefill, RoleDecode)
 	d, _ := c.Submit(0, promptReq(1, 1000, 10))
 	mustKind(t, d, Dispatched)
 	if d.Replica != 1 || d.Prefill != 0 || d.PrefillName != "r0" {
@@ -77,6 +84,8 @@ func TestPDDeciders(t *testing.T) {
 		{DecideAlways, 8, true},
 		{DecideDynamo, 1000, true}, // uncached/prompt = 1 >= 0.7
 		{DecideCost, 8, false},
+		{DecideCost, 1000, false}, // both idle: the transfer only adds
+		{DecideAuto, 8, false},    // cost_model's own: cost
 	} {
 		cfg := testConfig("cost_model")
 		cfg.PD.Decider = tc.decider
@@ -109,15 +118,15 @@ func TestPDCostDecider(t *testing.T) {
 		t.Fatalf("never: %+v", d)
 	}
 	// The same state under the cost decider: the idle prefill replica wins.
-	c.cfg.PD.Decider = DecideNever
+	c.pd.decider = DecideNever
 	c.Submit(0, plainReq(1, 30000, 10))
-	c.cfg.PD.Decider = DecideCost
+	c.pd.decider = DecideCost
 	d, _ = c.Submit(0, plainReq(2, 2000, 10))
 	if d.Prefill != 0 {
 		t.Errorf("cost with a busy decode replica: %+v, want a remote prefill", d)
 	}
 	// A slow link makes the transfer dearer than the local prefill.
-	c.cfg.PD.TransferBandwidthGBps = 0.001
+	c.cfg.PD.Transfer.BandwidthGBps = 0.001
 	d, _ = c.Submit(0, plainReq(3, 2000, 10))
 	if d.Prefill != -1 {
 		t.Errorf("cost over a slow link: %+v, want a local prefill", d)
@@ -125,7 +134,7 @@ func TestPDCostDecider(t *testing.T) {
 }
 
 func TestPDPrefillFailedFallsBackLocal(t *testing.T) {
-	c := pdCore(t, testConfig("cost_model"), RolePrefill, RoleDecode)
+	c := pdCore(t, thresholdConfig("cost_model"), RolePrefill, RoleDecode)
 	d, _ := c.Submit(0, plainReq(1, 500, 10))
 	if d.Prefill != 0 {
 		t.Fatalf("%+v", d)
@@ -163,13 +172,22 @@ func TestPDNoDecodeReplica(t *testing.T) {
 	}
 }
 
+func TestPDAutoIsThePolicysOwn(t *testing.T) {
+	for pol, want := range map[string]string{"llmd": DecideThreshold, "dynamo": DecideDynamo, "cost_model": DecideCost, "round_robin": DecideThreshold} {
+		c := pdCore(t, testConfig(pol), RolePrefill, RoleDecode)
+		if c.pd.decider != want || c.pd.pol.Name() != pol {
+			t.Errorf("%s: decider %s, prefill policy %s; want %s and %s", pol, c.pd.decider, c.pd.pol.Name(), want, pol)
+		}
+	}
+}
+
 func TestPDConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		set  func(*PDConfig)
 		want string
 	}{
 		{func(p *PDConfig) { p.Decider = "sometimes" }, "pd.decider"},
-		{func(p *PDConfig) { p.TransferBandwidthGBps = 0 }, "pd.transfer_bandwidth_gbps"},
+		{func(p *PDConfig) { p.Transfer.BandwidthGBps = -1 }, "pd.transfer"},
 		{func(p *PDConfig) { p.KVBytesPerToken = -1 }, "pd.kv_bytes_per_token"},
 		{func(p *PDConfig) { p.NonCachedTokens = -1 }, "pd.non_cached_tokens"},
 		{func(p *PDConfig) { p.PrefillPolicy = "nope" }, "pd.prefill_policy"},

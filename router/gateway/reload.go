@@ -82,6 +82,7 @@ func (c *Core) Reconfigure(now time.Duration, cfg Config) ([]Decision, error) {
 	shadow := primary || cfg.ShadowPolicy != c.cfg.ShadowPolicy
 	cfg.Router.DefaultCapacityBlocks = c.cfg.Router.DefaultCapacityBlocks
 	cfg.Ledger, cfg.Trace = c.cfg.Ledger, c.cfg.Trace
+	old := c.cfg.PD
 	c.cfg = cfg
 	if shadow {
 		if err := c.SetShadow(cfg.ShadowPolicy); err != nil { // Validate built it already
@@ -89,6 +90,11 @@ func (c *Core) Reconfigure(now time.Duration, cfg Config) ([]Decision, error) {
 		}
 	}
 	c.out_.reconfigure(cfg.OutputQuantile, cfg.OutputMinSamples)
+	if primary || cfg.PD.Decider != old.Decider || cfg.PD.PrefillPolicy != old.PrefillPolicy {
+		if err := c.pd.init(cfg); err != nil { // Validate built its policy already
+			return nil, err
+		}
+	}
 	c.drain(now)
 	if c.cfg.Trace != nil {
 		c.trace(TraceEvent{Op: "reconfigure", At: now}, c.out)

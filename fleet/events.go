@@ -7,12 +7,14 @@ import (
 type eventKind uint8
 
 const (
-	evArrival  eventKind = iota // a request reaches the router
-	evStepEnd                   // a replica's step ends (or an idle replica is kicked)
-	evScrape                    // the gateway scrapes a replica's metrics
-	evKVEvents                  // a replica's oldest batch of KV events reaches the router
-	evGateway                   // a gateway's queue deadline (or an ejection's end)
-	evOutput                    // a step's tokens reach the API server after the step's end (output lag)
+	evArrival   eventKind = iota // a request reaches the router
+	evStepEnd                    // a replica's step ends (or an idle replica is kicked)
+	evScrape                     // the gateway scrapes a replica's metrics
+	evKVEvents                   // a replica's oldest batch of KV events reaches the router
+	evGateway                    // a gateway's queue deadline (or an ejection's end)
+	evOutput                     // a step's tokens reach the API server after the step's end (output lag)
+	evTransfer                   // a prefill replica's KV link may have finished a transfer (pd.go)
+	evDecodeAdd                  // a request's KV reached its decode replica (pd.go)
 )
 
 // event is one entry of the heap, ordered by (at, the order of pushes).

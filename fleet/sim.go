@@ -32,8 +32,16 @@ type Config struct {
 	SourceName string
 	// Policy names the routing policy (router.Names).
 	Policy string
-	// Replicas is the number of engines in the fleet.
+	// Replicas is the number of engines in the fleet, every pool counted.
 	Replicas int
+	// PrefillReplicas and DecodeReplicas are how many of them are
+	// prefill-only and decode-only (disaggregated prefill/decode, pd.go);
+	// the rest serve both. 0 and 0: an aggregated fleet.
+	PrefillReplicas int
+	DecodeReplicas  int
+	// PD configures the gateways' P/D decision (its decider, threshold
+	// and prefill policy; the transfer's pricing comes from Engine).
+	PD gateway.PDConfig
 	// Engine configures every engine (scheduler limits, KV cache, latency profile).
 	Engine engine.Config
 	// ScrapeInterval is how often the gateway reads each engine's metrics;
@@ -176,6 +184,7 @@ func DefaultConfig() Config {
 		Gateways:         1,
 		Ledger:           LedgerShared,
 		KeepRecords:      true,
+		PD:               gw.PD,
 	}
 }
 
@@ -192,6 +201,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.Replicas < 1 || c.Replicas > MaxReplicas {
 		errs = append(errs, fmt.Errorf("replicas: must be between 1 and %d, got %d", MaxReplicas, c.Replicas))
+	}
+	if err := c.validatePD(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ScrapeInterval < MinScrapeInterval {
 		errs = append(errs, fmt.Errorf("scrape-interval: must be at least %v, got %v (every replica is scraped once an interval; below %v the simulation does little else)", MinScrapeInterval, c.ScrapeInterval, MinScrapeInterval))
@@ -269,9 +281,11 @@ func (c *Config) gatewayConfig(ledger gateway.Ledger) gateway.Config {
 			Profile:             c.Engine.Latency,
 			MaxNumBatchedTokens: c.Engine.MaxNumBatchedTokens,
 			SessionAffinity:     c.SessionAffinity,
+			TierLoadNsPerToken:  tierLoadNsPerToken(&c.Engine),
 		},
 		Index:          c.Index,
 		SpeculationTTL: c.SpeculationTTL,
+		TierBlocks:     (c.Engine.KVTiers.CPUBlocks + c.Engine.KVTiers.DiskBlocks) * c.Engine.Ranks(),
 	}
 	g.ShadowPolicy = c.ShadowPolicy
 	g.Admission = c.Admission
@@ -286,6 +300,9 @@ func (c *Config) gatewayConfig(ledger gateway.Ledger) gateway.Config {
 	// (500 ms) only drops reports when scraping stalls.
 	g.MaxAge = max(g.MaxAge, 5*c.ScrapeInterval)
 	g.Ledger = ledger
+	g.PD = c.PD
+	g.PD.KVBytesPerToken = c.Engine.KVBytesPerToken
+	g.PD.Transfer = c.Engine.PDTransfer
 	return g
 }
 
@@ -335,6 +352,12 @@ type reqState struct {
 	// request ends (nil when its tenant has no limits).
 	lim *limit.Local
 	res *limit.Reservation
+	// prefill is the replica of a remote prefill (P/D, pd.go), decode the
+	// replica it decodes on, transferTokens the KV it moves and xferStart
+	// when the move started.
+	prefill, decode int
+	transferTokens  int
+	xferStart       time.Duration
 }
 
 type memoKey struct {
@@ -365,10 +388,15 @@ type sim struct {
 	segsBuf  []kvblock.Segment
 	buckets  map[string][]limit.Bucket // each limited tenant's bucket
 	limiters []*limit.Local            // one shared, or one per gateway; nil without limits
-	live     int                       // requests created and not finished, plus a pending open-loop arrival
-	finished int
-	events   int64
-	now      time.Duration
+	links    []*link                   // each prefill replica's KV link (pd.go); nil entries for the others
+	linkBase time.Duration             // a KV transfer's base latency
+	xfer     *results.Histogram        // measured requests' KV transfer times
+	// transferredBytes sums the KV the links moved.
+	transferredBytes float64
+	live             int // requests created and not finished, plus a pending open-loop arrival
+	finished         int
+	events           int64
+	now              time.Duration
 }
 
 // memoLimit bounds the memo of segments' block hashes (it is cleared when
@@ -452,7 +480,7 @@ func newSim(cfg Config) (*sim, error) {
 		}
 		s.reps[i] = &replica{name: fmt.Sprintf("replica-%d", i), eng: eng}
 		for _, g := range s.gws {
-			if _, err := g.core.AddReplica(gateway.ReplicaConfig{Name: s.reps[i].name}); err != nil {
+			if _, err := g.core.AddReplica(gateway.ReplicaConfig{Name: s.reps[i].name, Role: cfg.role(i)}); err != nil {
 				return nil, err
 			}
 		}
@@ -465,6 +493,15 @@ func newSim(cfg Config) (*sim, error) {
 			phase := cfg.ScrapeInterval * time.Duration(i*cfg.Gateways+g) / n
 			s.heap.push(event{at: phase, kind: evScrape, replica: int32(i), gateway: int32(g)})
 		}
+	}
+	if cfg.PrefillReplicas > 0 {
+		s.links = make([]*link, cfg.Replicas)
+		bw := transferBandwidth(&cfg.Engine)
+		for i := range cfg.PrefillReplicas {
+			s.links[i] = &link{bw: bw, next: -1}
+		}
+		s.linkBase = cfg.Engine.TransferTime(0)
+		s.xfer = results.NewHistogram()
 	}
 	if err := s.newLimiters(); err != nil {
 		return nil, err
@@ -508,6 +545,10 @@ func (s *sim) run() error {
 			s.applyKVEvents(int(ev.replica))
 		case evOutput:
 			s.deliverDue(s.reps[ev.replica])
+		case evTransfer:
+			s.linkEvent(int(ev.replica), ev.at)
+		case evDecodeAdd:
+			s.decodeAdd(ev.req)
 		case evGateway:
 			g := s.gws[ev.gateway]
 			if g.wake == ev.at {
@@ -625,6 +666,7 @@ func (s *sim) arrive(rs *reqState) error {
 	w := rs.w
 	rs.measured = w.Arrival >= s.cfg.Warmup
 	rs.replica = -1
+	rs.prefill = -1
 	rs.rec = s.records.push(results.Record{
 		ID: w.ID, Session: w.Session, Turn: w.Turn, Replica: -1, Priority: w.Priority, Tenant: w.Tenant,
 		Arrival: w.Arrival, PromptTokens: w.PromptTokens(), Outcome: results.OutcomeFailed,
@@ -701,39 +743,18 @@ func (s *sim) decide(g int, d gateway.Decision) {
 	}
 }
 
-// dispatch hands a request to the engine its gateway chose.
+// dispatch hands a request to the engine its gateway chose (its prefill
+// first, when it prefills remotely: pd.go).
 func (s *sim) dispatch(g int, rs *reqState, d gateway.Decision) {
-	w := rs.w
 	rec := s.records.at(rs.rec)
-	rep := s.reps[d.Replica]
 	rs.ticket = d.Ticket
 	rec.Dispatch = s.now
 	rec.Replica = d.Replica
 	rec.PredictedCachedTokens = d.PredictedCachedTokens
-	err := rep.eng.Add(s.now, engine.Request{
-		ID:           engine.RequestID(w.ID),
-		PromptTokens: rec.PromptTokens,
-		OutputTokens: w.OutputTokens,
-		MaxTokens:    w.MaxTokens,
-		BlockHashes:  rs.hashes,
-	})
-	if err != nil {
-		// The engine refused it (too long, too large) before computing
-		// anything: the client gets an error and the gateway takes it back.
-		rec.Fail = failReason(err)
-		rec.Replica = -1
-		others := s.gws[g].core.Fail(s.now, d.Ticket, false)
-		s.end(rs, false)
-		s.decided(g, others)
+	if d.Prefill >= 0 && s.dispatchPrefill(g, rs, d) {
 		return
 	}
-	rs.replica = d.Replica
-	s.notePeak(d.Replica)
-	// Kick the replica if the rank that took the request can start now and
-	// no step event of the replica is due now anyway.
-	if at, ok := rep.eng.NextStep(); ok && at <= s.now && !slices.Contains(rep.stepAt, s.now) {
-		s.pushStep(d.Replica, s.now)
-	}
+	s.addDecode(rs, d.Replica, false)
 }
 
 // pushStep schedules a step event of replica i at time at.
@@ -803,7 +824,16 @@ func (s *sim) stepEnd(i int) error {
 		rep.stepAt = slices.Delete(rep.stepAt, k, k+1)
 	}
 	for empty := 0; ; {
-		if at, ok := rep.eng.NextStep(); !ok || at > s.now {
+		at, ok := rep.eng.NextStep()
+		if !ok {
+			return nil
+		}
+		if at > s.now {
+			// The engine waits for something other than a step in
+			// progress (a load from a lower KV tier): wake it then.
+			if !slices.Contains(rep.stepAt, at) {
+				s.pushStep(i, at)
+			}
 			return nil
 		}
 		res := rep.eng.Step(s.now)
@@ -853,11 +883,17 @@ func (s *sim) deliverDue(rep *replica) {
 func (s *sim) deliver(ems []engine.Emission) {
 	for i := range ems {
 		em := &ems[i]
+		if em.ID&prefillBit != 0 {
+			s.prefilled(s.reqs.get(uint64(em.ID&^prefillBit)), em)
+			continue
+		}
 		rs := s.reqs.get(uint64(em.ID))
 		if em.Output == 1 {
 			rec := s.records.at(rs.rec)
 			rec.FirstToken, rec.HasFirstToken = s.now, true
-			rec.CachedTokens = em.CachedTokens
+			if !rec.Remote {
+				rec.CachedTokens = em.CachedTokens
+			}
 			// A gateway learns what the engine found cached only from the
 			// usage at the end, as live does.
 			s.decided(rs.gateway, s.gws[rs.gateway].core.FirstByte(s.now, rs.ticket, -1))
@@ -947,6 +983,13 @@ func (s *sim) output(wall time.Duration) *Output {
 	if s.cfg.Source == nil && len(s.cfg.Workload.WithoutTenants) > 0 {
 		sum.WithoutTenants = slices.Clone(s.cfg.Workload.WithoutTenants)
 	}
+	for i := range sum.PerReplica {
+		if r := s.cfg.role(i); r != gateway.RoleBoth {
+			sum.PerReplica[i].Role = r.String()
+		}
+	}
+	sum.PD = s.pdSummary(&sum)
+	sum.Tiers = tierSummary(s.cfg.Engine, engines)
 	sum.Seed = s.cfg.Seed
 	sum.SimulatedS = s.now.Seconds()
 	sum.SimEvents = s.events

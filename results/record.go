@@ -98,6 +98,14 @@ type Record struct {
 	// (Summary.ByPriority); 0 and "" when the workload has no classes.
 	Priority int
 	Tenant   string
+
+	// Remote says the request prefilled on another replica than Replica
+	// (disaggregated prefill/decode): PrefillReplica prefilled it and
+	// Transfer is how long its KV took to reach Replica. CachedTokens is
+	// then the prefill replica's. Not in the parquet trace format.
+	Remote         bool
+	PrefillReplica int
+	Transfer       time.Duration
 }
 
 // TTFT is the time to first token, FirstToken-Arrival. It is meaningful only

@@ -84,6 +84,9 @@ type SummaryOptions struct {
 // ReplicaSummary is one replica's share of a run.
 type ReplicaSummary struct {
 	Replica string `json:"replica"`
+	// Role is the replica's P/D role (prefill, decode), set by the
+	// caller; omitted for a replica that serves both.
+	Role string `json:"role,omitempty"`
 	// Requests counts measured requests dispatched to the replica, whatever
 	// their outcome; rejected requests were never dispatched.
 	Requests int `json:"requests"`
@@ -265,6 +268,11 @@ type Summary struct {
 
 	Preemptions int              `json:"preemptions"` // over measured requests
 	PerReplica  []ReplicaSummary `json:"per_replica"`
+	// PD is what disaggregated prefill/decode did (set by the caller; nil
+	// and omitted without prefill replicas), Tiers the hit rate by KV tier
+	// (nil and omitted without lower tiers).
+	PD    *PDSummary   `json:"pd,omitempty"`
+	Tiers *TierSummary `json:"kv_tiers,omitempty"`
 	// PeakReservedOverCapacity is the largest PeakReservedBlocks /
 	// CapacityBlocks over the replicas, rounded like the fractions; replicas
 	// of unknown capacity count as 0.

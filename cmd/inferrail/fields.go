@@ -30,10 +30,18 @@ func flagFor(field string) string {
 		return "--queue-max"
 	case "queue.max_priority":
 		return "--max-priority"
-	case "rate", "rates", "seeds", "parallel", "max-replicas", "policies", "isolate":
+	case "rate", "rates", "seeds", "parallel", "max-replicas", "policies", "isolate", "pools":
 		return "--" + field
 	case "slo":
 		return "--slo-ttft, --slo-tpot or --slo"
+	case "prefill_replicas", "decode_replicas":
+		return "--" + strings.ReplaceAll(field, "_", "-")
+	case "pd.decider":
+		return "--pd-decider"
+	case "pd.non_cached_tokens":
+		return "--pd-non-cached-tokens"
+	case "pd.prefill_policy":
+		return "--pd-prefill-policy"
 	}
 	return ""
 }

@@ -68,6 +68,7 @@ type simFlags struct {
 	explainSample  float64
 	explainOut     string
 	gw             gatewayFlags
+	pd             pdFlags
 	// fixedReplicas, when set, is the fleet size and --replicas is not
 	// registered (capacity searches the fleet size; its default rate is that
 	// of this many replicas).
@@ -271,6 +272,7 @@ func (f *simFlags) register(cmd *cobra.Command, what string) {
 	} else {
 		fl.IntVar(&f.replicas, "replicas", fleet.DefaultConfig().Replicas, "number of engines in the fleet")
 	}
+	f.pd.register(cmd, f.fixedReplicas == 0)
 	rateHelp := f.rateHelp
 	if rateHelp == "" {
 		rateHelp = "the workload's default rate for --replicas engines of --profile: about 70% of what round robin sustains, see README \"Default rates\""
@@ -466,6 +468,7 @@ func (f *simFlags) config(cmd *cobra.Command) (fleet.Config, error) {
 		cfg.Policy = f.policy
 	}
 	cfg.Replicas = f.replicas
+	f.pd.apply(cmd, &cfg)
 	cfg.Warmup = f.warmup
 	cfg.ScrapeInterval = f.scrapeInterval
 	cfg.SLO = results.SLO{TTFTP99: f.sloTTFT, TPOTP99: f.sloTPOT}

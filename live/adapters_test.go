@@ -98,7 +98,7 @@ func TestAdaptersDecideAlike(t *testing.T) {
 		attempts := map[gateway.Ticket]*attempt{}
 		wait := func(a *attempt) {
 			g := <-a.ch
-			a.take(g.d, g.rep)
+			a.take(g.d, g.rep, g.pre)
 		}
 		for _, ev := range rec {
 			if d := ev.At - m.now(); d > 0 {

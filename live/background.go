@@ -172,7 +172,7 @@ func (s *Server) discovered(m *model, g config.DNSGroup, eps []remote.Endpoint) 
 	for _, ep := range eps {
 		name := g.Name + "-" + ep.Addr
 		want[name] = true
-		sp := replicaSpec{name: name, url: ep.URL, maxConcurrency: m.maxConcurrency, maxPending: m.maxPending, capacity: m.capacity, group: g.Name}
+		sp := replicaSpec{name: name, url: ep.URL, maxConcurrency: m.maxConcurrency, maxPending: m.maxPending, capacity: m.capacity, group: g.Name, role: roleOf(g.Role)}
 		host, _, _ := net.SplitHostPort(ep.Addr)
 		if g.KVEventsPort > 0 {
 			sp.kvEvents = fmt.Sprintf("tcp://%s", net.JoinHostPort(host, fmt.Sprint(g.KVEventsPort)))

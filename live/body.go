@@ -22,6 +22,8 @@ type fields struct {
 	MaxTokens, MaxCompletionTokens int
 	// Stream is the body's stream field when it is true.
 	Stream bool
+	// KVParams: the body has a kv_transfer_params key (pd.go drops it).
+	KVParams bool
 	// modelStart and modelEnd locate the model value in the body.
 	modelStart, modelEnd int
 }
@@ -111,6 +113,8 @@ func (f *fields) set(key string, raw []byte, start, end int) error {
 		f.MaxCompletionTokens = count(raw)
 	case "stream":
 		f.Stream = bytes.Equal(raw, []byte("true"))
+	case kvParamsKey:
+		f.KVParams = true
 	}
 	return nil
 }

@@ -28,6 +28,9 @@ type decisionEntry struct {
 	QueuedMs       float64 `json:"queued_ms"`
 	ReservedBlocks int     `json:"reserved_blocks"`
 	DecisionUs     float64 `json:"decision_us"`
+	// PrefillReplica is the prefill replica of a request disaggregated
+	// (P/D): Replica decodes it.
+	PrefillReplica string `json:"prefill_replica,omitempty"`
 	// With a shadow policy (shadow_policy): its name, its pick, whether it
 	// is the replica the request went to, and cost_model's estimates of
 	// the time to first token on the real pick and on the shadow's.
@@ -87,6 +90,9 @@ func (s *Server) logDecision(reqID string, m *model, req *gateway.Request, a *at
 		Time: time.Now().UTC(), RequestID: reqID, Model: m.name, Policy: m.policyName(), Replica: a.rep.name,
 		Tokenized: req.BlockHashes != nil, Prompt: req.PromptTokens, Predicted: a.dec.PredictedCachedTokens,
 		InFlight: m.inFlight(a.rep), QueuedMs: float64(a.queued) / 1e6, ReservedBlocks: a.dec.Weight, DecisionUs: float64(took) / 1e3,
+	}
+	if a.pre != nil {
+		e.PrefillReplica = a.pre.name
 	}
 	if sh := a.dec.Shadow; sh.Policy != "" {
 		agree, est, shEst := sh.Agree, sh.EstimatedTTFTMs, sh.ShadowEstimatedTTFTMs

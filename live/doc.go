@@ -13,8 +13,9 @@
 // the simulator's, not a copy of them.
 //
 // A request's body is forwarded byte for byte (only its model, user,
-// cache_salt, prompt and max_tokens fields are read, and the model rewritten
-// for an alias); its prompt is tokenized at the edge on a bounded worker pool
+// cache_salt, prompt and max_tokens fields are read, the model rewritten
+// for an alias, and a client's kv_transfer_params dropped: only the proxy
+// sets them); its prompt is tokenized at the edge on a bounded worker pool
 // to predict what each replica has cached and to weigh its KV demand. The
 // core then dispatches it, queues it, or rejects it. A queued request waits
 // (by priority from the x-inferrail-priority header, fairly across tenants
@@ -57,8 +58,11 @@
 // upstream.go (the HTTP/1.1 client to the engines), answer.go (what each
 // answer teaches, read with internal/openai), model.go (the core, its lock,
 // the waiters and the deadline goroutine), background.go (scrapes, probes,
-// discovery), kvsync.go (KV events to the core) and logging.go (the access
-// log). tenancy.go is API keys, rate limits and usage metering on the
+// discovery), kvsync.go (KV events to the core), pd.go (disaggregated
+// prefill/decode: a request the core sends to a prefill replica first is
+// prefilled there as vLLM's NixlConnector protocol says, then decoded, or
+// prefilled locally when the prefill fails; docs/pd-live.md) and
+// logging.go (the access log). tenancy.go is API keys, rate limits and usage metering on the
 // request path (authenticate before the body, authorize once the model is
 // known, reserve once the request is weighed, release when it ends), and
 // admin.go the admin API that manages keys and reads usage and status.

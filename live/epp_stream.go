@@ -393,6 +393,11 @@ func (st *eppStream) route() error {
 	if e := s.wait(st.ctx, st.gone, in, a, d); e != nil {
 		return st.reject(e)
 	}
+	if a.pre != nil {
+		// The endpoint picker only picks: nothing here runs a remote
+		// prefill, so the request prefills where it decodes.
+		m.prefillFailed(a, false)
+	}
 	st.rep = a.rep
 	s.met.decision(m, a.rep)
 	s.logDecision(st.reqID, m, &in.req, a, st.took)

@@ -94,6 +94,11 @@ func (s *Server) parse(h http.Header, body []byte, chat bool) (*inbound, *apiErr
 	if alias {
 		body = rewriteModel(body, f, m.name)
 	}
+	// A client's kv_transfer_params name hosts an engine's KV connector
+	// would connect to: only the proxy sets them (pd.go).
+	if f.KVParams {
+		body = withoutKVParams(body)
+	}
 	return &inbound{chat: chat, body: body, f: f, m: m, req: gateway.Request{Priority: prio}}, nil
 }
 
@@ -147,7 +152,7 @@ func (s *Server) wait(ctx, client context.Context, in *inbound, a *attempt, d ga
 		case g := <-a.ch:
 			a.queued += time.Since(waitStart)
 			d = g.d
-			a.take(d, g.rep)
+			a.take(d, g.rep, g.pre)
 		case <-ctx.Done():
 			a.queued += time.Since(waitStart)
 			if client.Err() != nil {

@@ -48,6 +48,10 @@ type accessRecord struct {
 	outcome     string
 	predicted   int
 	cachedKnown bool
+	// prefill names the prefill replica of a request disaggregated (P/D)
+	// and pd how it went: "remote" (prefilled there), "fallback"
+	// (prefilled on the decode replica after the prefill failed).
+	prefill, pd string
 }
 
 // sampled reports whether the n-th request is in a share of them, spread
@@ -80,11 +84,16 @@ func (s *Server) logAccess(r *http.Request, a *accessRecord) {
 	if status == 0 {
 		status = http.StatusOK
 	}
-	s.log.LogAttrs(r.Context(), lv, "access",
+	attrs := []slog.Attr{
 		slog.String("method", a.method), slog.String("path", a.path), slog.Int("status", status),
 		slog.Float64("duration_ms", math.Round(float64(time.Since(a.began))/1e3)/1e3),
 		slog.String("model", a.model), slog.String("replica", a.replica),
 		slog.Int("prompt_tokens", a.promptTokens), slog.Int("cached_tokens", a.cachedTokens), slog.Int("output_tokens", a.outputTokens),
 		slog.Float64("queue_ms", math.Round(float64(a.queued)/1e3)/1e3),
-		slog.String("remote", remoteHost(r.RemoteAddr)))
+		slog.String("remote", remoteHost(r.RemoteAddr)),
+	}
+	if a.prefill != "" {
+		attrs = append(attrs, slog.String("prefill_replica", a.prefill), slog.String("pd", a.pd))
+	}
+	s.log.LogAttrs(r.Context(), lv, "access", attrs...)
 }

@@ -62,6 +62,10 @@ type metrics struct {
 	own []prometheus.Collector
 	// cache is the response caches' (cache.go).
 	cache *cacheMetrics
+	// pdRequests counts the requests dispatched with a remote prefill by
+	// how it went; pdPrefillH times their prefills (pd.go).
+	pdRequests *prometheus.CounterVec
+	pdPrefillH *prometheus.HistogramVec
 }
 
 // deleter is a metric vector whose series can be deleted by labels.
@@ -97,6 +101,8 @@ func newMetrics(s *Server) *metrics {
 	m.decisionH = hv("inferrail_decision_seconds", "Time to route one attempt (index lookup and policy).", prometheus.ExponentialBuckets(1e-6, 2, 18), "model")
 	m.retries = cv("inferrail_retries_total", "Attempts retried on another replica before the first response byte.", "model")
 	m.errors = cv("inferrail_upstream_errors_total", "Failed attempts by reason.", "model", "reason")
+	m.pdRequests = cv("inferrail_pd_requests_total", "Requests dispatched with a remote prefill (P/D), by model and outcome: remote (prefilled on the prefill replica, decoded with its KV), fallback (the prefill failed: prefilled on the decode replica; the reason is in inferrail_upstream_errors_total as prefill_<reason>).", "model", "outcome")
+	m.pdPrefillH = hv("inferrail_pd_prefill_seconds", "From a remote prefill's request to its whole answer (or its failure), by model.", latencyBuckets, "model")
 	m.tokenize = cv("inferrail_tokenize_total", "Edge tokenizations by outcome (ok, timeout, queue_full, error, skipped).", "model", "outcome")
 	m.rejections = cv("inferrail_rejected_total", "Requests the gateway core rejected, by model and reason (queue_full, queue_timeout, no_capacity, slo_shed, no_replica, too_long).", "model", "reason")
 	m.queueWaitH = hv("inferrail_queue_wait_seconds", "Time each request waited in the queue for a replica to admit it (0 when one admitted it at once).", append([]float64{0.0001}, append(latencyBuckets, 160)...), "model")
@@ -197,7 +203,11 @@ func (m *metrics) decisionTime(model string, d time.Duration) {
 func (m *metrics) decision(md *model, r *replica) {
 	m.decisions.WithLabelValues(md.name, md.policyName(), r.name).Inc()
 }
-func (m *metrics) retry(model string)               { m.retries.WithLabelValues(model).Inc() }
+func (m *metrics) retry(model string)       { m.retries.WithLabelValues(model).Inc() }
+func (m *metrics) pd(model, outcome string) { m.pdRequests.WithLabelValues(model, outcome).Inc() }
+func (m *metrics) prefillTime(model string, d time.Duration) {
+	m.pdPrefillH.WithLabelValues(model).Observe(d.Seconds())
+}
 func (m *metrics) errorReason(model, reason string) { m.errors.WithLabelValues(model, reason).Inc() }
 func (m *metrics) rejected(model, reason string)    { m.rejections.WithLabelValues(model, reason).Inc() }
 func (m *metrics) queueWait(model string, d time.Duration) {

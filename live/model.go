@@ -37,6 +37,7 @@ type replica struct {
 	kvTopic  string
 	kvBind   bool
 	group    string // DNS group, "" for a listed replica
+	role     gateway.Role
 
 	// retired is set (under the model's mu) when a reload took the
 	// replica out for good; onDrained runs once its last request in
@@ -61,6 +62,7 @@ type replicaSpec struct {
 	kvEvents, kvReplay, kvTopic string
 	kvBind                      bool
 	group                       string
+	role                        gateway.Role
 }
 
 // model is one served model: a thin wrapper around its gateway core. The
@@ -95,6 +97,9 @@ type model struct {
 	maxConcurrency, maxPending, capacity int
 	start                                time.Time
 	nudge                                chan struct{}
+	// pdTimeout bounds a remote prefill (pd.prefill_timeout; a reload
+	// sets it), in nanoseconds.
+	pdTimeout atomic.Int64
 
 	mu      sync.Mutex
 	core    *gateway.Core
@@ -111,6 +116,14 @@ type model struct {
 	lastOK atomic.Int64
 	// log receives the replicas' state changes.
 	log *slog.Logger
+}
+
+// prefillTimeout bounds a remote prefill now.
+func (m *model) prefillTimeout() time.Duration {
+	if d := time.Duration(m.pdTimeout.Load()); d > 0 {
+		return d
+	}
+	return time.Minute
 }
 
 // policyName is the model's routing policy now.
@@ -144,10 +157,11 @@ func (m *model) ready(now time.Time, window time.Duration) bool {
 	return t != 0 && now.UnixNano()-t <= int64(window)
 }
 
-// granted is a decision for a queued request, with its replica resolved.
+// granted is a decision for a queued request, with its replica (and its
+// prefill replica under P/D) resolved.
 type granted struct {
-	d   gateway.Decision
-	rep *replica
+	d        gateway.Decision
+	rep, pre *replica
 }
 
 // newModel builds the core of one served model from its configuration; ec
@@ -168,12 +182,14 @@ func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config,
 		start: start, nudge: make(chan struct{}, 1), log: log,
 		core: core, byName: map[string]*replica{}, waiters: map[gateway.Ticket]chan granted{},
 	}
+	m.pdTimeout.Store(int64(mc.PD.PrefillTimeout))
 	for j := range mc.Replicas {
 		r := &mc.Replicas[j]
 		conc, pending := mc.Limits(r)
 		if _, err := m.add(replicaSpec{
 			name: r.Name, url: r.URL, maxConcurrency: conc, maxPending: pending, capacity: mc.KVCapacity(r),
 			kvEvents: r.KVEvents, kvReplay: r.KVEventsReplay, kvTopic: r.KVEventsTopic, kvBind: r.KVEventsBind,
+			role: roleOf(r.Role),
 		}); err != nil {
 			return nil, err
 		}
@@ -215,7 +231,15 @@ func gatewayConfig(c *config.Config, mc *config.Model, ec engine.Config) gateway
 		MaxPriority: mc.MaxPriority, ShedOnSLO: mc.Queue.ShedOnSLO,
 	}
 	g.Health = gateway.Health{EjectAfter: c.Health.EjectAfter, EjectTime: c.Health.EjectTime, MaxEjectTime: c.Health.MaxEjectTime, MaxEjectedShare: c.Health.MaxEjectedShare}
+	g.PD.Decider, g.PD.NonCachedTokens, g.PD.MinPromptTokens = mc.PD.Decider, mc.PD.NonCachedTokens, mc.PD.MinPromptTokens
+	pdTransfer(&g.PD, ec)
 	return g
+}
+
+// roleOf reads a validated role ("" is both).
+func roleOf(s string) gateway.Role {
+	r, _ := gateway.ParseRole(s)
+	return r
 }
 
 // weighs reports whether the model's admission weighs requests against KV
@@ -262,7 +286,7 @@ func (m *model) addLocked(sp replicaSpec) (*replica, error) {
 	if name == "" {
 		name = u.Host
 	}
-	i, err := m.core.AddReplica(gateway.ReplicaConfig{Name: name, MaxInFlight: sp.maxConcurrency, MaxPending: sp.maxPending, CapacityBlocks: sp.capacity})
+	i, err := m.core.AddReplica(gateway.ReplicaConfig{Name: name, MaxInFlight: sp.maxConcurrency, MaxPending: sp.maxPending, CapacityBlocks: sp.capacity, Role: sp.role})
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.name, err)
 	}
@@ -271,7 +295,7 @@ func (m *model) addLocked(sp replicaSpec) (*replica, error) {
 		if i != len(m.reps) {
 			return nil, fmt.Errorf("model %s: replica %s: the core gave index %d, want %d", m.name, name, i, len(m.reps))
 		}
-		r = &replica{idx: i, name: name, base: u, kvEvents: sp.kvEvents, kvReplay: sp.kvReplay, kvTopic: sp.kvTopic, kvBind: sp.kvBind, group: sp.group}
+		r = &replica{idx: i, name: name, base: u, kvEvents: sp.kvEvents, kvReplay: sp.kvReplay, kvTopic: sp.kvTopic, kvBind: sp.kvBind, group: sp.group, role: sp.role}
 		m.reps = append(m.reps, r)
 		m.byName[name] = r
 	}
@@ -301,6 +325,8 @@ func (m *model) dropMissing(group string, want map[string]bool) (removed []strin
 type modelReload struct {
 	core   gateway.Config
 	policy string
+	// pdTimeout is pd.prefill_timeout.
+	pdTimeout time.Duration
 	// remove are the listed replicas taken out for good, update the staying
 	// ones whose caps change, add the new ones.
 	remove []*replica
@@ -325,6 +351,9 @@ func (m *model) reconfigure(p *modelReload) ([]*replica, error) {
 	m.deliver(o)
 	policy := p.policy
 	m.reloaded.Store(&policy)
+	if p.pdTimeout > 0 {
+		m.pdTimeout.Store(int64(p.pdTimeout))
+	}
 	for _, r := range p.remove {
 		m.deliver(m.core.DetachReplica(now, r.idx))
 		r.retired = true
@@ -420,9 +449,12 @@ func (m *model) live() []*replica {
 // knows the ticket (ended, or rejected), so nothing is called twice and the
 // handler's deferred release can end whatever is still held.
 type attempt struct {
-	t    gateway.Ticket
-	ch   chan granted // the waiter while queued
-	rep  *replica     // nil until dispatched
+	t   gateway.Ticket
+	ch  chan granted // the waiter while queued
+	rep *replica     // nil until dispatched
+	// pre is the prefill replica of a dispatch that prefills remotely
+	// (P/D), nil otherwise or once the prefill has ended in the core.
+	pre  *replica
 	dec  gateway.Decision
 	done bool
 	// submitted is set once Submit ran; queued sums the waits in the queue.
@@ -432,14 +464,27 @@ type attempt struct {
 
 // take applies a decision to a: a dispatch names the replica, a rejection
 // ends the ticket. Call it with mu held, or with a granted's replica.
-func (a *attempt) take(d gateway.Decision, rep *replica) {
+func (a *attempt) take(d gateway.Decision, rep, pre *replica) {
 	a.t = d.Ticket
 	switch d.Kind {
 	case gateway.Dispatched:
-		a.rep, a.dec = rep, d
+		a.rep, a.pre, a.dec = rep, pre, d
 	case gateway.Rejected:
-		a.rep, a.done = nil, true
+		a.rep, a.pre, a.done = nil, nil, true
 	}
+}
+
+// resolve returns the replicas of a decision: its replica and, when it
+// prefills remotely, its prefill replica. Call it with mu held.
+func (m *model) resolve(d gateway.Decision) (rep, pre *replica) {
+	if d.Kind != gateway.Dispatched {
+		return nil, nil
+	}
+	rep = m.reps[d.Replica]
+	if d.Prefill >= 0 && d.Prefill < len(m.reps) {
+		pre = m.reps[d.Prefill]
+	}
+	return rep, pre
 }
 
 // submit hands a new request to the core. A Queued decision registers a's
@@ -473,6 +518,7 @@ func (m *model) retry(a *attempt, fault bool) gateway.Decision {
 		m.watch(a.rep, now)
 	}
 	m.drained(a.rep, now)
+	m.dropPrefill(a, now)
 	a.rep = nil
 	m.settle(a, d)
 	m.deliver(others)
@@ -488,11 +534,8 @@ func (m *model) settle(a *attempt, d gateway.Decision) {
 		m.waiters[d.Ticket] = a.ch
 		return
 	}
-	var rep *replica
-	if d.Kind == gateway.Dispatched {
-		rep = m.reps[d.Replica]
-	}
-	a.take(d, rep)
+	rep, pre := m.resolve(d)
+	a.take(d, rep, pre)
 }
 
 // deliver hands the decisions a core call returned for queued requests to
@@ -507,12 +550,9 @@ func (m *model) deliver(decs []gateway.Decision) {
 			continue
 		}
 		delete(m.waiters, d.Ticket)
-		var rep *replica
-		if d.Kind == gateway.Dispatched {
-			rep = m.reps[d.Replica]
-		}
+		rep, pre := m.resolve(d)
 		select {
-		case ch <- granted{d, rep}:
+		case ch <- granted{d, rep, pre}:
 		default:
 		}
 	}
@@ -574,6 +614,52 @@ func (m *model) poke() {
 	m.rearm(now)
 }
 
+// prefillDone records that a's remote prefill answered with the KV's
+// transfer parameters: its prefill replica's part ends.
+func (m *model) prefillDone(a *attempt) {
+	m.alive()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a.done || a.rep == nil || a.pre == nil {
+		return
+	}
+	now := m.now()
+	pre := a.pre
+	a.pre = nil
+	m.deliver(m.core.PrefillDone(now, a.t))
+	m.drained(pre, now)
+	m.rearm(now)
+}
+
+// prefillFailed records that a's remote prefill failed (fault: the prefill
+// replica is to blame): the request prefills on its decode replica now.
+func (m *model) prefillFailed(a *attempt, fault bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a.done || a.rep == nil || a.pre == nil {
+		return
+	}
+	now := m.now()
+	pre := a.pre
+	a.pre = nil
+	m.deliver(m.core.PrefillFailed(now, a.t, fault))
+	if fault {
+		m.watch(pre, now)
+	}
+	m.drained(pre, now)
+	m.rearm(now)
+}
+
+// dropPrefill forgets a's prefill replica once the core ended its request
+// (Fail and Abort end a remote prefill in progress too). Call it with mu
+// held.
+func (m *model) dropPrefill(a *attempt, now time.Duration) {
+	if a.pre != nil {
+		m.drained(a.pre, now)
+		a.pre = nil
+	}
+}
+
 // firstByte records the first byte of a's response.
 func (m *model) firstByte(a *attempt) {
 	m.alive()
@@ -621,6 +707,7 @@ func (m *model) fail(a *attempt, fault, ok bool) {
 		m.watch(a.rep, now)
 	}
 	m.drained(a.rep, now)
+	m.dropPrefill(a, now)
 	m.rearm(now)
 }
 
@@ -641,6 +728,7 @@ func (m *model) abort(a *attempt, ok bool) {
 	}
 	m.deliver(m.core.Abort(now, a.t))
 	m.drained(a.rep, now)
+	m.dropPrefill(a, now)
 	m.rearm(now)
 }
 

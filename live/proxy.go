@@ -158,7 +158,26 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		s.met.decision(m, a.rep)
 		s.logDecision(reqID, m, &in.req, a, took)
 		ar.replica = a.rep.name
-		t = s.attempt(ctx, in, a.rep, r, reqID)
+		body, remote := in.body, false
+		if a.pre != nil {
+			// Disaggregated: the prefill replica first (pd.go).
+			var stop prefillStop
+			body, stop = s.prefill(ctx, r, in, a, reqID, ar)
+			switch stop {
+			case "client_gone":
+				s.outcomeOf(ar, m.name, "client_gone")
+				ar.status = statusClientGone
+				return // the deferred abort ends the request and its prefill
+			case "timeout":
+				m.fail(a, false, false)
+				s.outcomeOf(ar, m.name, "timeout")
+				ar.status = http.StatusGatewayTimeout
+				s.writeError(w, http.StatusGatewayTimeout, "timeout", "request_timeout", fmt.Sprintf("the request did not complete within request_timeout (%v)", s.cfg.RequestTimeout))
+				return
+			}
+			remote = ar.pd == "remote"
+		}
+		t = s.attempt(ctx, in, body, remote, a.rep, r, reqID)
 		if t.err == nil && !retryable(t.resp.StatusCode) {
 			break
 		}

@@ -98,7 +98,11 @@ func (t *try) close() {
 // first_byte_timeout, or the try fails (and is retried elsewhere); a
 // non-streamed answer's first byte is its end, bounded by request_timeout
 // only.
-func (s *Server) attempt(ctx context.Context, in *inbound, rep *replica, r *http.Request, reqID string) *try {
+//
+// body is what goes to rep: the client's, or a P/D decode's (pd.go);
+// remote says it is the decode of a remote prefill, whose non-streamed
+// answer is read whole to drop any kv_transfer_params the engine echoed.
+func (s *Server) attempt(ctx context.Context, in *inbound, body []byte, remote bool, rep *replica, r *http.Request, reqID string) *try {
 	t := &try{rep: rep}
 	if s.tr != nil {
 		ctx, t.span = s.tr.upstream(ctx, in, rep)
@@ -110,7 +114,10 @@ func (s *Server) attempt(ctx context.Context, in *inbound, rep *replica, r *http
 	if stream {
 		timer = time.AfterFunc(s.cfg.FirstByteTimeout, func() { timedOut.Store(true); t.cancel() })
 	}
-	t.resp, t.reused, t.err = s.forward(t.ctx, rep, r, in.body, reqID)
+	t.resp, t.reused, t.err = s.forward(t.ctx, rep, r, body, reqID)
+	if t.err == nil && remote && !stream {
+		stripKVParams(t.resp)
+	}
 	if t.err == nil && !retryable(t.resp.StatusCode) {
 		t.buf = bufPool.Get().(*[]byte)
 		for t.n == 0 && t.err == nil {

@@ -375,7 +375,7 @@ func (s *Server) prepareModel(m *model, cur, eff *config.Config) (*modelReload, 
 	if err := m.checkReload(g); err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.name, err)
 	}
-	mp := &modelReload{core: g, policy: em.Policy, drained: func(r *replica) { s.dropped(m, r) }}
+	mp := &modelReload{core: g, policy: em.Policy, pdTimeout: em.PD.PrefillTimeout, drained: func(r *replica) { s.dropped(m, r) }}
 	running := map[string]*replica{}
 	for _, r := range m.listed() {
 		running[r.name] = r
@@ -386,7 +386,7 @@ func (s *Server) prepareModel(m *model, cur, eff *config.Config) (*modelReload, 
 		want[nr.Name] = true
 		conc, pending := em.Limits(nr)
 		sp := replicaSpec{name: nr.Name, url: nr.URL, maxConcurrency: conc, maxPending: pending, capacity: em.KVCapacity(nr),
-			kvEvents: nr.KVEvents, kvReplay: nr.KVEventsReplay, kvTopic: nr.KVEventsTopic, kvBind: nr.KVEventsBind}
+			kvEvents: nr.KVEvents, kvReplay: nr.KVEventsReplay, kvTopic: nr.KVEventsTopic, kvBind: nr.KVEventsBind, role: roleOf(nr.Role)}
 		r, ok := running[nr.Name]
 		var or *config.Replica
 		if om != nil {
@@ -399,8 +399,10 @@ func (s *Server) prepareModel(m *model, cur, eff *config.Config) (*modelReload, 
 		switch {
 		case !ok || or == nil:
 			mp.add = append(mp.add, sp)
-		case or.URL != nr.URL || or.KVEvents != nr.KVEvents || or.KVEventsReplay != nr.KVEventsReplay || or.KVEventsTopic != nr.KVEventsTopic || or.KVEventsBind != nr.KVEventsBind:
-			// Another engine under the same name: a new replica.
+		case or.URL != nr.URL || or.KVEvents != nr.KVEvents || or.KVEventsReplay != nr.KVEventsReplay || or.KVEventsTopic != nr.KVEventsTopic || or.KVEventsBind != nr.KVEventsBind ||
+			roleOf(or.Role) != roleOf(nr.Role):
+			// Another engine under the same name (or one with another
+			// role): a new replica.
 			mp.remove = append(mp.remove, r)
 			mp.add = append(mp.add, sp)
 		default:

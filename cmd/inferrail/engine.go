@@ -32,6 +32,7 @@ type engineFlags struct {
 	noPrefixCaching      bool
 	promptTokensDetails  bool
 	kvEventsConfig       string
+	kvTransferConfig     string
 	outputTokens         int
 	seed                 uint64
 	faults               server.Faults
@@ -55,6 +56,7 @@ profile. A client that goes away has its request aborted at once.`,
 		Example: `  inferrail engine --port 8000
   inferrail engine --port 8001 --profile my-gpu.yaml --served-model-name llama --max-num-seqs 64
   inferrail engine --port 8003 --data-parallel-size 2 --enable-expert-parallel
+  inferrail engine --port 8004 --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'
   inferrail engine --port 8002 --enable-prompt-tokens-details \
       --kv-events-config '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:5557"}'`,
 		Args: noArgs,
@@ -89,6 +91,7 @@ func (f *engineFlags) addFlags(cmd *cobra.Command) {
 	fl.BoolVar(&f.noPrefixCaching, "no-enable-prefix-caching", false, "turn the prefix cache off")
 	fl.BoolVar(&f.promptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens")
 	fl.StringVar(&f.kvEventsConfig, "kv-events-config", "", `KV cache events, as vLLM's JSON: {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv"}`)
+	fl.StringVar(&f.kvTransferConfig, "kv-transfer-config", "", `disaggregated prefill/decode, as vLLM's JSON: {"kv_connector":"NixlConnector","kv_role":"kv_producer"} (kv_consumer, kv_both; see docs/pd-live.md)`)
 	fl.IntVar(&f.outputTokens, "output-tokens", 256, "where the mock model stops without ignore_eos (0: it never stops before max_tokens)")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed for generated text and injected faults")
 	fl.Float64Var(&f.faults.ErrorRate, "fault-error-rate", 0, "share of generation requests answered with --fault-error-status")
@@ -132,7 +135,12 @@ func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
 	if f.drain < 0 {
 		return server.Config{}, usagef("--drain-timeout: must be zero (close at once) or positive, got %v", f.drain)
 	}
+	kvt, err := server.ParseKVTransferConfig(f.kvTransferConfig)
+	if err != nil {
+		return server.Config{}, usagef("--kv-transfer-config: %w", err)
+	}
 	cfg := server.Config{
+		KVTransfer:                kvt,
 		Engine:                    ec,
 		ServedModelNames:          f.models,
 		EnablePromptTokensDetails: f.promptTokensDetails,

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
@@ -41,6 +43,13 @@ type Config struct {
 	KVEvents func(at time.Time, events []engine.KVEvent, tokens func(kvblock.Hash) []uint32)
 	// MaxBodyBytes caps request bodies (default 64 MiB).
 	MaxBodyBytes int64
+	// KVTransfer is vLLM's --kv-transfer-config: the engine's part in
+	// disaggregated prefill/decode (kvtransfer.go). The zero value is off.
+	KVTransfer KVTransfer
+	// TransferDial, when set, dials a producer's side channel for a
+	// consumer's KV reads (tests: an in-memory network); default a TCP
+	// dialer.
+	TransferDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Faults are failures injected at random (seeded) into requests, for
@@ -121,6 +130,9 @@ func (c Config) Validate() error {
 	}
 	if f.ErrorStatus != 0 && (f.ErrorStatus < 400 || f.ErrorStatus > 599) {
 		errs = append(errs, fmt.Errorf("fault error status %d: must be a 4xx or 5xx code", f.ErrorStatus))
+	}
+	if err := c.KVTransfer.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("kv transfer config: %w", err))
 	}
 	if c.KVEvents != nil && !c.Engine.EnableKVEvents {
 		errs = append(errs, errors.New("a KV event sink needs engine.enable_kv_events"))

@@ -10,7 +10,12 @@
 // /metrics; POST /reset_prefix_cache), tokenizes with the builtin:sim
 // tokenizer (engine/simtok), generates deterministic text, publishes KV cache
 // events through a hook, aborts a request as soon as its client goes away and
-// can inject faults for tests.
+// can inject faults for tests. With a KV connector (Config.KVTransfer,
+// vLLM's --kv-transfer-config) it plays either side of disaggregated
+// prefill/decode as vLLM's NixlConnector does: a producer answers a prefill
+// with the kv_transfer_params a decode engine reads its KV with, a consumer
+// reads that KV from the producer's side channel, waits the profile's
+// transfer time and decodes (kvtransfer.go; docs/pd-live.md).
 //
 // Start with New and Server.Run (loop.go: the engine goroutine), then
 // handlers.go (HTTP) and wire.go (the JSON bodies, field for field as vLLM

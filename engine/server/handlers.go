@@ -29,6 +29,8 @@ type completionRequest struct {
 	IgnoreEOS     *bool           `json:"ignore_eos"`
 	N             *int            `json:"n"`
 	CacheSalt     *string         `json:"cache_salt"`
+	// KVTransferParams are the P/D connector's (kvtransfer.go).
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 }
 
 type chatRequest struct {
@@ -43,6 +45,7 @@ type chatRequest struct {
 	CacheSalt            *string          `json:"cache_salt"`
 	AddGenerationPrompt  *bool            `json:"add_generation_prompt"`
 	ContinueFinalMessage *bool            `json:"continue_final_message"`
+	KVTransferParams     json.RawMessage  `json:"kv_transfer_params"`
 }
 
 // generation is a validated request, common to both endpoints.
@@ -56,6 +59,8 @@ type generation struct {
 	includeUsage bool
 	cacheSalt    string
 	requestID    string
+	// kv are the request's kv_transfer_params (nil: none).
+	kv *kvParams
 }
 
 // apiError is an error answered with vLLM's error body.
@@ -172,6 +177,9 @@ func (s *Server) parseCompletion(w http.ResponseWriter, r *http.Request) (*gener
 		return nil, err
 	}
 	g.prompt = prompt
+	if g.kv, err = parseKVParams(req.KVTransferParams); err != nil {
+		return nil, err
+	}
 	g.maxTokens = s.cfg.DefaultMaxTokens
 	if req.MaxTokens != nil {
 		g.maxTokens = *req.MaxTokens
@@ -236,6 +244,9 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*generation,
 		return nil, badRequest("messages", "%v", err)
 	}
 	g.prompt = s.tok.Encode(text)
+	if g.kv, err = parseKVParams(req.KVTransferParams); err != nil {
+		return nil, err
+	}
 	field := "max_tokens"
 	switch {
 	case req.MaxCompletionTokens != nil:
@@ -371,6 +382,24 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 			a.stallAt = max(1, a.outLen/2)
 		}
 	}
+	if g.kv != nil && g.kv.doRemotePrefill && s.cfg.KVTransfer.consumes() {
+		// A decode of a remote prefill: its KV is read from the producer
+		// first (kvtransfer.go).
+		err := s.transfer(ctx, g.kv, a, s.cachedTokens(a))
+		switch {
+		case err == nil:
+			a.remote = true
+		case ctx.Err() != nil:
+			return // the client left while the KV moved
+		default:
+			s.met.failedTransfer()
+			if s.cfg.KVTransfer.LoadFailurePolicy == FailureFail {
+				writeError(w, http.StatusInternalServerError, "InternalServerError", "", err.Error())
+				return
+			}
+			// recompute: the request prefills here, as any other.
+		}
+	}
 	reply := make(chan error, 1)
 	if !s.send(command{kind: cmdAdd, req: a, reply: reply}) {
 		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", "the engine is shutting down")
@@ -402,7 +431,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 			return
 		}
 		if finished {
-			s.writeFull(w, g, a, id, created, emitted, cached)
+			s.writeFull(w, r, g, a, id, created, emitted, cached)
 			return
 		}
 	}
@@ -416,21 +445,29 @@ func (s *Server) usage(a *active, emitted, cached int) usage {
 	return u
 }
 
-func (s *Server) writeFull(w http.ResponseWriter, g *generation, a *active, id string, created int64, emitted, cached int) {
+func (s *Server) writeFull(w http.ResponseWriter, r *http.Request, g *generation, a *active, id string, created int64, emitted, cached int) {
 	text := string(s.tok.AppendDecode(nil, a.tokens[a.promptLen:a.promptLen+emitted]))
 	reason := a.finishReason()
+	var kv *kvParamsOut
+	if g.kv != nil && g.kv.doRemoteDecode && s.cfg.KVTransfer.produces() && reason == "length" {
+		// A prefill for a remote decode: vLLM hands its blocks over when
+		// it finished length-capped (request_finished).
+		kv = s.produced(r, a, id)
+	}
 	if g.chat {
 		writeJSON(w, http.StatusOK, chatResponse{
 			ID: id, Object: "chat.completion", Created: created, Model: g.model,
-			Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: text}, FinishReason: reason}},
-			Usage:   s.usage(a, emitted, cached),
+			Choices:          []chatChoice{{Message: chatMessage{Role: "assistant", Content: text}, FinishReason: reason}},
+			Usage:            s.usage(a, emitted, cached),
+			KVTransferParams: kv,
 		})
 		return
 	}
 	writeJSON(w, http.StatusOK, completionResponse{
 		ID: id, Object: "text_completion", Created: created, Model: g.model,
-		Choices: []completionChoice{{Text: text, FinishReason: &reason}},
-		Usage:   s.usage(a, emitted, cached),
+		Choices:          []completionChoice{{Text: text, FinishReason: &reason}},
+		Usage:            s.usage(a, emitted, cached),
+		KVTransferParams: kv,
 	})
 }
 

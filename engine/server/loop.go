@@ -25,6 +25,9 @@ type active struct {
 	// rank is the data-parallel rank serving the request (engine goroutine
 	// only: it labels the request's metrics).
 	rank int
+	// remote: the prompt's KV arrived from a producer (kvtransfer.go); the
+	// engine computes its last token only.
+	remote bool
 
 	// notify is signalled (without blocking) whenever progress changes.
 	notify chan struct{}
@@ -55,6 +58,7 @@ const (
 	cmdAdd cmdKind = iota
 	cmdAbort
 	cmdReset
+	cmdCached
 )
 
 type command struct {
@@ -63,6 +67,9 @@ type command struct {
 	id    engine.RequestID
 	reply chan error
 	ok    chan bool
+	// n answers cmdCached: the leading prompt tokens of req held in the
+	// prefix cache.
+	n chan int
 }
 
 // loop is the engine goroutine's state. Only Run touches it.
@@ -81,6 +88,10 @@ type loop struct {
 	// requests that hold it.
 	blockTokens map[kvblock.Hash]blockRef
 	lastToken   map[engine.RequestID]time.Time
+	// cached counts, for a KV consumer, the ranks whose prefix cache holds
+	// each block (from the engine's KV events), so that a remote prefill
+	// moves only the blocks the engine lacks (nil: not a consumer).
+	cached map[kvblock.Hash]int
 }
 
 type blockRef struct {
@@ -177,6 +188,9 @@ func (l *loop) advance(timer *time.Timer) error {
 			at = now
 		}
 		res := l.eng.Step(at)
+		if l.cached != nil {
+			l.track(res.Events)
+		}
 		if res.Scheduled == 0 {
 			if empty++; empty == maxEmptySteps {
 				return errStuck
@@ -253,6 +267,8 @@ func (l *loop) handle(c command) {
 			OutputTokens: a.outLen,
 			MaxTokens:    a.outLen,
 			BlockHashes:  a.hashes,
+			// The prompt's KV came from a producer (kvtransfer.go).
+			RemotePrefill: a.remote,
 		})
 		if err == nil {
 			a.rank, _ = l.eng.RankOf(a.id)
@@ -271,10 +287,44 @@ func (l *loop) handle(c command) {
 		}
 	case cmdReset:
 		ok, evs := l.eng.ResetPrefixCache()
+		if l.cached != nil {
+			l.track(evs)
+		}
 		if ok && len(evs) > 0 && l.s.cfg.KVEvents != nil {
 			l.s.cfg.KVEvents(time.Now(), evs, l.tokensOf)
 		}
 		c.ok <- ok
+	case cmdCached:
+		n := 0
+		for _, h := range c.req.hashes {
+			if l.cached[h] == 0 || (n+1)*l.eng.Config().BlockSize > c.req.promptLen {
+				break
+			}
+			n++
+		}
+		c.n <- n * l.eng.Config().BlockSize
+	}
+}
+
+// track applies KV events to the consumer's view of its prefix cache.
+func (l *loop) track(evs []engine.KVEvent) {
+	for _, ev := range evs {
+		switch ev.Kind {
+		case engine.BlockStored:
+			for _, h := range ev.BlockHashes {
+				l.cached[h]++
+			}
+		case engine.BlockRemoved:
+			for _, h := range ev.BlockHashes {
+				if l.cached[h] <= 1 {
+					delete(l.cached, h)
+				} else {
+					l.cached[h]--
+				}
+			}
+		case engine.AllBlocksCleared:
+			clear(l.cached)
+		}
 	}
 }
 

@@ -44,6 +44,12 @@ type metrics struct {
 	promptLen, genLen []prometheus.Observer
 	iteration         []prometheus.Observer
 	success           [][3]prometheus.Counter // stop, length, abort
+
+	// NIXL's transfer metrics, with a KV connector (nil without): a
+	// consumer's reads of remote prefills. Labelled engine "0": a transfer
+	// is the API server's, before any rank has the request.
+	xferTime, xferBytes prometheus.Observer
+	xferFailed          prometheus.Counter
 }
 
 func newMetrics(cfg *Config) *metrics {
@@ -77,6 +83,20 @@ func newMetrics(cfg *Config) *metrics {
 		}
 	}
 	m.reg.MustRegister(success)
+	if cfg.KVTransfer.On() {
+		// As vLLM's NixlPromMetrics names and buckets them.
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "vllm:nixl_xfer_time_seconds", Help: "Histogram of transfer duration for NIXL KV Cache transfers.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0}, ConstLabels: labels}, []string{"engine"})
+		var bb []float64
+		for i := 1; i < 25; i += 2 {
+			bb = append(bb, float64(uint64(1)<<(10+i)))
+		}
+		b := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "vllm:nixl_bytes_transferred", Help: "Histogram of bytes transferred per NIXL KV Cache transfers.",
+			Buckets: bb, ConstLabels: labels}, []string{"engine"})
+		f := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:nixl_num_failed_transfers_total", Help: "Number of failed NIXL KV Cache transfers.", ConstLabels: labels}, []string{"engine"})
+		m.reg.MustRegister(h, b, f)
+		m.xferTime, m.xferBytes, m.xferFailed = h.WithLabelValues("0"), b.WithLabelValues("0"), f.WithLabelValues("0")
+	}
 	m.reg.MustRegister(newEngineCollector(m, cfg, labels))
 	m.snapshot.Store(&engine.Metrics{NumGPUBlocks: cfg.Engine.NumGPUBlocks * n})
 	if n > 1 {
@@ -124,6 +144,24 @@ func (m *metrics) finished(a *active, reason string, now time.Time) {
 }
 
 func (m *metrics) aborted(a *active) { m.success[a.rank][2].Inc() }
+
+// transferred records a consumer's KV transfer of tokens that took d.
+func (m *metrics) transferred(d time.Duration, tokens int, c engine.Config) {
+	if m.xferTime == nil {
+		return
+	}
+	m.xferTime.Observe(d.Seconds())
+	if b, ok := kvBytes(c, tokens); ok {
+		m.xferBytes.Observe(b)
+	}
+}
+
+// failedTransfer counts a consumer's failed KV transfer.
+func (m *metrics) failedTransfer() {
+	if m.xferFailed != nil {
+		m.xferFailed.Inc()
+	}
+}
 
 // engineCollector exposes the engine's own gauges and counters from the
 // snapshot the engine goroutine publishes after every step and command: one

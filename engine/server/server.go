@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,12 @@ type Server struct {
 	salt  kvblock.Hash
 	start time.Time
 
+	// held are a producer's finished prefills waiting for their remote
+	// read; xfer is a consumer's client of producers' side channels
+	// (kvtransfer.go).
+	held heldTable
+	xfer *http.Client
+
 	running atomic.Bool
 	done    chan struct{} // closed when Run returns
 	nextID  atomic.Uint64
@@ -54,6 +61,19 @@ func New(cfg Config) (*Server, error) {
 		done: make(chan struct{}),
 		rng:  seed.Rand(cfg.Seed, "engine/server"),
 	}
+	s.cfg.KVTransfer.setDefaults(seed.Rand(cfg.Seed, "engine/server/kv_transfer"))
+	if s.cfg.KVTransfer.consumes() {
+		dial := cfg.TransferDial
+		if dial == nil {
+			d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+			dial = d.DialContext
+		}
+		s.xfer = &http.Client{
+			Transport: &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second},
+			// A side channel never redirects; a redirect is not followed.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
 	s.met = newMetrics(&s.cfg)
 	return s, nil
 }
@@ -65,7 +85,13 @@ func (s *Server) Run(ctx context.Context) error {
 		return errors.New("engine server: Run called twice")
 	}
 	defer close(s.done)
-	eng, err := engine.NewGroup(s.cfg.Engine)
+	ec := s.cfg.Engine
+	if s.cfg.KVTransfer.consumes() {
+		// A consumer follows its prefix cache through the engine's KV
+		// events (loop.track); they reach a sink only when one is set.
+		ec.EnableKVEvents = true
+	}
+	eng, err := engine.NewGroup(ec)
 	if err != nil {
 		return fmt.Errorf("engine server: %w", err)
 	}
@@ -78,6 +104,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.cfg.KVEvents != nil {
 		l.blockTokens = make(map[kvblock.Hash]blockRef)
+	}
+	if s.cfg.KVTransfer.consumes() {
+		l.cached = make(map[kvblock.Hash]int)
 	}
 	return l.run(ctx)
 }
@@ -96,6 +125,9 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"version": s.cfg.Version})
 	})
 	mux.HandleFunc("POST /reset_prefix_cache", s.handleReset)
+	if s.cfg.KVTransfer.produces() {
+		mux.HandleFunc("POST "+SideChannelPath, s.handleRead)
+	}
 	metricsHandler := promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Faults.GarbageMetrics {
@@ -109,6 +141,9 @@ func (s *Server) Handler() http.Handler {
 	allowed := map[string]string{
 		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/embeddings": "POST", "/v1/models": "GET", "/health": "GET",
 		"/version": "GET", "/reset_prefix_cache": "POST", "/metrics": "GET",
+	}
+	if s.cfg.KVTransfer.produces() {
+		allowed[SideChannelPath] = "POST"
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if m, ok := allowed[r.URL.Path]; ok {

@@ -72,7 +72,7 @@ type completionResponse struct {
 	ServiceTier       *string            `json:"service_tier"`
 	SystemFingerprint *string            `json:"system_fingerprint"`
 	Usage             usage              `json:"usage"`
-	KVTransferParams  *string            `json:"kv_transfer_params"`
+	KVTransferParams  *kvParamsOut       `json:"kv_transfer_params"`
 	ECTransferParams  *string            `json:"ec_transfer_params"`
 	Metrics           *string            `json:"metrics"`
 }
@@ -129,7 +129,7 @@ type chatResponse struct {
 	PromptLogprobs    *string      `json:"prompt_logprobs"`
 	PromptTokenIDs    *[]int       `json:"prompt_token_ids"`
 	PromptText        *string      `json:"prompt_text"`
-	KVTransferParams  *string      `json:"kv_transfer_params"`
+	KVTransferParams  *kvParamsOut `json:"kv_transfer_params"`
 	ECTransferParams  *string      `json:"ec_transfer_params"`
 	Metrics           *string      `json:"metrics"`
 }

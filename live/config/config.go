@@ -551,10 +551,39 @@ type Model struct {
 	// ttl 1h); it needs response_cache enabled, whose determinism rule and
 	// tenant it uses and whose captured answers it stores.
 	SemanticCache semcache.Config `yaml:"semantic_cache"`
+	// PD configures disaggregated prefill/decode (docs/pd-live.md): it
+	// matters when some replica has role: prefill.
+	PD PD `yaml:"pd"`
 	// Replicas are the listed replicas.
 	Replicas []Replica `yaml:"replicas"`
 	// DNS are the DNS groups: every address of a group is a replica.
 	DNS []DNSGroup `yaml:"dns"`
+}
+
+// PD configures a model's disaggregated prefill/decode (P/D): a request
+// the decider sends to a prefill replica is prefilled there (vLLM's
+// NixlConnector protocol: max_tokens 1, kv_transfer_params
+// do_remote_decode), then decoded on the replica the policy chose, which
+// reads the prompt's KV from the prefill replica. A prefill that fails
+// falls back to a local prefill on the decode replica.
+type PD struct {
+	// Decider decides remote or local prefill, one of
+	// gateway.Deciders(): "auto" (the policy's own: dynamo for dynamo,
+	// cost for cost_model, threshold for the others), "threshold" (llm-d's
+	// prefix-based decider), "cost", "dynamo", "always", "never". Default
+	// "auto".
+	Decider string `yaml:"decider"`
+	// NonCachedTokens is the least prompt the decode replica does not
+	// have cached that is worth a remote prefill (threshold, cost).
+	// Default 16 (llm-d's shipped P/D configurations).
+	NonCachedTokens int `yaml:"non_cached_tokens"`
+	// MinPromptTokens is the least prompt prefilled remotely (threshold;
+	// 0: any). Default 0.
+	MinPromptTokens int `yaml:"min_prompt_tokens"`
+	// PrefillTimeout bounds a prefill request, from its send to its whole
+	// answer; past it the request falls back to a local prefill. Default
+	// 60s.
+	PrefillTimeout time.Duration `yaml:"prefill_timeout"`
 }
 
 // Queue bounds a model's queue of requests no replica admits yet. Requests
@@ -605,6 +634,12 @@ type Replica struct {
 	// as vLLM's publisher does when its endpoint has no "*". Default
 	// false: the proxy connects to the engine's bound endpoint.
 	KVEventsBind bool `yaml:"kv_events_bind"`
+	// Role is what the replica serves under disaggregated prefill/decode:
+	// "prefill" (only the prefills of requests decoded elsewhere: a vLLM
+	// with --kv-transfer-config kv_role kv_producer), "decode" (never a
+	// remote prefill: kv_consumer) or "both" (everything: kv_both, or an
+	// engine without a connector). Default "both".
+	Role string `yaml:"role"`
 }
 
 // DNSGroup is a DNS name whose every address is a replica.
@@ -624,6 +659,8 @@ type DNSGroup struct {
 	KVEventsReplayPort int `yaml:"kv_events_replay_port"`
 	// KVEventsTopic is the topic subscribed to; "" is every topic.
 	KVEventsTopic string `yaml:"kv_events_topic"`
+	// Role is every address's role, as a replica's role. Default "both".
+	Role string `yaml:"role"`
 }
 
 // Default returns the defaults of every field, with no models.
@@ -693,6 +730,7 @@ func DefaultModel() Model {
 		Queue:          Queue{MaxRequests: g.Queue.MaxRequests, MaxBytes: ByteSize(g.Queue.MaxBytes), Timeout: g.Queue.Timeout},
 		ResponseCache:  respcache.DefaultConfig(),
 		SemanticCache:  semcache.DefaultConfig(),
+		PD:             PD{Decider: g.PD.Decider, NonCachedTokens: g.PD.NonCachedTokens, MinPromptTokens: g.PD.MinPromptTokens, PrefillTimeout: time.Minute},
 	}
 }
 

@@ -93,7 +93,8 @@ func TestDefaultValues(t *testing.T) {
 		{"dns_refresh", d.DNSRefresh, 10 * time.Second},
 		{"model", DefaultModel(), Model{Policy: "cost_model", Tokenizer: "builtin:sim", Index: "approximate", BlockSize: 16, MaxConcurrency: 256, MaxPending: 64,
 			Admission: "kv", Overcommit: 1, OutputQuantile: 0.75, MaxPriority: 10, Queue: Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second},
-			ResponseCache: respcache.DefaultConfig(), SemanticCache: semcache.DefaultConfig()}},
+			ResponseCache: respcache.DefaultConfig(), SemanticCache: semcache.DefaultConfig(),
+			PD: PD{Decider: "auto", NonCachedTokens: 16, PrefillTimeout: time.Minute}}},
 		{"response_cache", DefaultModel().ResponseCache, respcache.Config{Enabled: false, Store: "memory", TTL: time.Hour, MaxBytes: 0, MaxEntryBytes: respcache.MiB,
 			MaxTemperature: 0, TenantHeader: "", MaxWait: 30 * time.Second, Redis: respcache.RedisConfig{KeyPrefix: "ir:rc:", Timeout: 50 * time.Millisecond}}},
 		{"semantic_cache", DefaultModel().SemanticCache, semcache.Config{Enabled: false, Threshold: 0.95, Store: "memory", TTL: time.Hour, MaxEntryBytes: 1 << 20, MaxTextBytes: 2048,
@@ -218,6 +219,7 @@ models:
         kv_events_replay: tcp://engine.example:5558
         kv_events_topic: kv
         kv_events_bind: true
+        role: decode
     dns:
       - name: g
         host: vllm.default.svc.cluster.local
@@ -226,6 +228,8 @@ models:
         kv_events_port: 5557
         kv_events_replay_port: 5558
         kv_events_topic: kv
+        role: both
+    pd: {decider: cost, non_cached_tokens: 256, min_prompt_tokens: 512, prefill_timeout: 7s}
 `
 	c, err := Parse([]byte(doc))
 	if err != nil {
@@ -266,8 +270,9 @@ models:
 			SemanticCache: semcache.Config{Enabled: true, Threshold: 0.97, Store: "pgvector", TTL: 10 * time.Minute, MaxEntries: 50, MaxEntryBytes: 4096, MaxTextBytes: 512,
 				Embeddings: semcache.EmbeddingsConfig{URL: "http://127.0.0.1:8000", Model: "emb", Timeout: 2 * time.Second, Dimensions: 384, APIKeyFile: pwFile},
 				Postgres:   semcache.PostgresConfig{DSN: "postgres://u@db.example/x", Table: "sc", Timeout: time.Second, MaxConns: 2}},
-			Replicas: []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, 5000, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv", true}},
-			DNS:      []DNSGroup{{"g", "vllm.default.svc.cluster.local", 8000, "https", 5557, 5558, "kv"}},
+			PD:       PD{Decider: "cost", NonCachedTokens: 256, MinPromptTokens: 512, PrefillTimeout: 7 * time.Second},
+			Replicas: []Replica{{"r", "https://engine.example:8443/prefix", 3, 4, 5000, "tcp://engine.example:5557", "tcp://engine.example:5558", "kv", true, "decode"}},
+			DNS:      []DNSGroup{{"g", "vllm.default.svc.cluster.local", 8000, "https", 5557, 5558, "kv", "both"}},
 		}},
 	}
 	if !reflect.DeepEqual(*c, want) {

@@ -484,6 +484,7 @@ func (k *checker) model(p string, m *Model) {
 	k.intIn(p+".max_pending", m.MaxPending, 1, maxCount)
 	k.admission(p, m)
 	k.caches(p, m)
+	k.pd(p, m)
 	if len(m.Replicas) == 0 && len(m.DNS) == 0 && (m.Name == "" || m.Name != k.poolModel) {
 		k.fail(p, "needs at least one entry in replicas or dns")
 	}
@@ -572,6 +573,43 @@ func (k *checker) model(p string, m *Model) {
 		if g.KVEventsReplayPort != 0 {
 			k.intIn(gp+".kv_events_replay_port", g.KVEventsReplayPort, 1, 65535)
 		}
+	}
+}
+
+// pd checks a model's pd block and its replicas' roles: a model with a
+// prefill replica needs one to decode on.
+func (k *checker) pd(p string, m *Model) {
+	d := &m.PD
+	if d.Decider != "" && !slices.Contains(gateway.Deciders(), d.Decider) {
+		k.fail(p+".pd.decider", "unknown decider %q; want one of %s", d.Decider, strings.Join(gateway.Deciders(), ", "))
+	}
+	k.intIn(p+".pd.non_cached_tokens", d.NonCachedTokens, 0, maxModelLen)
+	k.intIn(p+".pd.min_prompt_tokens", d.MinPromptTokens, 0, maxModelLen)
+	if d.PrefillTimeout <= 0 {
+		k.fail(p+".pd.prefill_timeout", `must be positive: the longest a prefill request may take, such as "60s"; got %v`, d.PrefillTimeout)
+	}
+	firstPrefill, decoders := "", 0
+	role := func(path, s string) {
+		r, err := gateway.ParseRole(s)
+		if err != nil {
+			k.fail(path, `unknown role %q; want "prefill", "decode" or "both" (the default)`, s)
+			return
+		}
+		switch {
+		case r == gateway.RolePrefill && firstPrefill == "":
+			firstPrefill = path
+		case r != gateway.RolePrefill:
+			decoders++
+		}
+	}
+	for j := range m.Replicas {
+		role(p+".replicas["+strconv.Itoa(j)+"].role", m.Replicas[j].Role)
+	}
+	for j := range m.DNS {
+		role(p+".dns["+strconv.Itoa(j)+"].role", m.DNS[j].Role)
+	}
+	if firstPrefill != "" && decoders == 0 {
+		k.fail(firstPrefill, "the model has prefill replicas but none to decode on: give some replica (or dns group) role decode or both")
 	}
 }
 

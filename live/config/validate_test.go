@@ -67,6 +67,21 @@ func TestValidateRules(t *testing.T) {
 		{"ledger refresh over ttl/3", func(c *Config) { c.Tenancy.Ledger.RefreshInterval = 5 * time.Second }, "tenancy.ledger.refresh_interval", "lease_ttl/3"},
 		{"ledger policy", func(c *Config) { c.Tenancy.Ledger.OnRedisError = "retry" }, "tenancy.ledger.on_redis_error", "closed"},
 		{"ledger gateway id", func(c *Config) { c.Tenancy.Ledger.GatewayID = "a b" }, "tenancy.ledger.gateway_id", "without spaces"},
+		// disaggregated prefill/decode
+		{"pd decider", func(c *Config) { m0(c).PD.Decider = "sometimes" }, "models[0].pd.decider", "threshold, cost, dynamo, always, never"},
+		{"pd non_cached_tokens", func(c *Config) { m0(c).PD.NonCachedTokens = -1 }, "models[0].pd.non_cached_tokens", ""},
+		{"pd min_prompt_tokens", func(c *Config) { m0(c).PD.MinPromptTokens = -5 }, "models[0].pd.min_prompt_tokens", ""},
+		{"pd prefill_timeout", func(c *Config) { m0(c).PD.PrefillTimeout = 0 }, "models[0].pd.prefill_timeout", "must be positive"},
+		{"replica role", func(c *Config) { r0(c).Role = "prefiller" }, "models[0].replicas[0].role", `"prefill", "decode" or "both"`},
+		{"dns role", func(c *Config) { withDNS(c).Role = "Decode" }, "models[0].dns[0].role", `unknown role "Decode"`},
+		{"prefill replicas and none to decode on", func(c *Config) {
+			c.Models[0].Replicas[0].Role, c.Models[0].Replicas[1].Role = "prefill", "prefill"
+		}, "models[0].replicas[0].role", "none to decode on"},
+		{"prefill replicas and a prefill dns group", func(c *Config) {
+			c.Models[0].Replicas = c.Models[0].Replicas[:1]
+			r0(c).Role = "prefill"
+			withDNS(c).Role = "prefill"
+		}, "models[0].replicas[0].role", "none to decode on"},
 		// the response caches
 		{"response cache ttl", func(c *Config) { m0(c).ResponseCache.TTL = 0 }, "models[0].response_cache.ttl", "from 1s to 720h0m0s, got 0s"},
 		{"response cache redis without addr", func(c *Config) { m0(c).ResponseCache.Store = "redis" }, "models[0].response_cache.redis.addr", "required with store: redis"},
@@ -398,6 +413,19 @@ func TestValidateAccepts(t *testing.T) {
 		}},
 		{"store without keys", func(c *Config) { c.Tenancy.Store = "sqlite://" + filepath.Join(tmp, "t.db") }},
 		{"redis unix socket", func(c *Config) { c.Tenancy.Redis.Address = "unix:///run/redis/redis.sock" }},
+		{"pd pools", func(c *Config) {
+			c.Models[0].Replicas[0].Role, c.Models[0].Replicas[1].Role = "prefill", "decode"
+			c.Models[0].PD = PD{Decider: "always", PrefillTimeout: time.Millisecond}
+		}},
+		{"prefill replica and a dns group to decode on", func(c *Config) {
+			c.Models[0].Replicas = c.Models[0].Replicas[:1]
+			c.Models[0].Replicas[0].Role = "prefill"
+			c.Models[0].DNS = []DNSGroup{{Name: "g", Host: "pool.local", Port: 8000, Scheme: "http"}}
+		}},
+		{"every role spelled", func(c *Config) {
+			c.Models[0].Replicas[0].Role, c.Models[0].Replicas[1].Role = "both", ""
+			c.Models[0].PD.Decider = ""
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

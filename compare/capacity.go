@@ -28,13 +28,26 @@ type CapacitySpec struct {
 	Rate float64
 	// MaxReplicas bounds the search.
 	MaxReplicas int
-	Parallel    int
-	Progress    func(done, total int)
+	// Split, when set, searches the P/D split too: every fleet size n
+	// probed runs the aggregated fleet and every split of n into p
+	// prefill and n-p decode replicas (p from 1 to n-1); n meets the SLO
+	// when any of them does, and the size's point is its best split
+	// (SizePoint.Pool). Base's own pools must then be unset.
+	Split    bool
+	Parallel int
+	Progress func(done, total int)
 }
 
 // SizePoint is one fleet size evaluated for a policy: medians over seeds.
+// In a search over splits (CapacitySpec.Split) it is the size's best
+// split: of those meeting the SLO the one with the lowest TTFT p99, else
+// the lowest TTFT p99 of all, ties going to fewer prefill replicas (the
+// aggregated fleet counting as none).
 type SizePoint struct {
-	Replicas  int
+	Replicas int
+	// Pool is the split the point ran: Base's pools, or in a search over
+	// splits the best one (the zero Pool: aggregated).
+	Pool      Pool
 	TTFTP99Ms float64
 	TPOTP99Ms float64
 	// Met: every request completed and the medians over seeds of TTFT p99
@@ -60,6 +73,11 @@ type CapacityResult struct {
 	Label     string // Variant.Label
 	// Replicas is the fewest replicas meeting the SLO, 0 if none up to MaxReplicas.
 	Replicas int
+	// Split says the search tried every P/D split (CapacitySpec.Split);
+	// Pool is then the best split at Replicas (SizePoint.Pool; the zero
+	// Pool: aggregated, and always when Replicas is 0).
+	Split bool
+	Pool  Pool
 	// Points are the fleet sizes evaluated, ascending.
 	Points []SizePoint
 	// Warning, when set, says the answer may be too low: a seed's run at
@@ -81,6 +99,17 @@ func (s *CapacitySpec) Validate() error {
 		errs = append(errs, fmt.Errorf("max-replicas: must be between 1 and %d, got %d", fleet.MaxReplicas, s.MaxReplicas))
 	}
 	sp := s.spec()
+	if s.Split {
+		if !poolOf(s.Base).Aggregated() {
+			errs = append(errs, fmt.Errorf("pd-split: searches the prefill/decode split itself: leave prefill_replicas and decode_replicas unset, got %d and %d",
+				s.Base.PrefillReplicas, s.Base.DecodeReplicas))
+		}
+		// The splits must be valid too: the base is checked aggregated and
+		// with a prefill and a decode replica.
+		sp.Base.PrefillReplicas, sp.Base.DecodeReplicas = 0, 0
+		sp.Base.Replicas = max(sp.Base.Replicas, 2)
+		sp.Pools = []Pool{{}, {Prefill: 1, Decode: 1}}
+	}
 	if s.Rate > 0 {
 		if err := sp.Validate(); err != nil {
 			errs = append(errs, err)
@@ -102,8 +131,9 @@ func (s *CapacitySpec) Variants() []Variant {
 
 // Capacity finds, for every variant, the fewest replicas in
 // [1, MaxReplicas] that meet the SLO at Rate, by binary search (latency
-// falls as replicas are added). Every probe runs all seeds; probes of
-// different variants run in parallel. Results follow Variants order.
+// falls as replicas are added). Every probe runs all seeds, and with Split
+// every split of the size; probes of different variants run in parallel.
+// Results follow Variants order.
 func Capacity(ctx context.Context, s CapacitySpec) ([]CapacityResult, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -140,8 +170,13 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 	for {
 		// Each unresolved policy probes one fleet size this round: first the
 		// largest, to see whether the SLO can be met at all, then midpoints.
+		// A probe is one variant at one size: a group of seeds per split.
+		type probe struct {
+			variant int
+			pools   []Pool
+		}
 		var jobs []job
-		var probes []int // variant index per job group
+		var probes []probe
 		for i, x := range st {
 			if x.done {
 				continue
@@ -150,9 +185,14 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 			if x.known {
 				n = (x.lo + x.hi) / 2
 			}
-			probes = append(probes, i)
-			for _, seed := range s.Seeds {
-				jobs = append(jobs, job{Variant: vs[i], seed: seed, rate: s.Rate, replicas: n})
+			pools := s.splits(vs[i].Pool, n)
+			probes = append(probes, probe{i, pools})
+			for _, pool := range pools {
+				v := vs[i]
+				v.Pool = pool
+				for _, seed := range s.Seeds {
+					jobs = append(jobs, job{Variant: v, seed: seed, rate: s.Rate, replicas: n})
+				}
 			}
 		}
 		if len(jobs) == 0 {
@@ -163,12 +203,21 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 		if err != nil {
 			return nil, err
 		}
-		for g, i := range probes {
-			group := pts[g*len(s.Seeds) : (g+1)*len(s.Seeds)]
-			p := evaluate(group, s.Base.SLO)
-			for _, pt := range group {
-				fails[i] = append(fails[i], results.Summary{Failed: pt.Summary.Failed, FailedBy: pt.Summary.FailedBy, FailureReasons: pt.Summary.FailureReasons})
+		at := 0
+		for _, pr := range probes {
+			i := pr.variant
+			var cands []SizePoint
+			for _, pool := range pr.pools {
+				group := pts[at : at+len(s.Seeds)]
+				at += len(s.Seeds)
+				c := evaluate(group, s.Base.SLO)
+				c.Pool = pool
+				cands = append(cands, c)
+				for _, pt := range group {
+					fails[i] = append(fails[i], results.Summary{Failed: pt.Summary.Failed, FailedBy: pt.Summary.FailedBy, FailureReasons: pt.Summary.FailureReasons})
+				}
 			}
+			p := bestSplit(cands)
 			x := st[i]
 			x.points[p.Replicas] = p
 			switch {
@@ -189,21 +238,54 @@ func capacity(ctx context.Context, s CapacitySpec, run runner) ([]CapacityResult
 	out := make([]CapacityResult, len(vs))
 	for i, x := range st {
 		v := vs[i]
-		r := CapacityResult{Policy: v.Policy, Admission: v.Admission, Ledger: v.Ledger, Label: v.Label, Replicas: x.hi, failures: fails[i]}
+		r := CapacityResult{Policy: v.Policy, Admission: v.Admission, Ledger: v.Ledger, Label: v.Label, Replicas: x.hi, Split: s.Split, failures: fails[i]}
 		for _, p := range x.points {
 			r.Points = append(r.Points, p)
 		}
 		slices.SortFunc(r.Points, func(a, b SizePoint) int { return a.Replicas - b.Replicas })
-		if p, ok := x.points[r.Replicas]; ok && r.Replicas > 0 && p.Unsteady > 0 {
-			r.Warning = fmt.Sprintf("%s: %d replicas may be too few: %d of %d seeds' runs at %d replicas are %s",
-				v.Label, r.Replicas, p.Unsteady, len(s.Seeds), r.Replicas, p.Warning)
+		if p, ok := x.points[r.Replicas]; ok && r.Replicas > 0 {
+			if s.Split {
+				r.Pool = p.Pool
+			}
+			if p.Unsteady > 0 {
+				r.Warning = fmt.Sprintf("%s: %d replicas may be too few: %d of %d seeds' runs at %d replicas are %s",
+					v.Label, r.Replicas, p.Unsteady, len(s.Seeds), r.Replicas, p.Warning)
+			}
 		}
 		out[i] = r
 	}
 	return out, nil
 }
 
-// evaluate reduces one fleet size's seeds to a point.
+// splits lists the pools a probe of n replicas runs: the variant's own
+// pool, or in a search over splits the aggregated fleet and then p prefill
+// and n-p decode replicas for p from 1 to n-1.
+func (s *CapacitySpec) splits(own Pool, n int) []Pool {
+	if !s.Split {
+		return []Pool{own}
+	}
+	out := []Pool{{}}
+	for p := 1; p < n; p++ {
+		out = append(out, Pool{Prefill: p, Decode: n - p})
+	}
+	return out
+}
+
+// bestSplit is the best of one size's splits (in splits order: fewer
+// prefill replicas first): of those meeting the SLO the lowest TTFT p99,
+// else the lowest TTFT p99 of all; ties go to the earlier.
+func bestSplit(cands []SizePoint) SizePoint {
+	best := 0
+	for i, c := range cands[1:] {
+		b := cands[best]
+		if (c.Met && !b.Met) || (c.Met == b.Met && c.TTFTP99Ms < b.TTFTP99Ms) {
+			best = i + 1
+		}
+	}
+	return cands[best]
+}
+
+// evaluate reduces one fleet size's seeds (of one split) to a point.
 func evaluate(group []Point, slo results.SLO) SizePoint {
 	ttft := make([]float64, len(group))
 	tpot := make([]float64, len(group))

@@ -70,6 +70,11 @@ type Spec struct {
 	// workload whose tenants have limits. Empty means Base's alone
 	// (Base.NoLimits).
 	Limits []string
+	// Pools are the prefill/decode splits of Base.Replicas to compare under
+	// every policy (disaggregated P/D: fleet.Config.PrefillReplicas and
+	// DecodeReplicas; the zero Pool is the aggregated fleet), in report
+	// order. Empty means Base's pools alone.
+	Pools []Pool
 	// Isolate, when set, names a tenant of the workload's mix: every
 	// variant also runs without it (workload.Config.WithoutTenants), on the
 	// same seeds, so that the other tenants' requests are the same in both
@@ -98,6 +103,8 @@ type Point struct {
 	// Limits and Without are the variant's (Variant.Limits, Variant.Without).
 	Limits  string
 	Without string
+	// Pool is the variant's P/D split (Variant.Pool).
+	Pool Pool
 	// Label names the point's variant (Variant.Label): what the report
 	// calls it.
 	Label    string
@@ -109,8 +116,8 @@ type Point struct {
 }
 
 // Variant is one compared configuration: a policy under one admission rule,
-// one ledger and one tenant limits switch, with the whole workload or
-// without the isolated tenant.
+// one ledger, one tenant limits switch and one P/D pool, with the whole
+// workload or without the isolated tenant.
 type Variant struct {
 	Policy    string
 	Admission gateway.Admission
@@ -118,6 +125,8 @@ type Variant struct {
 	// Limits is fleet.LimitsOn or fleet.LimitsOff: whether the workload's
 	// tenant limits apply.
 	Limits string
+	// Pool is the fleet's prefill/decode split (the zero Pool: aggregated).
+	Pool Pool
 	// Without is the tenant left out of the run (Spec.Isolate), "" for the
 	// whole workload.
 	Without string
@@ -126,14 +135,16 @@ type Variant struct {
 	// of policies always had), else policy+admission, e.g. cost_model+kv,
 	// and +ledger when it compares several ledgers, e.g.
 	// cost_model+kv+independent; then +limits-on or +limits-off when it
-	// compares tenant limits, and +without-TENANT for the run without the
-	// isolated tenant, e.g. cost_model+limits-off+without-noisy.
+	// compares tenant limits, the pool (Pool.String) when it compares
+	// several pools, e.g. cost_model+P2D6 or cost_model+aggregated, and
+	// +without-TENANT for the run without the isolated tenant, e.g.
+	// cost_model+limits-off+without-noisy.
 	Label string
 }
 
-// variants lists policy x admission x ledger x limits x (with, without the
-// isolated tenant), in that nesting order.
-func variants(policies []string, admissions []gateway.Admission, ledgers []string, limits []string, isolate string) []Variant {
+// variants lists policy x admission x ledger x limits x pool x (with,
+// without the isolated tenant), in that nesting order.
+func variants(policies []string, admissions []gateway.Admission, ledgers []string, limits []string, pools []Pool, isolate string) []Variant {
 	withouts := []string{""}
 	if isolate != "" {
 		withouts = append(withouts, isolate)
@@ -143,21 +154,26 @@ func variants(policies []string, admissions []gateway.Admission, ledgers []strin
 		for _, a := range admissions {
 			for _, l := range ledgers {
 				for _, lim := range limits {
-					for _, wo := range withouts {
-						label := p
-						if len(admissions) > 1 || len(ledgers) > 1 {
-							label += "+" + string(a)
+					for _, pool := range pools {
+						for _, wo := range withouts {
+							label := p
+							if len(admissions) > 1 || len(ledgers) > 1 {
+								label += "+" + string(a)
+							}
+							if len(ledgers) > 1 {
+								label += "+" + l
+							}
+							if len(limits) > 1 {
+								label += "+limits-" + lim
+							}
+							if len(pools) > 1 {
+								label += "+" + pool.String()
+							}
+							if wo != "" {
+								label += "+without-" + wo
+							}
+							out = append(out, Variant{Policy: p, Admission: a, Ledger: l, Limits: lim, Pool: pool, Without: wo, Label: label})
 						}
-						if len(ledgers) > 1 {
-							label += "+" + l
-						}
-						if len(limits) > 1 {
-							label += "+limits-" + lim
-						}
-						if wo != "" {
-							label += "+without-" + wo
-						}
-						out = append(out, Variant{Policy: p, Admission: a, Ledger: l, Limits: lim, Without: wo, Label: label})
 					}
 				}
 			}
@@ -167,10 +183,10 @@ func variants(policies []string, admissions []gateway.Admission, ledgers []strin
 }
 
 // Variants lists the compared configurations in report order: by policy,
-// then admission rule, ledger and tenant limits, each with the whole
+// then admission rule, ledger, tenant limits and pool, each with the whole
 // workload first and then without the isolated tenant.
 func (s *Spec) Variants() []Variant {
-	return variants(s.Policies, s.admissions(), s.ledgers(), s.limits(), s.Isolate)
+	return variants(s.Policies, s.admissions(), s.ledgers(), s.limits(), s.pools(), s.Isolate)
 }
 
 func (s *Spec) limits() []string {
@@ -194,6 +210,7 @@ func (v *Variant) configure(c *fleet.Config) {
 	c.Admission = v.Admission
 	c.Ledger = v.Ledger
 	c.NoLimits = v.Limits == fleet.LimitsOff
+	c.PrefillReplicas, c.DecodeReplicas = v.Pool.Prefill, v.Pool.Decode
 	if v.Without != "" {
 		c.Workload.WithoutTenants = append(slices.Clone(c.Workload.WithoutTenants), v.Without)
 	}
@@ -265,6 +282,14 @@ func (s *Spec) Validate() error {
 		}
 		seenLim[l] = true
 	}
+	validPools, poolErrs := s.validatePools()
+	errs = append(errs, poolErrs...)
+	switch {
+	case len(s.Pools) == 0:
+		validPools = s.pools() // Base's, which Base.Validate checks
+	case len(validPools) == 0:
+		validPools = []Pool{{}} // the rest of the base is checked all the same
+	}
 	limited := s.Base.Source == nil && s.Base.Workload.Tenants.Limited()
 	if len(s.Limits) > 1 && !limited {
 		errs = append(errs, errors.New("limits: comparing tenant limits needs a synthetic workload whose tenants have limits (the workload's tenants:)"))
@@ -319,8 +344,8 @@ func (s *Spec) Validate() error {
 	if len(s.Rates) > 0 && s.Rates[0] > 0 {
 		base.Workload.Rate = s.Rates[0]
 	}
-	// The base under every admission rule and ledger compared (those known:
-	// the unknown ones are reported above), each problem once.
+	// The base under every admission rule, ledger and pool compared (those
+	// known and valid: the others are reported above), each problem once.
 	seenErr := map[string]bool{}
 	for _, a := range s.admissions() {
 		if _, err := gateway.ParseAdmission(string(a)); err != nil && len(s.Admissions) > 0 {
@@ -330,26 +355,29 @@ func (s *Spec) Validate() error {
 			if len(s.Ledgers) > 0 && l != fleet.LedgerShared && l != fleet.LedgerIndependent {
 				continue
 			}
-			c := base
-			c.Admission, c.Ledger = a, l
-			cs := []fleet.Config{c}
-			if isolate {
-				// The run without the isolated tenant must be valid too (it
-				// must leave a class of the mix).
-				v := Variant{Policy: c.Policy, Admission: a, Ledger: l, Limits: limitsOf(c), Without: s.Isolate}
-				cw := base
-				v.configure(&cw)
-				cs = append(cs, cw)
-			}
-			for _, c := range cs {
-				err := c.Validate()
-				if err == nil {
-					continue
+			for _, pool := range validPools {
+				v := Variant{Policy: base.Policy, Admission: a, Ledger: l, Limits: limitsOf(base), Pool: pool}
+				c := base
+				v.configure(&c)
+				cs := []fleet.Config{c}
+				if isolate {
+					// The run without the isolated tenant must be valid too
+					// (it must leave a class of the mix).
+					v.Without = s.Isolate
+					cw := base
+					v.configure(&cw)
+					cs = append(cs, cw)
 				}
-				for _, e := range unjoin(err) {
-					if !seenErr[e.Error()] {
-						seenErr[e.Error()] = true
-						errs = append(errs, e)
+				for _, c := range cs {
+					err := c.Validate()
+					if err == nil {
+						continue
+					}
+					for _, e := range unjoin(err) {
+						if !seenErr[e.Error()] {
+							seenErr[e.Error()] = true
+							errs = append(errs, e)
+						}
 					}
 				}
 			}
@@ -381,7 +409,8 @@ type job struct {
 	replicas int
 }
 
-// Run simulates every policy x admission x ledger x rate x seed and returns
+// Run simulates every variant (policy x admission x ledger x limits x pool
+// x isolation) x rate x seed and returns
 // the points ordered by variant (Variants), then rate, then seed, whatever
 // the parallelism.
 func Run(ctx context.Context, s Spec) ([]Point, error) {
@@ -431,18 +460,29 @@ func (j *job) config(base fleet.Config) fleet.Config {
 	return c
 }
 
+// fleet names the job's fleet in messages: "6 replicas", and its pools
+// when it has some, "6 replicas (2 prefill + 4 decode)".
+func (j *job) fleet() string {
+	s := fmt.Sprintf("%d replicas", j.replicas)
+	if !j.Pool.Aggregated() {
+		_, pools, _ := strings.Cut(j.Pool.Fleet(j.replicas, false), " ")
+		s += " " + pools
+	}
+	return s
+}
+
 // simulate runs the job's configuration c (j.config) and returns its point,
 // with every request's record when keep is set.
 func (j *job) simulate(c fleet.Config, keep bool) (Point, error) {
 	c.KeepRecords = keep // a point holds its records only when asked to
 	o, err := fleet.Simulate(c)
 	if err != nil {
-		return Point{}, fmt.Errorf("%s, seed %d, %.3g req/s, %d replicas: %w", j.Label, j.seed, j.rate, j.replicas, err)
+		return Point{}, fmt.Errorf("%s, seed %d, %.3g req/s, %s: %w", j.Label, j.seed, j.rate, j.fleet(), err)
 	}
 	// Wall time is the one field that measures the host, not the
 	// simulation; comparisons keep their outputs reproducible.
 	o.Summary.SimWallS = 0
-	p := Point{Policy: j.Policy, Admission: j.Admission, Ledger: j.Ledger, Limits: j.Limits, Without: j.Without, Label: j.Label,
+	p := Point{Policy: j.Policy, Admission: j.Admission, Ledger: j.Ledger, Limits: j.Limits, Without: j.Without, Pool: j.Pool, Label: j.Label,
 		Seed: j.seed, Rate: j.rate, Replicas: j.replicas, Summary: o.Summary}
 	if c.Source != nil {
 		p.Rate = o.Summary.RateRPS // a replay offers what its trace offers

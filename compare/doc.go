@@ -3,11 +3,16 @@
 // GPUs does each policy need to serve this traffic within the SLO?
 //
 // Start with Spec and Run (compare.go): every policy x admission rule x
-// ledger (a Variant, labelled policy+admission[+ledger] when a spec compares
-// several rules or ledgers) x seed x rate is one cold-fleet simulation (package fleet) run in parallel, returned in a fixed
+// ledger x P/D pool (a Variant, labelled policy+admission[+ledger] when a
+// spec compares several rules or ledgers, and +P2D6 or +aggregated when it
+// compares several pools, Spec.Pools, pools.go) x seed x rate is one
+// cold-fleet simulation (package fleet) run in parallel, returned in a fixed
 // order whatever the parallelism. Capacity (capacity.go) searches, per
-// variant, the fewest replicas that meet the SLO at a rate. Write (output.go)
-// stores results.json, requests.parquet and the report (package report).
+// variant, the fewest replicas that meet the SLO at a rate, and with
+// CapacitySpec.Split the best prefill/decode split of each size too. Write
+// (output.go) stores results.json, requests.parquet and the report (package
+// report), whose P/D and KV tiers tables appear when the runs' summaries
+// have them (docs/pd-lab.md).
 // The defaults of the commands live here too: DefaultRequests, DefaultWarmup
 // and CapacityRateReplicas (capacity without a rate offers the default rate,
 // fleet.Config.DefaultRate, of that many replicas).

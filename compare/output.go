@@ -117,6 +117,10 @@ func (p Point) name() string {
 	return p.Policy
 }
 
+// Fleet describes the answer, e.g. "6", or in a search over splits "6 (2
+// prefill + 4 decode)" or "6 (aggregated)" (Pool.Fleet).
+func (r CapacityResult) Fleet() string { return r.Pool.Fleet(r.Replicas, r.Split) }
+
 // name is the result's label, else its policy.
 func (r CapacityResult) name() string {
 	if r.Label != "" {
@@ -190,6 +194,7 @@ func (c *CapacityReport) toReport() *report.Capacity {
 		Workload:    c.Spec.Base.Workload.Workload,
 		RateRPS:     c.OfferedRate(),
 		MaxReplicas: c.Spec.MaxReplicas,
+		Split:       c.Spec.Split,
 		Baseline:    c.Baseline(),
 		Warnings:    c.Warnings(),
 	}
@@ -197,10 +202,10 @@ func (c *CapacityReport) toReport() *report.Capacity {
 		out.Failures = append(out.Failures, n.String())
 	}
 	for _, r := range c.Results {
-		row := report.CapacityRow{Policy: r.name(), Replicas: r.Replicas}
+		row := report.CapacityRow{Policy: r.name(), Replicas: r.Replicas, Prefill: r.Pool.Prefill, Decode: r.Pool.Decode}
 		for _, p := range r.Points {
-			row.Points = append(row.Points, report.CapacityPoint{Replicas: p.Replicas, TTFTP99Ms: p.TTFTP99Ms, TPOTP99Ms: p.TPOTP99Ms, Met: p.Met,
-				Failed: p.Failed, Unsteady: p.Unsteady})
+			row.Points = append(row.Points, report.CapacityPoint{Replicas: p.Replicas, Prefill: p.Pool.Prefill, Decode: p.Pool.Decode,
+				TTFTP99Ms: p.TTFTP99Ms, TPOTP99Ms: p.TPOTP99Ms, Met: p.Met, Failed: p.Failed, Unsteady: p.Unsteady})
 		}
 		out.Rows = append(out.Rows, row)
 	}
@@ -259,6 +264,9 @@ func reportInput(s Spec, pts []Point, caps *CapacityReport, meta Meta) (report.I
 	for _, p := range pts {
 		r := report.Run{Policy: p.name(), Admission: string(p.Admission), Ledger: p.Ledger,
 			Seed: p.Seed, RateRPS: p.Rate, Replicas: p.Replicas, Summary: p.Summary}
+		if len(s.Pools) > 1 {
+			r.Pool = p.Pool.String()
+		}
 		if p.Rate == main || base.Source != nil {
 			r.TTFTms = ttfts(p.Records, base.Warmup)
 			in.Runs = append(in.Runs, r)
@@ -320,14 +328,18 @@ type capacityJSON struct {
 	Workload string `json:"workload"`
 	// Trace names the replayed trace of a trace search; RateRPS is then
 	// what its arrivals offered (CapacityReport.OfferedRate).
-	Trace        string           `json:"trace,omitempty"`
-	RateRPS      float64          `json:"rate_rps"`
-	MaxReplicas  int              `json:"max_replicas"`
-	Seeds        []uint64         `json:"seeds"`
-	SLOTTFTP99Ms float64          `json:"slo_ttft_p99_ms"`
-	SLOTPOTP99Ms float64          `json:"slo_tpot_p99_ms"`
-	Baseline     string           `json:"baseline"`
-	Policies     []capacityPolicy `json:"policies"`
+	Trace        string   `json:"trace,omitempty"`
+	RateRPS      float64  `json:"rate_rps"`
+	MaxReplicas  int      `json:"max_replicas"`
+	Seeds        []uint64 `json:"seeds"`
+	SLOTTFTP99Ms float64  `json:"slo_ttft_p99_ms"`
+	SLOTPOTP99Ms float64  `json:"slo_tpot_p99_ms"`
+	// PDSplit says every fleet size was tried under every prefill/decode
+	// split (CapacitySpec.Split); each answer and point then names its
+	// split.
+	PDSplit  bool             `json:"pd_split,omitempty"`
+	Baseline string           `json:"baseline"`
+	Policies []capacityPolicy `json:"policies"`
 	// Failures says once why requests did not complete in the search's
 	// runs (CapacityReport.FailureNotes), Warnings which answers may be too
 	// low because their runs look too short (CapacityReport.Warnings).
@@ -344,10 +356,21 @@ type capacityPolicy struct {
 	Ledger    string `json:"ledger,omitempty"`
 	Replicas  int    `json:"replicas"` // 0: the SLO is not met up to max_replicas
 	// Saved is the baseline's replicas minus this policy's (when both met the SLO).
-	Saved  *int            `json:"gpus_saved,omitempty"`
+	Saved *int `json:"gpus_saved,omitempty"`
+	// Split is the best split at Replicas and Fleet describes it, e.g. "6
+	// (2 prefill + 4 decode)", in a search over splits that met the SLO.
+	Split  *capacitySplit  `json:"split,omitempty"`
+	Fleet  string          `json:"fleet,omitempty"`
 	Points []capacityPoint `json:"points"`
 	// Warning is CapacityResult.Warning.
 	Warning string `json:"warning,omitempty"`
+}
+
+// capacitySplit is a prefill/decode split of a fleet; 0 and 0: the
+// aggregated fleet.
+type capacitySplit struct {
+	Prefill int `json:"prefill_replicas"`
+	Decode  int `json:"decode_replicas"`
 }
 
 type capacityPoint struct {
@@ -358,13 +381,15 @@ type capacityPoint struct {
 	// Failed and Unsteady are SizePoint's.
 	Failed   int `json:"failed"`
 	Unsteady int `json:"unsteady_seeds"`
+	// Split is the size's best split in a search over splits.
+	Split *capacitySplit `json:"split,omitempty"`
 }
 
 func (c *CapacityReport) summary() capacityJSON {
 	slo := c.Spec.Base.SLO
 	out := capacityJSON{
 		Workload: c.Spec.Base.Workload.Workload, RateRPS: c.OfferedRate(), MaxReplicas: c.Spec.MaxReplicas,
-		Seeds: c.Spec.Seeds, SLOTTFTP99Ms: ms(slo.TTFTP99), SLOTPOTP99Ms: ms(slo.TPOTP99), Baseline: c.Baseline(),
+		Seeds: c.Spec.Seeds, SLOTTFTP99Ms: ms(slo.TTFTP99), SLOTPOTP99Ms: ms(slo.TPOTP99), PDSplit: c.Spec.Split, Baseline: c.Baseline(),
 		Warnings: c.Warnings(),
 	}
 	for _, n := range c.FailureNotes() {
@@ -381,8 +406,16 @@ func (c *CapacityReport) summary() capacityJSON {
 		if saved, _, ok := c.Savings(r.name()); ok {
 			p.Saved = &saved
 		}
+		if r.Split && r.Replicas > 0 {
+			p.Split = &capacitySplit{r.Pool.Prefill, r.Pool.Decode}
+			p.Fleet = r.Fleet()
+		}
 		for _, pt := range r.Points {
-			p.Points = append(p.Points, capacityPoint{pt.Replicas, pt.TTFTP99Ms, pt.TPOTP99Ms, pt.Met, pt.Failed, pt.Unsteady})
+			cp := capacityPoint{Replicas: pt.Replicas, TTFTP99Ms: pt.TTFTP99Ms, TPOTP99Ms: pt.TPOTP99Ms, Met: pt.Met, Failed: pt.Failed, Unsteady: pt.Unsteady}
+			if r.Split {
+				cp.Split = &capacitySplit{pt.Pool.Prefill, pt.Pool.Decode}
+			}
+			p.Points = append(p.Points, cp)
 		}
 		out.Policies = append(out.Policies, p)
 	}

@@ -80,6 +80,7 @@ type planSpec struct {
 	Admissions  []gateway.Admission `json:"admissions"`
 	Ledgers     []string            `json:"ledgers"`
 	Limits      []string            `json:"limits"`
+	Pools       []Pool              `json:"pools"`
 	Isolate     string              `json:"isolate"`
 	Seeds       []uint64            `json:"seeds"`
 	Rates       []float64           `json:"rates"`
@@ -96,6 +97,7 @@ type planJob struct {
 	Ledger    string            `json:"ledger"`
 	Limits    string            `json:"limits"`
 	Without   string            `json:"without"`
+	Pool      Pool              `json:"pool"`
 	Seed      uint64            `json:"seed"`
 	Rate      float64           `json:"rate_rps"`
 	Replicas  int               `json:"replicas"`
@@ -104,13 +106,14 @@ type planJob struct {
 
 // job is the simulation a planned job describes.
 func (pj *planJob) job() job {
-	return job{Variant: Variant{Policy: pj.Policy, Admission: pj.Admission, Ledger: pj.Ledger, Limits: pj.Limits, Without: pj.Without, Label: pj.Label},
+	return job{Variant: Variant{Policy: pj.Policy, Admission: pj.Admission, Ledger: pj.Ledger, Limits: pj.Limits, Pool: pj.Pool, Without: pj.Without, Label: pj.Label},
 		seed: pj.Seed, rate: pj.Rate, replicas: pj.Replicas}
 }
 
 // String names the job in messages.
 func (pj *planJob) String() string {
-	return fmt.Sprintf("job %d (%s, seed %d, %.3g req/s, %d replicas)", pj.Index, pj.Label, pj.Seed, pj.Rate, pj.Replicas)
+	j := pj.job()
+	return fmt.Sprintf("job %d (%s, seed %d, %.3g req/s, %s)", pj.Index, pj.Label, pj.Seed, pj.Rate, j.fleet())
 }
 
 // NewPlan expands a comparison into its jobs, in Run's order. meta is the
@@ -138,12 +141,12 @@ func NewPlan(s Spec, meta Meta, replay *Replay) (*Plan, error) {
 	pf := planFile{
 		Format: PlanFormat, Version: meta.Version, Title: meta.Title, Command: meta.Command,
 		Spec: planSpec{Base: storedConfig(base), Policies: s.Policies, Admissions: s.Admissions, Ledgers: s.Ledgers, Limits: s.Limits,
-			Isolate: s.Isolate, Seeds: s.Seeds, Rates: s.Rates, KeepRecords: s.KeepRecords},
+			Pools: s.Pools, Isolate: s.Isolate, Seeds: s.Seeds, Rates: s.Rates, KeepRecords: s.KeepRecords},
 		Replay: replay,
 	}
 	for i, j := range s.jobs() {
 		pf.Jobs = append(pf.Jobs, planJob{Index: i, Label: j.Label, Policy: j.Policy, Admission: j.Admission, Ledger: j.Ledger, Limits: j.Limits,
-			Without: j.Without, Seed: j.seed, Rate: j.rate, Replicas: j.replicas, Config: storedConfig(j.config(base))})
+			Pool: j.Pool, Without: j.Without, Seed: j.seed, Rate: j.rate, Replicas: j.replicas, Config: storedConfig(j.config(base))})
 	}
 	var buf bytes.Buffer
 	if err := results.WriteJSON(&buf, pf); err != nil {
@@ -181,7 +184,7 @@ func (p *Plan) Spec() Spec {
 		base.Source = p.file.Replay.Source()
 	}
 	return Spec{Base: base, Policies: ps.Policies, Admissions: ps.Admissions, Ledgers: ps.Ledgers, Limits: ps.Limits,
-		Isolate: ps.Isolate, Seeds: ps.Seeds, Rates: ps.Rates, KeepRecords: ps.KeepRecords}
+		Pools: ps.Pools, Isolate: ps.Isolate, Seeds: ps.Seeds, Rates: ps.Rates, KeepRecords: ps.KeepRecords}
 }
 
 // Meta is the report's title, version and command.

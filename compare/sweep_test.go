@@ -128,10 +128,20 @@ func replaySpec(t *testing.T) (Spec, *Replay) {
 	return Spec{Base: c, Policies: []string{"round_robin", "cost_model"}, Seeds: []uint64{1, 2}, KeepRecords: true}, r
 }
 
+// poolsSpec compares the aggregated fleet with two P/D splits of 4
+// replicas under two policies and two seeds (12 jobs): the report has the
+// P/D table.
+func poolsSpec(t *testing.T) Spec {
+	s := Spec{Base: baseConfig(t, "w1", 150), Policies: []string{"round_robin", "cost_model"}, Seeds: []uint64{1, 2},
+		Pools: []Pool{{}, {1, 3}, {2, 2}}, KeepRecords: true}
+	s.Base.Replicas = 4
+	return s
+}
+
 // Four shards merged write the same results.json, report.md,
 // requests.parquet and charts as one unsharded run, byte for byte: a
 // synthetic sweep over rates, an isolation experiment with tenant limits
-// on and off, and a trace replay.
+// on and off, P/D pools, and a trace replay.
 func TestShardsMergeLikeOneRun(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -140,6 +150,7 @@ func TestShardsMergeLikeOneRun(t *testing.T) {
 	}{
 		{"rates", func(t *testing.T) (Spec, *Replay) { return sweepSpec(t), nil }, 4},
 		{"isolation", func(t *testing.T) (Spec, *Replay) { return isolationSpec(t, 40*time.Second, 1), nil }, 4},
+		{"pools", func(t *testing.T) (Spec, *Replay) { return poolsSpec(t), nil }, 5},
 		{"replay", replaySpec, 3},
 	}
 	for _, c := range cases {
@@ -164,6 +175,19 @@ func TestShardsMergeLikeOneRun(t *testing.T) {
 				t.Fatalf("merge wrote %v, the unsharded run %v", m.Files, files)
 			}
 			sameFiles(t, want, dir, files)
+			if len(s.Pools) > 0 {
+				md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+				for _, want := range []string{"## Disaggregated prefill/decode", "| cost_model+P1D3 | 1 / 3 / 0 |", "| Policy+pool |"} {
+					if !strings.Contains(string(md), want) {
+						t.Errorf("the merged report.md lacks %q", want)
+					}
+				}
+				for i, pj := range p.file.Jobs {
+					if j := s.jobs()[i]; pj.Pool != j.Pool || pj.Config.PrefillReplicas != j.Pool.Prefill || pj.Config.DecodeReplicas != j.Pool.Decode {
+						t.Errorf("%s: planned with pool %+v and %d/%d replicas, want %+v", pj.String(), pj.Pool, pj.Config.PrefillReplicas, pj.Config.DecodeReplicas, j.Pool)
+					}
+				}
+			}
 		})
 	}
 }
@@ -317,6 +341,9 @@ func TestPlanReadsBackAsTheSpec(t *testing.T) {
 			s.Admissions = []gateway.Admission{gateway.AdmitNone, gateway.AdmitKV}
 		}
 		s.Base.Replicas = rapid.IntRange(1, 16).Draw(t, "replicas")
+		if s.Base.Replicas > 1 && rapid.Bool().Draw(t, "pools") {
+			s.Pools = []Pool{{}, {Prefill: 1, Decode: rapid.IntRange(0, s.Base.Replicas-1).Draw(t, "decode")}}
+		}
 		s.Base.Warmup = time.Duration(rapid.Int64Range(0, int64(time.Minute)).Draw(t, "warmup"))
 		s.Base.Engine.Latency.PrefillPairNs = rapid.Float64Range(0, 10).Draw(t, "pair")
 		p, err := NewPlan(s, sweepMeta(), nil)

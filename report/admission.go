@@ -59,6 +59,19 @@ func wordsOf(in Input) words {
 	for _, p := range allPolicies(in) {
 		plus = max(plus, strings.Count(p, "+"))
 	}
+	if hasPools(in) {
+		// The pool is the last "+" of a label (Run.Pool).
+		w := words{"variant", "variants", "Policy"}
+		switch plus {
+		case 0, 1:
+		case 2:
+			w.header = "Policy+admission"
+		default:
+			w.header = "Policy+admission+ledger"
+		}
+		w.header += "+pool"
+		return w
+	}
 	switch plus {
 	case 0:
 		return words{"routing policy", "routing policies", "Policy"}

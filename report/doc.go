@@ -14,7 +14,10 @@
 // reasons once below it, and the runs that look too short for their
 // answer), an "Admission and queueing"
 // section (admission.go) when a run has an admission rule other than none or
-// a rejection, or the runs compare several admission rules or ledgers, the
+// a rejection, or the runs compare several admission rules or ledgers, a
+// "Disaggregated prefill/decode" table when a run has prefill replicas
+// (results.Summary.PD) and a "KV tiers" table when its engines have lower
+// tiers (results.Summary.Tiers; pd.go, golden in testdata/pd.md), the
 // charts, a Load sweep and a Capacity section when the input has them, and a
 // Reading section of statements generated from the numbers: the lowest TTFT
 // p99 and its factor against round_robin and the best cache-blind policy,
@@ -24,7 +27,10 @@
 //
 // A run's Policy may be a variant's label, policy+admission[+ledger] (e.g.
 // cost_model+kv); the report then speaks of variants, and judges a label by
-// its policy, the part before the first "+".
+// its policy, the part before the first "+". Runs that compare P/D pools
+// set Run.Pool (PoolName: P2D6, aggregated), and the label's column is then
+// headed policy+...+pool. A capacity search over splits (Capacity.Split)
+// names the best split of every answer and size (FleetText).
 //
 // Charts (charts.go) are drawn with gonum.org/v1/plot at 8x5 inches:
 // ttft_cdf.png, ttft_bars.png, hit_rate.png, replica_requests.png,

@@ -29,6 +29,12 @@ func Markdown(w io.Writer, in Input, charts []string) error {
 		if showAdmission(in) {
 			writeAdmission(&b, in, aggs)
 		}
+		if showPD(in) {
+			writePD(&b, in, aggs)
+		}
+		if showTiers(in) {
+			writeTiers(&b, in, aggs)
+		}
 	}
 	writeCharts(&b, in, aggs, charts)
 	if len(in.Sweep) > 0 {
@@ -195,7 +201,11 @@ func writeSetup(b *strings.Builder, in Input, order []string) {
 		row("Workload", "—")
 	}
 	if len(in.Runs) == 0 && in.Capacity != nil {
-		row("Fleet", "1 to "+fmtInt(in.Capacity.MaxReplicas)+" replicas (searched)")
+		searched := " replicas (searched)"
+		if in.Capacity.Split {
+			searched = " replicas (searched, each aggregated and under every prefill/decode split)"
+		}
+		row("Fleet", "1 to "+fmtInt(in.Capacity.MaxReplicas)+searched)
 		row("Offered load", joinRates([]float64{in.Capacity.RateRPS}))
 		order = nil
 		for _, r := range in.Capacity.Rows {
@@ -486,6 +496,10 @@ func writeCapacity(b *strings.Builder, in Input) {
 	}
 	fmt.Fprintf(b, "Fewest replicas whose median TTFT p99 and TPOT p99 over seeds meet the SLO at %s req/s%s, searching fleets of up to %s. ",
 		fmtRate(c.RateRPS), wl, plural(c.MaxReplicas, "replica", "replicas"))
+	if c.Split {
+		b.WriteString("Every fleet size n was tried aggregated and under every prefill/decode split (p prefill and n − p decode replicas, p from 1 to n − 1); " +
+			"n meets the SLO when any of them does, and the split shown is the best: of those meeting the SLO the lowest TTFT p99, ties to fewer prefill replicas. ")
+	}
 	baseRow := c.row(base)
 	switch {
 	case base == "" || baseRow == nil:
@@ -509,7 +523,11 @@ func writeCapacity(b *strings.Builder, in Input) {
 		if r.Policy == base {
 			name += " (baseline)"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", name, replicasText(r.Replicas, c.MaxReplicas), savedText, perFourText)
+		need := replicasText(r.Replicas, c.MaxReplicas)
+		if c.Split && r.Replicas > 0 {
+			need = FleetText(r.Replicas, r.Prefill, r.Decode, true)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", name, need, savedText, perFourText)
 	}
 	b.WriteString("\n")
 	var never []string
@@ -550,6 +568,9 @@ func writeCapacity(b *strings.Builder, in Input) {
 	}) {
 		legend += "; ⚠ some seed's run looks too short for its answer (not steady)"
 	}
+	if c.Split {
+		legend += "; each size shows its best split, e.g. P2D4 (2 prefill and 4 decode replicas) or aggregated"
+	}
 	b.WriteString(legend + ".\n\n| " + wordsOf(in).header + " |")
 	for _, n := range sizes {
 		fmt.Fprintf(b, " %s |", plural(n, "replica", "replicas"))
@@ -577,6 +598,9 @@ func writeCapacity(b *strings.Builder, in Input) {
 			}
 			if p.Unsteady > 0 {
 				mark += " ⚠"
+			}
+			if c.Split {
+				mark += " " + PoolName(p.Prefill, p.Decode)
 			}
 			fmt.Fprintf(b, " %s / %s %s |", fmtMs(p.TTFTP99Ms), fmtMs(p.TPOTP99Ms), mark)
 		}

@@ -242,7 +242,11 @@ func readCapacity(c *Capacity) []string {
 	if len(tied) > 1 {
 		verb = "need"
 	}
-	s := fmt.Sprintf("At %s req/s, %s %s the fewest replicas to meet the SLO: %d.", fmtRate(c.RateRPS), joinAnd(tied), verb, r.Replicas)
+	need := strconv.Itoa(r.Replicas)
+	if c.Split && len(tied) == 1 {
+		need = FleetText(r.Replicas, r.Prefill, r.Decode, true)
+	}
+	s := fmt.Sprintf("At %s req/s, %s %s the fewest replicas to meet the SLO: %s.", fmtRate(c.RateRPS), joinAnd(tied), verb, need)
 	base := c.BaselinePolicy()
 	br := c.row(base)
 	switch {

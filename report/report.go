@@ -26,10 +26,14 @@ type Run struct {
 	// falls back on the summary's.
 	Admission string
 	Ledger    string
-	Seed      uint64
-	RateRPS   float64
-	Replicas  int
-	Summary   results.Summary
+	// Pool names the run's prefill/decode split when the comparison
+	// compares several (PoolName: P2D6, aggregated), "" otherwise; the
+	// report then calls the label policy+...+pool.
+	Pool     string
+	Seed     uint64
+	RateRPS  float64
+	Replicas int
+	Summary  results.Summary
 	// TTFTms is the TTFT in ms of every measured request, for CDFs; it may
 	// be nil (e.g. for sweep points).
 	TTFTms []float64
@@ -68,10 +72,14 @@ type Setup struct {
 
 // CapacityPoint is one fleet size of a capacity search: medians over seeds.
 type CapacityPoint struct {
-	Replicas  int
-	TTFTP99Ms float64
-	TPOTP99Ms float64
-	Met       bool
+	Replicas int
+	// Prefill and Decode are the split the point ran, in a search over
+	// prefill/decode splits (Capacity.Split) its best one; 0 and 0: the
+	// aggregated fleet.
+	Prefill, Decode int
+	TTFTP99Ms       float64
+	TPOTP99Ms       float64
+	Met             bool
 	// Failed is the most requests one seed's run did not complete (the SLO
 	// is met only with none); Unsteady counts the seeds whose run looked too
 	// short for its answer.
@@ -84,6 +92,9 @@ type CapacityRow struct {
 	Policy   string
 	Replicas int             // fewest replicas meeting the SLO; 0 if none up to Capacity.MaxReplicas
 	Points   []CapacityPoint // every fleet size evaluated, ascending
+	// Prefill and Decode are the best split at Replicas in a search over
+	// splits (Capacity.Split); 0 and 0: the aggregated fleet.
+	Prefill, Decode int
 }
 
 // Capacity is the fewest replicas each policy needs to meet the SLO at one
@@ -92,6 +103,10 @@ type Capacity struct {
 	Workload    string
 	RateRPS     float64
 	MaxReplicas int
+	// Split says every fleet size was tried aggregated and under every
+	// prefill/decode split (p prefill and n-p decode replicas); the rows
+	// and points then name the best split.
+	Split bool
 	// Baseline is the best cache-blind policy: the fewest replicas among
 	// round_robin, random, least_request and p2c present. When empty,
 	// BaselinePolicy computes it from Rows.

@@ -33,6 +33,8 @@ type compareFlags struct {
 	admissions  string
 	ledgers     string
 	isolate     string
+	pools       string
+	pdSplit     bool
 }
 
 // Bounds of compare and capacity: each seed and each rate is a simulation
@@ -54,6 +56,11 @@ func (f *compareFlags) registerCompare(cmd *cobra.Command, out string) {
 	fl.StringVar(&f.title, "title", "", "report title (default: the workload's name)")
 	fl.StringVar(&f.admissions, "admissions", "", "admission rules to compare under every policy, comma-separated, or all: "+strings.Join(gateway.Admissions(), ", ")+" (replaces --admission)")
 	fl.StringVar(&f.ledgers, "ledgers", "", "with several --gateways: ledgers to compare, comma-separated: shared, independent (replaces --ledger)")
+}
+
+// registerPools adds --pools (compare and compare plan).
+func (f *compareFlags) registerPools(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.pools, "pools", "", "prefill/decode splits of --replicas to compare under every policy, comma-separated, e.g. 0/0,2/6,4/4 (0/0: aggregated; replaces --prefill-replicas and --decode-replicas)")
 }
 
 // spec builds and checks a comparison before anything runs.
@@ -107,6 +114,16 @@ func (f *compareFlags) spec(cmd *cobra.Command) (compare.Spec, error) {
 			return compare.Spec{}, usagef("--ledgers: give at least one of %s, %s", fleet.LedgerShared, fleet.LedgerIndependent)
 		}
 	}
+	if fl.Lookup("pools") != nil && fl.Changed("pools") {
+		if fl.Changed("prefill-replicas") || fl.Changed("decode-replicas") {
+			return compare.Spec{}, usagef("--pools replaces --prefill-replicas and --decode-replicas: give --pools, or those two for one pool")
+		}
+		pools, err := compare.ParsePools(f.pools)
+		if err != nil {
+			return compare.Spec{}, usagef("--%w", err)
+		}
+		s.Pools = pools
+	}
 	for i := range f.seeds {
 		s.Seeds = append(s.Seeds, f.firstSeed+uint64(i))
 	}
@@ -153,12 +170,23 @@ variant with the workload's tenant limits and without them (+limits-on,
 +limits-off); --isolate TENANT also runs every variant without that tenant
 (+without-TENANT, the other tenants' requests unchanged) and adds an isolation
 table: each other tenant's TTFT p99 with it against without it, seed by seed
-(goal: within 10% with limits on).`,
+(goal: within 10% with limits on).
+
+--pools compares disaggregated prefill/decode splits of --replicas under every
+policy: 0/0,2/6,4/4 runs the aggregated fleet, 2 prefill + 6 decode replicas and
+4 + 4 (a split leaving replicas over has them serve both), labelled
+policy+aggregated, policy+P2D6, policy+P4D4. --prefill-replicas and
+--decode-replicas set one split instead. When a run has prefill replicas the
+report adds a P/D table (remote prefill share, fallbacks, KV transfer times and
+volume, each pool's busy share), and when the engines have lower KV tiers
+(--kv-cpu-blocks, --kv-disk-blocks) a KV tiers table (hit rate per tier, load
+time).`,
 		Example: `  inferrail compare --workload w1 --policies round_robin,least_request,cost_model --seeds 3 --out runs/w1
   inferrail compare --workload w6 --policies all --rates 6,8,10,12 --out runs/w6-sweep
   inferrail compare --workload w7 --policies cost_model --admissions all --seeds 3 --out runs/w7-overload
   inferrail compare --workload w7 --policies cost_model --admission kv --gateways 3 --ledgers shared,independent --out runs/w7-gateways
-  inferrail compare --workload-file examples/tenants-noisy.yaml --policies round_robin,cost_model --isolate noisy --limits on,off --seeds 5 --out runs/isolation`,
+  inferrail compare --workload-file examples/tenants-noisy.yaml --policies round_robin,cost_model --isolate noisy --limits on,off --seeds 5 --out runs/isolation
+  inferrail compare --workload w4 --policies cost_model --replicas 8 --pools 0/0,2/6,4/4 --seeds 3 --out runs/w4-pd`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := f.spec(cmd)
@@ -201,6 +229,7 @@ table: each other tenant's TTFT p99 with it against without it, seed by seed
 	f.registerCompare(cmd, "results.json, requests.parquet, report.md and the charts")
 	cmd.Flags().StringVar(&f.rates, "rates", "", "offered loads to sweep, in requests per second, comma-separated (the first is the main comparison)")
 	cmd.Flags().StringVar(&f.isolate, "isolate", "", "a tenant of the workload's mix: also run every variant without it, and report the other tenants' TTFT p99 with it against without it")
+	f.registerPools(cmd)
 	addSweepCommands(cmd, stdout, stderr)
 	return cmd
 }
@@ -261,10 +290,17 @@ with a warning: rerun with more --requests.
 
 --admissions and --ledgers search every policy x admission x ledger, labelled
 policy+admission (+ledger), as in compare; a rejected request counts as not
-completed, so a rule that rejects never meets the SLO.`,
+completed, so a rule that rejects never meets the SLO.
+
+--pd-split searches the disaggregated prefill/decode split too: every fleet size
+n is tried aggregated and as p prefill + n-p decode replicas for p from 1 to n-1
+(--pd-decider and the other --pd flags apply); n meets the SLO when any split
+does, and the answer names the best split, e.g. 6 (2 prefill + 4 decode): of the
+splits meeting the SLO the lowest TTFT p99, ties to fewer prefill replicas.`,
 		Example: `  inferrail capacity --workload w1 --policies round_robin,least_request,cost_model --slo ttft_p99=2s,tpot_p99=100ms
   inferrail capacity --workload w2 --rate 14 --max-replicas 16 --out runs/w2-capacity
-  inferrail capacity --workload w1 --policies round_robin,cost_model --admissions none,kv --out runs/w1-capacity-kv`,
+  inferrail capacity --workload w1 --policies round_robin,cost_model --admissions none,kv --out runs/w1-capacity-kv
+  inferrail capacity --workload w4 --policies cost_model --pd-split --max-replicas 12 --out runs/w4-pd-capacity`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The base's rate is --rate, else the default rate of
@@ -274,7 +310,7 @@ completed, so a rule that rejects never meets the SLO.`,
 				return err
 			}
 			cs := compare.CapacitySpec{Base: s.Base, Policies: s.Policies, Admissions: s.Admissions, Ledgers: s.Ledgers,
-				Seeds: s.Seeds, Rate: s.Base.Workload.Rate, MaxReplicas: f.maxReplicas, Parallel: f.parallel}
+				Seeds: s.Seeds, Rate: s.Base.Workload.Rate, MaxReplicas: f.maxReplicas, Split: f.pdSplit, Parallel: f.parallel}
 			if err := cs.Validate(); err != nil {
 				return flagErrors(err)
 			}
@@ -313,6 +349,7 @@ completed, so a rule that rejects never meets the SLO.`,
 	f.gw.register(cmd)
 	f.registerCompare(cmd, "capacity.json, report.md and the charts")
 	cmd.Flags().IntVar(&f.maxReplicas, "max-replicas", 16, "largest fleet to try")
+	cmd.Flags().BoolVar(&f.pdSplit, "pd-split", false, "search the prefill/decode split too: try every fleet size aggregated and as p prefill + n-p decode replicas (p from 1 to n-1), and report the best split")
 	return cmd
 }
 
@@ -328,7 +365,7 @@ func printCapacity(w io.Writer, rep *compare.CapacityReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "policy\treplicas\tsaved vs "+orNone(base)+"\tper four GPUs")
 	for _, r := range rep.Results {
-		need := strconv.Itoa(r.Replicas)
+		need := r.Fleet()
 		saved, per4 := "-", "-"
 		if r.Replicas == 0 {
 			need = fmt.Sprintf("> %d", rep.Spec.MaxReplicas)

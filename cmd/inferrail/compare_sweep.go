@@ -85,6 +85,7 @@ are there. A trace replay (--trace) is read by every shard at the path given her
 	f.registerCompare(cmd, "plan.json; the shards add jobs/, merge the outputs of compare (results.json, requests.parquet, report.md and the charts)")
 	cmd.Flags().StringVar(&f.rates, "rates", "", "offered loads to sweep, in requests per second, comma-separated (the first is the main comparison)")
 	cmd.Flags().StringVar(&f.isolate, "isolate", "", "a tenant of the workload's mix: also run every variant without it, and report the other tenants' TTFT p99 with it against without it")
+	f.registerPools(cmd)
 	// Taken, as compare takes it, so that compare's command line plans as
 	// it is; the shards choose their own (compare run --parallel).
 	_ = cmd.Flags().MarkHidden("parallel")

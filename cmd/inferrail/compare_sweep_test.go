@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -127,5 +128,39 @@ func TestCompareSweepBadInputExitsTwo(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(sweep, "jobs")); err == nil {
 		t.Error("a refused shard created jobs/")
+	}
+}
+
+// compare plan --pools plans every pool as its own job, the pool in the
+// job and in its fleet configuration.
+func TestComparePlanCarriesPools(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sweep")
+	code, out, errOut := runCLI("compare", "plan", "--workload", "w1", "--policies", "cost_model", "--replicas", "4", "--pools", "0/0,1/3", "--seeds", "1", "--requests", "150", "--out", dir)
+	if code != 0 || !strings.Contains(out, "planned 2 simulations") {
+		t.Fatalf("plan: exit %d: %s %s", code, out, errOut)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "plan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan struct {
+		Spec struct {
+			Pools []struct{ Prefill, Decode int } `json:"pools"`
+		} `json:"spec"`
+		Jobs []struct {
+			Label  string                                        `json:"label"`
+			Pool   struct{ Prefill, Decode int }                 `json:"pool"`
+			Config struct{ PrefillReplicas, DecodeReplicas int } `json:"config"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(data, &plan); err != nil || len(plan.Jobs) != 2 || len(plan.Spec.Pools) != 2 {
+		t.Fatalf("plan.json: %v, %s", err, data)
+	}
+	j := plan.Jobs[1]
+	if j.Label != "cost_model+P1D3" || j.Pool.Prefill != 1 || j.Pool.Decode != 3 || j.Config.PrefillReplicas != 1 || j.Config.DecodeReplicas != 3 {
+		t.Errorf("job 1: %+v", j)
+	}
+	if j := plan.Jobs[0]; j.Label != "cost_model+aggregated" || j.Config.PrefillReplicas != 0 {
+		t.Errorf("job 0: %+v", j)
 	}
 }

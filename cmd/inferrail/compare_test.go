@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -150,5 +151,94 @@ func TestCapacityAdmissions(t *testing.T) {
 	}
 	if !strings.Contains(out, "cost_model+none") || !strings.Contains(out, "cost_model+kv") {
 		t.Fatalf("stdout: %s", out)
+	}
+}
+
+func TestComparePoolsFlags(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		args    []string
+		mention []string
+	}{
+		{[]string{"compare", "--pools", "0/0,1/3", "--prefill-replicas", "1", "--out", dir}, []string{"--pools", "--prefill-replicas", "--decode-replicas"}},
+		{[]string{"compare", "--pools", "0/0,1/3", "--decode-replicas", "3", "--out", dir}, []string{"--pools replaces"}},
+		{[]string{"compare", "--pools", "2/x", "--out", dir}, []string{"--pools", `"2/x"`}},
+		{[]string{"compare", "--pools", ",", "--out", dir}, []string{"--pools", "at least one"}},
+		{[]string{"compare", "--replicas", "4", "--pools", "0/0,1/3,1/3", "--out", dir}, []string{"pools", "1/3 listed twice"}},
+		{[]string{"compare", "--replicas", "4", "--pools", "0/0,3/3", "--out", dir}, []string{"pools", "more than the fleet's 4 replicas"}},
+		{[]string{"compare", "--replicas", "4", "--pools", "4/0,1/1", "--out", dir}, []string{"pools", "no replica to decode on"}},
+		{[]string{"compare", "plan", "--replicas", "4", "--pools", "0/0,5/1", "--out", dir}, []string{"pools", "more than"}},
+	}
+	for _, c := range cases {
+		code, _, errOut := runCLI(c.args...)
+		ok := code == 2 && !strings.Contains(errOut, "simulations")
+		for _, m := range c.mention {
+			ok = ok && strings.Contains(errOut, m)
+		}
+		if !ok {
+			t.Errorf("%v: exit %d, stderr %q (want 2, naming %q, before any run)", c.args, code, errOut, c.mention)
+		}
+	}
+}
+
+func TestComparePoolsWritesVariants(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pd")
+	code, out, errOut := runCLI("compare", "--workload", "w1", "--policies", "cost_model", "--replicas", "4", "--pools", "0/0,1/3", "--seeds", "1", "--requests", "150", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "cost_model+aggregated") || !strings.Contains(out, "cost_model+P1D3") {
+		t.Fatalf("stdout: %s", out)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sums []results.Summary
+	if err := json.Unmarshal(data, &sums); err != nil || len(sums) != 2 || sums[0].PD != nil || sums[1].PD == nil || sums[1].PD.PrefillReplicas != 1 {
+		t.Fatalf("results.json: %v, %+v", err, sums)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	for _, want := range []string{"## Disaggregated prefill/decode", "| cost_model+P1D3 | 1 / 3 / 0 |", "--pools=0/0,1/3"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+}
+
+func TestCapacityPDSplit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cap")
+	code, out, errOut := runCLI("capacity", "--workload", "w1", "--policies", "cost_model", "--seeds", "1", "--requests", "150", "--rate", "2", "--max-replicas", "3", "--pd-split", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "capacity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		PDSplit  bool `json:"pd_split"`
+		Policies []struct {
+			Replicas int    `json:"replicas"`
+			Fleet    string `json:"fleet"`
+			Split    *struct {
+				Prefill int `json:"prefill_replicas"`
+				Decode  int `json:"decode_replicas"`
+			} `json:"split"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil || !c.PDSplit || len(c.Policies) != 1 {
+		t.Fatalf("capacity.json: %v %s", err, data)
+	}
+	p := c.Policies[0]
+	if p.Replicas < 1 || p.Split == nil || p.Split.Prefill+p.Split.Decode > p.Replicas || !strings.HasPrefix(p.Fleet, strconv.Itoa(p.Replicas)+" (") {
+		t.Fatalf("capacity.json's answer: %+v", p)
+	}
+	if !strings.Contains(out, p.Fleet) {
+		t.Errorf("stdout does not give the split %q: %s", p.Fleet, out)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	if !strings.Contains(string(md), "| "+p.Fleet+" |") {
+		t.Errorf("report.md does not give the split %q", p.Fleet)
 	}
 }

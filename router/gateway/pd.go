@@ -53,8 +53,10 @@ func ParseRole(s string) (Role, error) {
 // decodes (locally).
 const (
 	// DecideAuto is the decider of the model's policy's own P/D design:
-	// threshold for llmd (llm-d's pd profile), dynamo for dynamo, cost for
-	// cost_model and threshold for the others.
+	// dynamo for dynamo, threshold (llm-d's pd profile) for every other
+	// policy, cost_model included: under a tight TPOT objective every
+	// prefill kept on a decode replica shows in TPOT p99, which the cost
+	// decider trades for time to first token (docs/pd.md).
 	DecideAuto = "auto"
 	// DecideNever prefills every request locally: the prefill replicas idle.
 	DecideNever = "never"
@@ -74,7 +76,9 @@ const (
 	// DecideCost is inferrail's: remotely when the uncached prompt reaches
 	// NonCachedTokens and the cost model's time to first token through the
 	// best prefill replica (its queue and prefill, plus the KV transfer) is
-	// below that of prefilling on the decode replica.
+	// below that of prefilling on the decode replica plus, while requests
+	// decode there, the prefill's own compute time (the stall a local
+	// prefill imposes on them).
 	DecideCost = "cost"
 )
 
@@ -89,11 +93,8 @@ func decider(d, policy string) string {
 	if d != "" && d != DecideAuto {
 		return d
 	}
-	switch policy {
-	case "dynamo":
+	if policy == "dynamo" {
 		return DecideDynamo
-	case "cost_model":
-		return DecideCost
 	}
 	return DecideThreshold
 }
@@ -258,7 +259,14 @@ func (c *Core) remote(now time.Duration, e *entry, d router.Decision) (router.De
 			pc.PredictedCachedTokens = 0
 		}
 		far := c.pd.cost.EstimateTTFT(prompt, &pc) + p.transferMs(uncached)
-		if far >= c.pd.cost.EstimateTTFT(prompt, &local) {
+		near := c.pd.cost.EstimateTTFT(prompt, &local)
+		// A local prefill stalls the decode replica's decoding requests for
+		// as long as it computes: a remote one is worth up to that much
+		// more time to first token while anything decodes there.
+		if local.Load.InFlight > local.Load.Pending {
+			near += float64(c.rt.Options().Profile.PrefillTime(uncached, cached)) / 1e6
+		}
+		if far >= near {
 			c.rt.Abandon(pd)
 			return router.Decision{}, false
 		}

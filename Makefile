@@ -114,6 +114,7 @@ report: build
 	./$(BIN) capacity --workload w2 --policies all --seeds 3 --requests 12000 --warmup 120s --out docs/benchmarks/w2-capacity --title "W2: replicas needed at 14 req/s"
 	./$(BIN) compare --workload w7 --policies cost_model --admissions all --seeds 3 --out docs/benchmarks/w7-overload --title "W7: overload bursts, every admission mode"
 	./$(BIN) compare --workload w7 --policies cost_model --admission kv --gateways 3 --ledgers shared,independent --seeds 3 --out docs/benchmarks/w7-gateways --title "W7: three gateways, shared or independent ledgers"
+	BIN=$(BIN) scripts/pd-report.sh
 
 # Live overload on wall-clock time: one burst of 200 heavy requests at about
 # 6x the KV capacity of three inferrail engine replicas, through live with kv

@@ -150,6 +150,8 @@ func (s *sim) dispatchPrefill(g int, rs *reqState, d gateway.Decision) bool {
 	rs.decode = d.Replica
 	rs.transferTokens = rec.PromptTokens - d.PredictedCachedTokens
 	rec.Remote, rec.PrefillReplica = true, d.Prefill
+	// The prompt is computed there: the prediction to check is that replica's.
+	rec.PredictedCachedTokens = d.PrefillCachedTokens
 	s.kick(d.Prefill)
 	return true
 }

@@ -53,10 +53,8 @@ func ParseRole(s string) (Role, error) {
 // decodes (locally).
 const (
 	// DecideAuto is the decider of the model's policy's own P/D design:
-	// dynamo for dynamo, threshold (llm-d's pd profile) for every other
-	// policy, cost_model included: under a tight TPOT objective every
-	// prefill kept on a decode replica shows in TPOT p99, which the cost
-	// decider trades for time to first token (docs/pd.md).
+	// dynamo for dynamo, cost for cost_model, threshold (llm-d's pd
+	// profile) for every other policy.
 	DecideAuto = "auto"
 	// DecideNever prefills every request locally: the prefill replicas idle.
 	DecideNever = "never"
@@ -76,9 +74,9 @@ const (
 	// DecideCost is inferrail's: remotely when the uncached prompt reaches
 	// NonCachedTokens and the cost model's time to first token through the
 	// best prefill replica (its queue and prefill, plus the KV transfer) is
-	// below that of prefilling on the decode replica plus, while requests
-	// decode there, the prefill's own compute time (the stall a local
-	// prefill imposes on them).
+	// below that of prefilling on the decode replica plus the stall a local
+	// prefill imposes on the requests decoding there (its compute time,
+	// once for each of them).
 	DecideCost = "cost"
 )
 
@@ -93,8 +91,11 @@ func decider(d, policy string) string {
 	if d != "" && d != DecideAuto {
 		return d
 	}
-	if policy == "dynamo" {
+	switch policy {
+	case "dynamo":
 		return DecideDynamo
+	case "cost_model":
+		return DecideCost
 	}
 	return DecideThreshold
 }
@@ -260,11 +261,11 @@ func (c *Core) remote(now time.Duration, e *entry, d router.Decision) (router.De
 		}
 		far := c.pd.cost.EstimateTTFT(prompt, &pc) + p.transferMs(uncached)
 		near := c.pd.cost.EstimateTTFT(prompt, &local)
-		// A local prefill stalls the decode replica's decoding requests for
-		// as long as it computes: a remote one is worth up to that much
-		// more time to first token while anything decodes there.
-		if local.Load.InFlight > local.Load.Pending {
-			near += float64(c.rt.Options().Profile.PrefillTime(uncached, cached)) / 1e6
+		// A local prefill stalls each request decoding on the decode
+		// replica for as long as it computes: a remote one is worth up to
+		// that much more time to first token, summed over them.
+		if d := local.Load.InFlight - local.Load.Pending; d > 0 {
+			near += float64(d) * float64(c.rt.Options().Profile.PrefillTime(uncached, cached)) / 1e6
 		}
 		if far >= near {
 			c.rt.Abandon(pd)

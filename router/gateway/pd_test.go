@@ -85,8 +85,8 @@ func TestPDDeciders(t *testing.T) {
 		{DecideDynamo, 1000, true}, // uncached/prompt = 1 >= 0.7
 		{DecideCost, 8, false},
 		{DecideCost, 1000, false}, // both idle: the transfer only adds
-		{DecideAuto, 8, false},    // cost_model's own: threshold
-		{DecideAuto, 64, true},
+		{DecideAuto, 8, false},    // cost_model's own: cost
+		{DecideAuto, 1000, false}, // idle: local
 	} {
 		cfg := testConfig("cost_model")
 		cfg.PD.Decider = tc.decider
@@ -174,7 +174,7 @@ func TestPDNoDecodeReplica(t *testing.T) {
 }
 
 func TestPDAutoIsThePolicysOwn(t *testing.T) {
-	for pol, want := range map[string]string{"llmd": DecideThreshold, "dynamo": DecideDynamo, "cost_model": DecideThreshold, "round_robin": DecideThreshold} {
+	for pol, want := range map[string]string{"llmd": DecideThreshold, "dynamo": DecideDynamo, "cost_model": DecideCost, "round_robin": DecideThreshold} {
 		c := pdCore(t, testConfig(pol), RolePrefill, RoleDecode)
 		if c.pd.decider != want || c.pd.pol.Name() != pol {
 			t.Errorf("%s: decider %s, prefill policy %s; want %s and %s", pol, c.pd.decider, c.pd.pol.Name(), want, pol)

@@ -221,3 +221,28 @@ func TestServerOutputLag(t *testing.T) {
 		}
 	})
 }
+
+// An engine with a CPU tier shows the tier's hits and blocks on /metrics;
+// one without shows neither.
+func TestTierMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{Engine: testEngine()}
+		cfg.Engine.KVTiers.CPUBlocks, cfg.Engine.KVTiers.CPULink = 64, "pcie-gen5"
+		ts := startPipe(t, cfg)
+		defer ts.stop()
+		body := scrape(t, ts)
+		for _, want := range []string{`inferrail_engine_kv_tier_hit_tokens_total{engine="0",medium="CPU",`, `inferrail_engine_kv_tier_blocks{engine="0",medium="CPU",`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		if strings.Contains(body, `medium="DISK"`) {
+			t.Error("/metrics shows a disk tier the engine does not have")
+		}
+		plain := startPipe(t, Config{Engine: testEngine()})
+		defer plain.stop()
+		if strings.Contains(scrape(t, plain), "kv_tier") {
+			t.Error("an engine without tiers shows tier series")
+		}
+	})
+}

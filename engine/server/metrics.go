@@ -172,27 +172,36 @@ type engineCollector struct {
 	cfg                                            *Config
 	running, waiting, kv                           *prometheus.Desc
 	queries, hits, preempt, prompt, gen, cacheInfo *prometheus.Desc
+	// tierHits and tierBlocks are the lower KV tiers' (kv_tiers), by
+	// medium: vLLM has no series of its own for them.
+	tierHits, tierBlocks *prometheus.Desc
 }
 
 func newEngineCollector(m *metrics, cfg *Config, l prometheus.Labels) *engineCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, []string{"engine"}, l) }
 	return &engineCollector{
 		m: m, cfg: cfg,
-		running:   d("vllm:num_requests_running", "Number of requests in model execution batches."),
-		waiting:   d("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
-		kv:        d("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
-		queries:   d("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
-		hits:      d("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
-		preempt:   d("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
-		prompt:    d("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
-		gen:       d("vllm:generation_tokens_total", "Number of generation tokens processed."),
-		cacheInfo: prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", []string{"block_size", "engine", "num_gpu_blocks", "enable_prefix_caching"}, nil),
+		running:    d("vllm:num_requests_running", "Number of requests in model execution batches."),
+		waiting:    d("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+		kv:         d("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+		queries:    d("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
+		hits:       d("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
+		preempt:    d("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
+		prompt:     d("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
+		gen:        d("vllm:generation_tokens_total", "Number of generation tokens processed."),
+		cacheInfo:  prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", []string{"block_size", "engine", "num_gpu_blocks", "enable_prefix_caching"}, nil),
+		tierHits:   prometheus.NewDesc("inferrail_engine_kv_tier_hit_tokens_total", "Prompt tokens loaded back from a lower KV tier instead of computed, by medium (CPU, DISK).", []string{"engine", "medium"}, l),
+		tierBlocks: prometheus.NewDesc("inferrail_engine_kv_tier_blocks", "KV blocks a lower tier holds, by medium (CPU, DISK).", []string{"engine", "medium"}, l),
 	}
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kv, c.queries, c.hits, c.preempt, c.prompt, c.gen, c.cacheInfo} {
 		ch <- d
+	}
+	if c.cfg.Engine.KVTiers.Enabled() {
+		ch <- c.tierHits
+		ch <- c.tierBlocks
 	}
 }
 
@@ -223,5 +232,13 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		k(c.gen, float64(s.GenerationTokens))
 		ch <- prometheus.MustNewConstMetric(c.cacheInfo, prometheus.GaugeValue, 1,
 			strconv.Itoa(c.cfg.Engine.BlockSize), eng, strconv.Itoa(c.cfg.Engine.NumGPUBlocks), caching)
+		if t := c.cfg.Engine.KVTiers; t.Enabled() {
+			ch <- prometheus.MustNewConstMetric(c.tierHits, prometheus.CounterValue, float64(s.CPUHitTokens), eng, engine.MediumCPU)
+			ch <- prometheus.MustNewConstMetric(c.tierBlocks, prometheus.GaugeValue, float64(s.CPUBlocks), eng, engine.MediumCPU)
+			if t.DiskBlocks > 0 {
+				ch <- prometheus.MustNewConstMetric(c.tierHits, prometheus.CounterValue, float64(s.DiskHitTokens), eng, engine.MediumDisk)
+				ch <- prometheus.MustNewConstMetric(c.tierBlocks, prometheus.GaugeValue, float64(s.DiskBlocks), eng, engine.MediumDisk)
+			}
+		}
 	}
 }

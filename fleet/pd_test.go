@@ -199,3 +199,25 @@ func TestPDWithTiersEnds(t *testing.T) {
 		}
 	}
 }
+
+// With a CPU tier the engines count what they load back as cached, and the
+// router predicts it: on W2 with long think times (most turns find their
+// history offloaded) the prediction follows the measured hit rate, and the
+// tier serves a share of it.
+func TestTierHitsPredicted(t *testing.T) {
+	c := smallConfig(t, "w2", 3000)
+	c.Workload.W2.ThinkMin, c.Workload.W2.ThinkMax = 60*time.Second, 120*time.Second
+	c.Engine.KVTiers.CPUBlocks, c.Engine.KVTiers.CPULink = 4*c.Engine.NumGPUBlocks, "pcie-gen5"
+	c.Policy = "cost_model"
+	out, err := Simulate(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := out.Summary
+	if s.Tiers == nil || s.Tiers.CPUHitRate <= 0.05 {
+		t.Fatalf("tiers %+v: want a share of the hits from the CPU tier", s.Tiers)
+	}
+	if d := s.HitRate - s.PredictedHitRate; d > 0.1 || d < -0.1 {
+		t.Errorf("hit rate %.3f measured, %.3f predicted: the tier's hits are not predicted", s.HitRate, s.PredictedHitRate)
+	}
+}

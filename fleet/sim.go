@@ -750,7 +750,8 @@ func (s *sim) dispatch(g int, rs *reqState, d gateway.Decision) {
 	rs.ticket = d.Ticket
 	rec.Dispatch = s.now
 	rec.Replica = d.Replica
-	rec.PredictedCachedTokens = d.PredictedCachedTokens
+	// The engine counts what it loads back from its tiers as cached.
+	rec.PredictedCachedTokens = d.PredictedCachedTokens + d.PredictedTierTokens
 	if d.Prefill >= 0 && s.dispatchPrefill(g, rs, d) {
 		return
 	}

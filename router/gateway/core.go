@@ -119,6 +119,9 @@ type Decision struct {
 	Prefill             int
 	PrefillName         string
 	PrefillCachedTokens int
+	// PredictedTierTokens is what the index expects the replica to load
+	// back from its lower KV tiers, right after PredictedCachedTokens.
+	PredictedTierTokens int
 }
 
 // Usage is what the engine reported of a request it served.
@@ -740,6 +743,9 @@ func (c *Core) try(now time.Duration, e *entry) (Decision, bool) {
 	e.pend = e.req.PromptTokens - d.PredictedCachedTokens
 	dec := Decision{Kind: Dispatched, Ticket: c.ticketOf(e), ID: e.req.ID, Replica: d.Replica, Name: r.cfg.Name,
 		PredictedCachedTokens: d.PredictedCachedTokens, Weight: w, Queued: queued, Shadow: sp, Prefill: -1}
+	if e.req.BlockHashes != nil {
+		dec.PredictedTierTokens = d.PredictedTierTokens
+	}
 	if remote {
 		c.startPrefill(e, pd)
 		e.pend = 0 // the decode replica computes the prompt's last token only

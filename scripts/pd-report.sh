@@ -48,7 +48,19 @@ W2="--workload w2 --set w2.think_min=60s --set w2.think_max=120s --replicas 4 --
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$BIN" trace synth --out "$tmp"/a.jsonl --prefixes 0 --new-session 1 --input-median 4096 --input-sigma 0 --output-median 256 --output-sigma 0 --rate 3 --requests 1000
-"$BIN" trace synth --out "$tmp"/b.jsonl --prefixes 64 --prefix-tokens 1024 --prefix-zipf 1.01 --new-session 1 --input-median 128 --input-sigma 0 --output-median 64 --output-sigma 0 --rate 5 --requests 2000
+# (b)'s prefixes are equally popular, as inference-sim's workload draws them
+# (trace synth's are Zipf): a Mooncake JSON-lines file written here.
+python3 - "$tmp"/b.jsonl <<'PY'
+import json, random, sys
+rng = random.Random(42)
+t = 0.0
+with open(sys.argv[1], "w") as f:
+    for i in range(2000):
+        g = rng.randrange(64)
+        f.write(json.dumps({"timestamp": int(t * 1000), "input_length": 1152, "output_length": 64,
+                            "hash_ids": [2 * g, 2 * g + 1, 1000 + i]}) + "\n")
+        t += rng.expovariate(5.0)
+PY
 "$BIN" compare --trace "$tmp"/a.jsonl --policies least_request --replicas 4 --pools 0/0,2/2 --pd-decider always --seeds "$SEEDS" --out "$PD"/blis-a --title "inference-sim scenario (a): 4 aggregated vs 2 prefill + 2 decode"
 printf 'num_gpu_blocks: 2000\n' >"$tmp"/b.yaml
 "$BIN" compare --trace "$tmp"/b.jsonl --profile "$tmp"/b.yaml --policies round_robin --replicas 1 --seeds "$SEEDS" --out "$PD"/blis-b-gpu --title "inference-sim scenario (b): GPU only"

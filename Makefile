@@ -98,10 +98,11 @@ lint:
 clean:
 	rm -rf bin
 
-# The committed benchmark reports, regenerated from scratch (about 4 minutes
+# The committed benchmark reports, regenerated from scratch (about 10 minutes
 # on 2 cores): every policy on W1 (with a load sweep), W2 and W6 over 3 seeds,
-# the index-driven policies with the event-fed index on W1 and W2, and the
-# replicas each policy needs on W1 and W2.
+# the index-driven policies with the event-fed index on W1 and W2, the
+# replicas each policy needs on W1 and W2, and (scripts/pd-report.sh, about 7
+# minutes) P/D and tiered KV: docs/benchmarks/pd, docs/benchmarks/tiered-kv.
 report: build
 	rm -rf docs/benchmarks/w1 docs/benchmarks/w2 docs/benchmarks/w6 docs/benchmarks/w1-events docs/benchmarks/w2-events docs/benchmarks/w6-events docs/benchmarks/w1-capacity docs/benchmarks/w2-capacity docs/benchmarks/w7-overload docs/benchmarks/w7-gateways
 	./$(BIN) compare --workload w1 --policies all --seeds 3 --rates 3.2,2.4,4,4.8 --out docs/benchmarks/w1 --title "W1: shared system prompts"

@@ -120,9 +120,10 @@ func writePD(b *strings.Builder, in Input, aggs []policyAgg) {
 		"Remote is the share of requests that prefilled on a prefill replica, the rest prefilling on their decode replica; " +
 		"fallbacks count the remote prefills that failed and ran locally (every request of the run counted, warmup included). " +
 		"Transfer is the time a measured request's KV took from the end of its prefill to its decode replica; KV moved is the total over the run. " +
-		"Busy is each pool's mean busy fraction. — marks a " + w.short() + " without prefill replicas, or an empty pool.\n\n")
-	b.WriteString("| " + w.header + " | Pools P / D / both | Remote | Fallbacks | Transfer p50 (ms) | Transfer p99 (ms) | KV moved (GB) | Prefill busy | Decode busy | Both busy |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		"Busy is each pool's mean busy fraction. TPOT p50 / p99 repeat the results' latencies (every " + w.short() + ") to set what P/D does to decoding against what it costs. " +
+		"— marks a " + w.short() + " without prefill replicas, or an empty pool.\n\n")
+	b.WriteString("| " + w.header + " | Pools P / D / both | TPOT p50 / p99 (ms) | Remote | Fallbacks | Transfer p50 (ms) | Transfer p99 (ms) | KV moved (GB) | Prefill busy | Decode busy | Both busy |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for i := range aggs {
 		a := &aggs[i]
 		var first *results.PDSummary
@@ -132,8 +133,14 @@ func writePD(b *strings.Builder, in Input, aggs []policyAgg) {
 				break
 			}
 		}
+		var p50, p99 []float64
+		for j := range a.Runs {
+			p50 = append(p50, a.Runs[j].Summary.TPOT.P50)
+			p99 = append(p99, a.Runs[j].Summary.TPOT.P99)
+		}
+		tpot := fmtMs(spreadOf(p50).Med) + " / " + fmtMs(spreadOf(p99).Med)
 		if first == nil {
-			fmt.Fprintf(b, "| %s | — | — | — | — | — | — | — | — | — |\n", cell(a.Policy))
+			fmt.Fprintf(b, "| %s | — | %s | — | — | — | — | — | — | — | — |\n", cell(a.Policy), tpot)
 			continue
 		}
 		med := func(f func(p *results.PDSummary) float64, format func(float64) string) string {
@@ -146,9 +153,9 @@ func writePD(b *strings.Builder, in Input, aggs []policyAgg) {
 			}
 			return med(f, fmtPct)
 		}
-		fmt.Fprintf(b, "| %s | %d / %d / %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(b, "| %s | %d / %d / %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			cell(a.Policy),
-			first.PrefillReplicas, first.DecodeReplicas, first.BothReplicas,
+			first.PrefillReplicas, first.DecodeReplicas, first.BothReplicas, tpot,
 			med(remoteShare, fmtPct),
 			med(func(p *results.PDSummary) float64 { return float64(p.Fallbacks) }, fmtCount),
 			med(func(p *results.PDSummary) float64 { return p.TransferMs.P50 }, fmtMs),

@@ -51,8 +51,8 @@ func TestPDGolden(t *testing.T) {
 	for _, want := range []string{
 		"## Disaggregated prefill/decode",
 		"| Policy+pool | Pools P / D / both |",
-		"| cost_model+aggregated | — | — |",
-		"| cost_model+P2D6 | 2 / 6 / 0 | 75.1% | 0.5 | 1.80 | 12.8 | 4.88 | 80.0% | 45.0% | — |",
+		"| cost_model+aggregated | — | 20.0 / 40.0 | — |",
+		"| cost_model+P2D6 | 2 / 6 / 0 | 20.0 / 40.0 | 75.1% | 0.5 | 1.80 | 12.8 | 4.88 | 80.0% | 45.0% | — |",
 		"## KV tiers",
 		"| cost_model+P4D4 | 51.5% | 10.0% | 0.0% | 61.5% | 3.75 |",
 	} {

@@ -75,7 +75,7 @@ func toGateway(evs []kvevents.Event, out []gateway.KVEvent, ids []uint64) ([]gat
 		for _, h := range e.BlockHashes {
 			ids = append(ids, h.V)
 		}
-		ge := gateway.KVEvent{Kind: e.Kind, Blocks: ids[start:len(ids):len(ids)], TokenIDs: e.TokenIDs, BlockSize: e.BlockSize}
+		ge := gateway.KVEvent{Kind: e.Kind, Blocks: ids[start:len(ids):len(ids)], TokenIDs: e.TokenIDs, BlockSize: e.BlockSize, Medium: e.Medium}
 		if e.ParentBlockHash != nil {
 			ge.Parent, ge.HasParent = e.ParentBlockHash.V, true
 		}

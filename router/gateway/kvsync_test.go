@@ -173,3 +173,41 @@ func TestKVEventsForget(t *testing.T) {
 	}
 	_ = ours
 }
+
+// Events of a lower tier (vLLM's medium CPU or DISK) never count as GPU
+// blocks; they feed the router's tier index when it has one, and an
+// offloaded block's own id map keeps the GPU's removal from losing it.
+func TestKVEventsByMedium(t *testing.T) {
+	c := eventsCore(t, 1)
+	tokens, ours := kvTokens(c)
+	idx := c.Router().Index()
+	cpu := stored(tokens[:32], 0, false, 1001, 1002)
+	cpu.Medium = engine.MediumCPU
+	c.KVEvents(0, 0, []KVEvent{cpu})
+	if d := depth(c, 0, ours); d != 0 || idx.Blocks(0) != 0 {
+		t.Fatalf("CPU events counted on the GPU: depth %d, %d blocks", d, idx.Blocks(0))
+	}
+
+	cfg := testConfig("round_robin")
+	cfg.Router.Index = router.IndexEvents
+	cfg.Router.TierBlocks = 100
+	tc := newCore(t, cfg, 1, ReplicaConfig{})
+	gpu := stored(tokens[:16], 0, false, 1001)
+	c2 := stored(tokens[16:32], 1001, true, 1002)
+	c2.Medium = engine.MediumCPU
+	tc.KVEvents(0, 0, []KVEvent{gpu, c2})
+	// The GPU evicts block 0 after block 1 went to the CPU: the CPU's copy
+	// of block 1 stays.
+	tc.KVEvents(0, 0, []KVEvent{{Kind: engine.BlockRemoved, Blocks: []uint64{1001}}})
+	req := &router.Request{Model: testModel, PromptTokens: 48, BlockHashes: ours[:3]}
+	views := []router.Replica{{Candidate: router.Candidate{Replica: 0, Name: "r0"}, Healthy: true, Models: []string{testModel}}}
+	cands := tc.Router().Candidates(0, req, views, nil)
+	if len(cands) != 1 || cands[0].PredictedCachedTokens != 0 || cands[0].PredictedTierTokens != 0 {
+		t.Fatalf("after the GPU lost block 0: %+v (the tier's block 1 does not start the prompt)", cands)
+	}
+	tc.KVEvents(0, 0, []KVEvent{gpu})
+	cands = tc.Router().Candidates(0, req, views, nil)
+	if cands[0].PredictedCachedTokens != 16 || cands[0].PredictedTierTokens != 16 {
+		t.Fatalf("block 0 back on the GPU, block 1 on the CPU: %+v", cands)
+	}
+}

@@ -187,7 +187,7 @@ func (s *Server) discovered(m *model, g config.DNSGroup, eps []remote.Endpoint) 
 		}
 	}
 	for _, name := range m.dropMissing(g.Name, want) {
-		s.met.forget(m.name, name)
+		s.met.forget(m.name, name, nil)
 	}
 	s.refreshTargets()
 	for _, r := range added {

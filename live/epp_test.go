@@ -129,6 +129,9 @@ type eppCall struct {
 	pick   eppPick
 	// respHeaders are the headers the picker set on the response.
 	respHeaders map[string]string
+	// ended: the picker ended the stream (an early immediate response)
+	// while messages were still being sent; Recv gets its answer.
+	ended bool
 }
 
 func hv(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, RawValue: []byte(v)} }
@@ -213,7 +216,17 @@ func (e *testEPP) send(t testing.TB, r envoyReq) *eppCall {
 
 func (c *eppCall) sendMsg(m *extProcPb.ProcessingRequest) {
 	c.t.Helper()
+	if c.ended {
+		return
+	}
 	if err := c.stream.Send(m); err != nil {
+		// gRPC: Send returns io.EOF once the server has ended the stream,
+		// whose answer Recv then returns (the picker refuses a request as
+		// soon as its headers say so, before the body is sent).
+		if errors.Is(err, io.EOF) {
+			c.ended = true
+			return
+		}
 		c.t.Fatalf("send: %v", err)
 	}
 }

@@ -55,8 +55,11 @@ type metrics struct {
 	// conns reports each listener's open connections.
 	conns *connCollector
 	// perReplica are the vectors labelled by replica, whose series go
-	// when a replica leaves (forget).
+	// when a replica leaves (forget). fmu orders forget against the
+	// observations of a request that ends just after its replica left
+	// (replica.forgotten), which would bring the series back.
 	perReplica []deleter
+	fmu        sync.RWMutex
 	// own are the collectors of the gateway's own metrics (not Go's or
 	// the process's), for the snapshot test of the metric set.
 	own []prometheus.Collector
@@ -177,7 +180,12 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // forget deletes the series of a replica that left its model.
-func (m *metrics) forget(model, replica string) {
+func (m *metrics) forget(model, replica string, r *replica) {
+	m.fmu.Lock()
+	defer m.fmu.Unlock()
+	if r != nil {
+		r.forgotten = true
+	}
 	for _, v := range m.perReplica {
 		v.DeletePartialMatch(prometheus.Labels{"model": model, "replica": replica})
 	}
@@ -192,15 +200,28 @@ func (m *metrics) served(model string, prompt, cached, predicted int) {
 
 func (m *metrics) outcome(model, o string) { m.requests.WithLabelValues(model, o).Inc() }
 func (m *metrics) ttft(md *model, r *replica, d time.Duration) {
-	m.ttftH.WithLabelValues(md.name, md.policyName(), r.name).Observe(d.Seconds())
+	m.fmu.RLock()
+	defer m.fmu.RUnlock()
+	if !r.forgotten {
+		m.ttftH.WithLabelValues(md.name, md.policyName(), r.name).Observe(d.Seconds())
+	}
 }
 func (m *metrics) duration(md *model, r *replica, d time.Duration) {
-	m.durationH.WithLabelValues(md.name, md.policyName(), r.name).Observe(d.Seconds())
+	m.fmu.RLock()
+	defer m.fmu.RUnlock()
+	if !r.forgotten {
+		m.durationH.WithLabelValues(md.name, md.policyName(), r.name).Observe(d.Seconds())
+	}
 }
 func (m *metrics) decisionTime(model string, d time.Duration) {
 	m.decisionH.WithLabelValues(model).Observe(d.Seconds())
 }
 func (m *metrics) decision(md *model, r *replica) {
+	m.fmu.RLock()
+	defer m.fmu.RUnlock()
+	if r.forgotten {
+		return
+	}
 	m.decisions.WithLabelValues(md.name, md.policyName(), r.name).Inc()
 }
 func (m *metrics) retry(model string)       { m.retries.WithLabelValues(model).Inc() }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -108,9 +109,19 @@ func TestTokenCountersAndDepartedReplicas(t *testing.T) {
 	if count(g.met.ttftH) == 0 {
 		t.Fatal("no TTFT series before the replica left")
 	}
-	g.met.forget(m.name, "a")
+	ra := m.lookup("a")
+	g.met.forget(m.name, "a", ra)
 	if n := count(g.met.ttftH) + count(g.met.decisions); n != 0 {
 		t.Fatalf("%d series left of a departed replica", n)
+	}
+	// A request that ends just after its replica left (a reload drops the
+	// series once the last request in flight is settled, then its last
+	// byte's duration is observed) does not bring them back.
+	g.met.duration(m, ra, time.Second)
+	g.met.ttft(m, ra, time.Second)
+	g.met.decision(m, ra)
+	if n := count(g.met.ttftH) + count(g.met.durationH) + count(g.met.decisions); n != 0 {
+		t.Fatalf("%d series came back after the replica left", n)
 	}
 }
 

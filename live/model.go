@@ -44,6 +44,9 @@ type replica struct {
 	// flight has ended (reload.go).
 	retired   bool
 	onDrained func()
+	// forgotten: its metric series were dropped (metrics.forget; guarded
+	// by metrics.fmu): no observation brings them back.
+	forgotten bool
 
 	// What the log last said of the replica (guarded by the model's mu),
 	// so each change is logged once.

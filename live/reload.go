@@ -478,7 +478,7 @@ func (s *Server) dropped(m *model, r *replica) {
 	s.rl.mu.Lock()
 	defer s.rl.mu.Unlock()
 	if m.lookup(r.name) == nil {
-		s.met.forget(m.name, r.name)
+		s.met.forget(m.name, r.name, r)
 	}
 	s.log.Info("replica dropped: its requests in flight have ended", "model", m.name, "replica", r.name)
 }

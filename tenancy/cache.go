@@ -110,9 +110,19 @@ func NewCache(s Store, cfg CacheConfig) *Cache {
 // unknown id gives an error matching ErrNotFound; a failing store (with no
 // entry young enough to serve stale) one matching ErrUnavailable.
 func (c *Cache) GetKey(ctx context.Context, id string) (Key, error) {
+	e, k, ok, err := c.cached(id)
+	if ok {
+		return k, err
+	}
+	return c.lookup(ctx, id, e)
+}
+
+// cached answers from the cache when it can (ok): a fresh entry, or a
+// fresh negative one; else it returns the entry there is, if any.
+func (c *Cache) cached(id string) (e *cacheEntry, k Key, ok bool, err error) {
 	now := c.cfg.Now()
 	c.mu.RLock()
-	e := c.pos[id]
+	e = c.pos[id]
 	var negUntil time.Time
 	if e == nil {
 		negUntil = c.neg[id]
@@ -120,13 +130,13 @@ func (c *Cache) GetKey(ctx context.Context, id string) (Key, error) {
 	c.mu.RUnlock()
 	if e != nil && now.Before(e.fresh) {
 		c.hits.Add(1)
-		return e.key, nil
+		return e, e.key, true, nil
 	}
 	if e == nil && now.Before(negUntil) {
 		c.negHits.Add(1)
-		return Key{}, fmt.Errorf("key %s: %w", id, ErrNotFound)
+		return nil, Key{}, true, fmt.Errorf("key %s: %w", id, ErrNotFound)
 	}
-	return c.lookup(ctx, id, e)
+	return e, Key{}, false, nil
 }
 
 type lookupResult struct {
@@ -138,6 +148,11 @@ func (c *Cache) lookup(ctx context.Context, id string, old *cacheEntry) (Key, er
 	led := false // set by the lookup when this call started it
 	ch := c.group.DoChan(id, func() (any, error) {
 		led = true
+		// A lookup that ended between this call's look at the cache and
+		// now has filled it: no second lookup.
+		if _, k, ok, err := c.cached(id); ok {
+			return lookupResult{k, err}, nil
+		}
 		c.lookups.Add(1)
 		gen := c.gen.Load()
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LookupTimeout)

@@ -293,8 +293,9 @@ func DefaultPDTransfer() PDTransfer {
 	return PDTransfer{BandwidthGBps: DefaultPDBandwidthGBps, BaseLatencyMs: DefaultPDBaseLatencyMs}
 }
 
-// resolved is p, or the defaults for the zero value.
-func (p PDTransfer) resolved() PDTransfer {
+// Resolved is p, or the defaults for the zero value: the transfer
+// TransferTime prices.
+func (p PDTransfer) Resolved() PDTransfer {
 	if p == (PDTransfer{}) {
 		return DefaultPDTransfer()
 	}
@@ -314,7 +315,7 @@ func (c *Config) KVBytes(tokens int) float64 {
 // the base latency plus nothing for the bytes. It saturates at the largest
 // Duration.
 func (c *Config) TransferTime(tokens int) time.Duration {
-	p := c.PDTransfer.resolved()
+	p := c.PDTransfer.Resolved()
 	ns := float64(p.BaseLatencyMs * 1e6)
 	if tokens > 0 && p.BandwidthGBps > 0 {
 		ns += float64(c.KVBytes(tokens) / p.BandwidthGBps)
@@ -344,6 +345,17 @@ func (c *Config) TierLoadTime(cpuBlocks, diskBlocks int) time.Duration {
 		ns += float64(c.KVBytes(diskBlocks*c.BlockSize) / bw)
 	}
 	return nanoseconds(ns)
+}
+
+// TierLoadNsPerToken is the time to load one token's KV back from the CPU
+// tier, in nanoseconds (kv_bytes_per_token over the tier's GB/s, unrounded),
+// for a router that prices tier hits; 0 without a CPU tier.
+func (c *Config) TierLoadNsPerToken() float64 {
+	bw := c.KVTiers.CPUBandwidth()
+	if !c.KVTiers.Enabled() || !(bw > 0) {
+		return 0
+	}
+	return c.KVBytesPerToken / bw
 }
 
 // DefaultConfig approximates an 8B model (bf16) on one 24 GB GPU: about

@@ -2,8 +2,6 @@ package fleet
 
 import (
 	"fmt"
-	"math"
-	"slices"
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
@@ -178,43 +176,6 @@ func (s *sim) decodeAdd(rs *reqState) {
 	s.addDecode(rs, rs.decode, true)
 }
 
-// addDecode adds rs to decode replica i (remote: its prompt's KV came
-// from a prefill replica).
-func (s *sim) addDecode(rs *reqState, i int, remote bool) {
-	w := rs.w
-	rec := s.records.at(rs.rec)
-	err := s.reps[i].eng.Add(s.now, engine.Request{
-		ID:            engine.RequestID(w.ID),
-		PromptTokens:  rec.PromptTokens,
-		OutputTokens:  w.OutputTokens,
-		MaxTokens:     w.MaxTokens,
-		BlockHashes:   rs.hashes,
-		RemotePrefill: remote,
-	})
-	if err != nil {
-		// The engine refused it (too long, too large) before computing
-		// anything: the client gets an error and the gateway takes it back.
-		rec.Fail = failReason(err)
-		rec.Replica = -1
-		others := s.gws[rs.gateway].core.Fail(s.now, rs.ticket, false)
-		s.end(rs, false)
-		s.decided(rs.gateway, others)
-		return
-	}
-	rs.replica = i
-	s.notePeak(i)
-	s.kick(i)
-}
-
-// kick starts replica i's step now if the rank that took a request can
-// start now and no step event of the replica is due now anyway.
-func (s *sim) kick(i int) {
-	rep := s.reps[i]
-	if at, ok := rep.eng.NextStep(); ok && at <= s.now && !slices.Contains(rep.stepAt, s.now) {
-		s.pushStep(i, s.now)
-	}
-}
-
 // pdSummary is the run's P/D summary (nil without prefill replicas).
 func (s *sim) pdSummary(sum *results.Summary) *results.PDSummary {
 	c := &s.cfg
@@ -239,21 +200,6 @@ func (s *sim) pdSummary(sum *results.Summary) *results.PDSummary {
 	return p
 }
 
-// transferBandwidth is a prefill replica's link bandwidth in bytes per
-// second: the profile's, as engine.Config.TransferTime prices one transfer
-// alone (the time of a gigabyte's tokens less the base latency).
-func transferBandwidth(e *engine.Config) float64 {
-	if !(e.KVBytesPerToken > 0) {
-		return math.Inf(1) // unknown KV size: transfers cost their base latency
-	}
-	tokens := int(math.Ceil(1e9 / e.KVBytesPerToken))
-	d := e.TransferTime(tokens) - e.TransferTime(0)
-	if d <= 0 {
-		return math.Inf(1)
-	}
-	return e.KVBytes(tokens) / d.Seconds()
-}
-
 // tierSummary splits the engines' hits by tier (nil without lower tiers).
 func tierSummary(e engine.Config, ms []engine.Metrics) *results.TierSummary {
 	if !e.KVTiers.Enabled() {
@@ -269,15 +215,4 @@ func tierSummary(e engine.Config, ms []engine.Metrics) *results.TierSummary {
 		load += m.KVLoadTime
 	}
 	return results.NewTierSummary(prompt, gpu, cpu, disk, load)
-}
-
-// tierLoadNsPerToken is the time to load one token's KV back from the CPU
-// tier, for cost_model's credit of tier hits (0 without tiers): the
-// profile's price of loading many blocks, per token.
-func tierLoadNsPerToken(e *engine.Config) float64 {
-	if !e.KVTiers.Enabled() {
-		return 0
-	}
-	const blocks = 1024
-	return float64(e.TierLoadTime(blocks, 0)) / float64(blocks*e.BlockSize)
 }

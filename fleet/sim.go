@@ -281,7 +281,7 @@ func (c *Config) gatewayConfig(ledger gateway.Ledger) gateway.Config {
 			Profile:             c.Engine.Latency,
 			MaxNumBatchedTokens: c.Engine.MaxNumBatchedTokens,
 			SessionAffinity:     c.SessionAffinity,
-			TierLoadNsPerToken:  tierLoadNsPerToken(&c.Engine),
+			TierLoadNsPerToken:  c.Engine.TierLoadNsPerToken(),
 		},
 		Index:          c.Index,
 		SpeculationTTL: c.SpeculationTTL,
@@ -496,7 +496,8 @@ func newSim(cfg Config) (*sim, error) {
 	}
 	if cfg.PrefillReplicas > 0 {
 		s.links = make([]*link, cfg.Replicas)
-		bw := transferBandwidth(&cfg.Engine)
+		// The link's bytes per second; a transfer's base latency is added at its end.
+		bw := cfg.Engine.PDTransfer.Resolved().BandwidthGBps * 1e9
 		for i := range cfg.PrefillReplicas {
 			s.links[i] = &link{bw: bw, next: -1}
 		}
@@ -756,6 +757,44 @@ func (s *sim) dispatch(g int, rs *reqState, d gateway.Decision) {
 		return
 	}
 	s.addDecode(rs, d.Replica, false)
+}
+
+// addDecode adds rs to replica i, the one it decodes on (remote: its
+// prompt's KV came from a prefill replica, pd.go; else it prefills there
+// too).
+func (s *sim) addDecode(rs *reqState, i int, remote bool) {
+	w := rs.w
+	rec := s.records.at(rs.rec)
+	err := s.reps[i].eng.Add(s.now, engine.Request{
+		ID:            engine.RequestID(w.ID),
+		PromptTokens:  rec.PromptTokens,
+		OutputTokens:  w.OutputTokens,
+		MaxTokens:     w.MaxTokens,
+		BlockHashes:   rs.hashes,
+		RemotePrefill: remote,
+	})
+	if err != nil {
+		// The engine refused it (too long, too large) before computing
+		// anything: the client gets an error and the gateway takes it back.
+		rec.Fail = failReason(err)
+		rec.Replica = -1
+		others := s.gws[rs.gateway].core.Fail(s.now, rs.ticket, false)
+		s.end(rs, false)
+		s.decided(rs.gateway, others)
+		return
+	}
+	rs.replica = i
+	s.notePeak(i)
+	s.kick(i)
+}
+
+// kick starts replica i's step now if the rank that took a request can
+// start now and no step event of the replica is due now anyway.
+func (s *sim) kick(i int) {
+	rep := s.reps[i]
+	if at, ok := rep.eng.NextStep(); ok && at <= s.now && !slices.Contains(rep.stepAt, s.now) {
+		s.pushStep(i, s.now)
+	}
 }
 
 // pushStep schedules a step event of replica i at time at.

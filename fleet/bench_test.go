@@ -5,8 +5,13 @@ import (
 )
 
 // benchSim simulates W1 on 8 default replicas at the default rate.
-func benchSim(b *testing.B, wl string, requests int) {
+// benchSim runs wl as sim does, on two cores (Config.TwoCores); the
+// OneCore benchmarks keep it on one.
+func benchSim(b *testing.B, wl string, requests int) { benchSimCores(b, wl, requests, true) }
+
+func benchSimCores(b *testing.B, wl string, requests int, two bool) {
 	c := DefaultConfig()
+	c.TwoCores = two
 	w, err := workloadDefault(wl)
 	if err != nil {
 		b.Fatal(err)
@@ -30,5 +35,8 @@ func benchSim(b *testing.B, wl string, requests int) {
 
 func BenchmarkSimulateW1_2k(b *testing.B)  { benchSim(b, "w1", 2000) }
 func BenchmarkSimulateW1_20k(b *testing.B) { benchSim(b, "w1", 20000) }
+func BenchmarkSimulateW1_20kOneCore(b *testing.B) {
+	benchSimCores(b, "w1", 20000, false)
+}
 func BenchmarkSimulateW2_20k(b *testing.B) { benchSim(b, "w2", 20000) }
 func BenchmarkSimulateW6_20k(b *testing.B) { benchSim(b, "w6", 20000) }

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
+	"github.com/inferrail/inferrail/router/gateway"
 )
 
 func smallConfig(t testing.TB, wl string, n int) Config {
@@ -82,6 +85,63 @@ func TestSameSeedSameSummary(t *testing.T) {
 		d, _ := Simulate(c)
 		if bytes.Equal(summaryJSON(t, a.Summary), summaryJSON(t, d.Summary)) {
 			t.Fatalf("%s: different seeds gave identical summaries", wl)
+		}
+	}
+}
+
+// TestTwoCoresSameBytes: updating the index on a second core changes
+// nothing a run reports, whatever the policy, index mode and queueing.
+func TestTwoCoresSameBytes(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("TwoCores needs GOMAXPROCS > 1")
+	}
+	cases := []struct {
+		wl, policy string
+		set        func(*Config)
+	}{
+		{"w1", "cost_model", nil},
+		{"w1", "llmd", nil},
+		// Requests that end before the next arrival (the index's jobs for
+		// them queue behind each other).
+		{"w1", "cost_model", func(c *Config) { c.Replicas = 3; c.Workload.Rate = c.DefaultRate() }},
+		{"w2", "dynamo", func(c *Config) { c.Index = IndexEvents }},
+		{"w6", "cost_model", func(c *Config) {
+			c.Admission = gateway.AdmitKV
+			c.QueueMaxRequests = 64
+			c.Workload.Rate *= 1.5
+		}},
+		{"w2", "preble", func(c *Config) { c.Engine.NumGPUBlocks = 600 }},
+	}
+	for _, tc := range cases {
+		c := smallConfig(t, tc.wl, 1500)
+		c.Policy = tc.policy
+		if tc.set != nil {
+			tc.set(&c)
+		}
+		one, err := Simulate(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Three at once, so that the goroutines also take turns on the
+		// cores.
+		c.TwoCores = true
+		var outs [3]*Output
+		var errs [3]error
+		var wg sync.WaitGroup
+		for k := range outs {
+			wg.Go(func() { outs[k], errs[k] = Simulate(c) })
+		}
+		wg.Wait()
+		for k, two := range outs {
+			if errs[k] != nil {
+				t.Fatal(errs[k])
+			}
+			if a, b := summaryJSON(t, one.Summary), summaryJSON(t, two.Summary); !bytes.Equal(a, b) {
+				t.Fatalf("%s/%s: summaries differ on two cores:\n%s\n%s", tc.wl, tc.policy, a, b)
+			}
+			if !reflect.DeepEqual(one.Records, two.Records) || !reflect.DeepEqual(one.Engines, two.Engines) {
+				t.Fatalf("%s/%s: records or engine counters differ on two cores", tc.wl, tc.policy)
+			}
 		}
 	}
 }

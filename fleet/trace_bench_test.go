@@ -36,9 +36,15 @@ func replayConfig(tb testing.TB, path, policy string, replicas int) Config {
 }
 
 // BenchmarkMooncakeReplay16 replays the whole Mooncake conversation trace
-// (12,031 requests, 59 minutes) through 16 default replicas.
-func BenchmarkMooncakeReplay16(b *testing.B) {
+// (12,031 requests, 59 minutes) through 16 default replicas, as sim does
+// (on two cores; the OneCore benchmark on one).
+func BenchmarkMooncakeReplay16(b *testing.B) { benchMooncake(b, true) }
+
+func BenchmarkMooncakeReplay16OneCore(b *testing.B) { benchMooncake(b, false) }
+
+func benchMooncake(b *testing.B, two bool) {
 	c := replayConfig(b, mooncake, "cost_model", 16)
+	c.TwoCores = two
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Simulate(c); err != nil {

@@ -45,6 +45,11 @@ type Config struct {
 	// TierBlocks is the capacity of each replica's lower KV tiers (CPU and
 	// disk together, in blocks; 0: none), for the tier index (tier.go).
 	TierBlocks int
+	// Background lets the index update on a goroutine of its own after a
+	// decision or a finished request while the caller goes on
+	// (kvindex.Config.Background): the same decisions, sooner. The
+	// simulator sets it; it only pays with a core to spare.
+	Background bool
 }
 
 // Router makes routing decisions: it filters the eligible replicas, asks the
@@ -97,7 +102,7 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{
 		cfg: cfg,
 		pol: pol,
-		idx: kvindex.New(kvindex.Config{DefaultCapacityBlocks: cfg.DefaultCapacityBlocks}),
+		idx: kvindex.New(kvindex.Config{DefaultCapacityBlocks: cfg.DefaultCapacityBlocks, Background: cfg.Background}),
 	}
 	if cfg.TierBlocks > 0 {
 		r.tier = kvindex.New(kvindex.Config{DefaultCapacityBlocks: r.tierCapacity(cfg.DefaultCapacityBlocks)})
@@ -236,13 +241,14 @@ func (r *Router) Abandon(d Decision) {
 // tail goes first and the prompt's head last.
 func (r *Router) Finished(d Decision, held []kvblock.Hash) {
 	if r.cfg.Index == IndexApproximate {
+		var answer []kvblock.Hash
 		if d.promptBlocks < len(held) {
-			r.idx.Record(d.Replica, held[d.promptBlocks:])
+			answer = held[d.promptBlocks:]
 			if r.tier != nil {
-				r.tier.Record(d.Replica, held[d.promptBlocks:])
+				r.tier.Record(d.Replica, answer)
 			}
 		}
-		r.idx.Release(d.receipt)
+		r.idx.Finish(d.Replica, answer, d.receipt)
 	}
 }
 

@@ -554,6 +554,7 @@ func simulate(cfg fleet.Config, f simFlags, stderr io.Writer) (*fleet.Output, er
 		bar.expected = countSource(cfg.Source, cfg.Seed)
 	}
 	cfg.Progress = bar.update
+	cfg.TwoCores = true // one simulation at a time
 	out, err := fleet.Simulate(cfg)
 	if err != nil {
 		if bad := f.badTrace(err); bad != nil {

@@ -11,8 +11,8 @@ import (
 // slab, free list and table agree; and the shared table holds exactly the
 // union of the replicas' blocks, each with exactly the replicas holding it.
 func (x *Index) check() error {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.rlock()
+	defer x.runlock()
 	total := 0
 	for r, p := range x.reps {
 		if p == nil {

@@ -30,6 +30,12 @@ type Config struct {
 	// capacity was never set. Zero or negative means DefaultCapacityBlocks
 	// (16384).
 	DefaultCapacityBlocks int
+	// Background runs the work of RecordPinned and Finish on a goroutine
+	// of its own while the caller goes on (background.go): the results are
+	// the same, the caller's next call on the index waits for it. The
+	// index is then for one goroutine: its methods are not safe for
+	// concurrent use.
+	Background bool
 }
 
 // Index predicts, for each candidate replica, how many leading blocks of a
@@ -39,7 +45,9 @@ type Config struct {
 // 0..MaxReplica (they panic otherwise); the read-only methods treat any other
 // id as a replica that holds nothing.
 type Index struct {
+	// mu guards everything below, but with Background (background.go).
 	mu     sync.RWMutex
+	bg     background
 	defCap int
 	gen    uint64 // last generation handed to a Record or RecordSpeculative
 	shared table
@@ -53,6 +61,7 @@ type Index struct {
 // New returns an empty index.
 func New(cfg Config) *Index {
 	x := &Index{defCap: cfg.DefaultCapacityBlocks, shared: newTable()}
+	x.bg.on = cfg.Background
 	if x.defCap <= 0 {
 		x.defCap = DefaultCapacityBlocks
 	}
@@ -111,8 +120,8 @@ func (x *Index) ensure(r int) *replica {
 // ones: if the pinned blocks alone exceed the new capacity, the replica
 // keeps them (and nothing else) until Release frees the excess.
 func (x *Index) SetCapacity(replica, blocks int) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	p := x.ensure(replica)
 	p.capacity = min(max(blocks, 0), maxCapacity)
 	if p.n <= p.capacity {
@@ -135,8 +144,8 @@ func (x *Index) trim(p *replica, r int) {
 // fleet. Pins go with the blocks: Release and TakeBack of the replica's
 // receipts from before Forget are no-ops.
 func (x *Index) Forget(replica int) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	checkReplica(replica)
 	if x.get(replica) == nil {
 		return
@@ -150,8 +159,8 @@ func (x *Index) Forget(replica int) {
 // TakeBack of pinned receipts from before Clear are no-ops (they never unpin
 // blocks recorded after it).
 func (x *Index) Clear(replica int) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	checkReplica(replica)
 	if x.get(replica) == nil {
 		return
@@ -188,8 +197,8 @@ func (x *Index) clear(r int) {
 // Receipt lets TakeBack undo the insertions; see Receipt for the aliasing of
 // hashes.
 func (x *Index) Record(replica int, hashes []kvblock.Hash) Receipt {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	return x.record(replica, hashes, kindRecord)
 }
 
@@ -212,8 +221,11 @@ func (x *Index) Record(replica int, hashes []kvblock.Hash) Receipt {
 // finishes, or to TakeBack if the attempt failed before the engine computed
 // the prompt. Until then the caller must not modify hashes.
 func (x *Index) RecordPinned(replica int, hashes []kvblock.Hash) Receipt {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	if x.bg.on {
+		return x.recordPinnedBackground(replica, hashes)
+	}
+	defer x.unlock()
 	return x.record(replica, hashes, kindPinned)
 }
 
@@ -233,8 +245,15 @@ func (x *Index) Release(r Receipt) {
 	if r.pin == 0 {
 		return
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
+	x.release(r)
+}
+
+func (x *Index) release(r Receipt) {
+	if r.pin == 0 {
+		return
+	}
 	rep := int(r.replica)
 	p := x.get(rep)
 	if p == nil {
@@ -256,8 +275,8 @@ func (x *Index) Release(r Receipt) {
 // record, becomes most recently used and passes to this record: it now
 // expires at expires, and this receipt's TakeBack removes it.
 func (x *Index) RecordSpeculative(replica int, hashes []kvblock.Hash, expires time.Duration) Receipt {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	rc := x.record(replica, hashes, kindSpeculative)
 	if rc.gen != 0 {
 		x.queue.Push(expires, expiry{gen: rc.gen, replica: replica, hashes: hashes})
@@ -273,8 +292,8 @@ func (x *Index) RecordSpeculative(replica int, hashes []kvblock.Hash, expires ti
 // longer owned by any receipt. A replica never seen before gets the default
 // capacity. Pinned blocks stay pinned, as in Record.
 func (x *Index) Stored(replica int, hashes []kvblock.Hash) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	x.record(replica, hashes, kindStored)
 }
 
@@ -283,8 +302,8 @@ func (x *Index) Stored(replica int, hashes []kvblock.Hash) {
 // engine is the truth), pins and all: releasing the receipts that pinned
 // them ignores them, even once they are inserted again.
 func (x *Index) Removed(replica int, hashes []kvblock.Hash) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	checkReplica(replica)
 	p := x.get(replica)
 	if p == nil {
@@ -316,8 +335,8 @@ func (x *Index) TakeBack(r Receipt) {
 	if r.gen == 0 {
 		return
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	rep := int(r.replica)
 	if r.pin == 0 {
 		x.dropOwned(rep, r.hashes, r.gen, false)
@@ -344,8 +363,8 @@ func (x *Index) Expire(now time.Duration) {
 	if int64(now) < x.nextExpiry.Load() {
 		return
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	for {
 		top, ok := x.queue.Top()
 		if !ok || top.At > now {
@@ -390,8 +409,27 @@ const (
 
 // record inserts or touches hashes on replica r from last to first.
 func (x *Index) record(r int, hashes []kvblock.Hash, kind recordKind) Receipt {
-	p := x.ensure(r)
-	var gen, stamp uint64
+	p, gen, stamp := x.begin(r, kind)
+	pin := kind == kindPinned
+	var slot int32
+	var ids []int32 // with pin, the node of each hash
+	if pin {
+		slot, ids = p.newPins(gen, len(hashes))
+	}
+	owned := x.insert(p, r, hashes, kind, gen, stamp, ids)
+	if pin {
+		return Receipt{hashes: hashes, gen: gen, replica: int32(r), pin: slot}
+	}
+	if !owned {
+		return Receipt{}
+	}
+	return Receipt{hashes: hashes, gen: gen, replica: int32(r)}
+}
+
+// begin starts a record of kind on replica r: the replica's state, and the
+// record's generation and stamp (0 for Stored).
+func (x *Index) begin(r int, kind recordKind) (p *replica, gen, stamp uint64) {
+	p = x.ensure(r)
 	if kind != kindStored {
 		x.gen++
 		gen = x.gen
@@ -400,12 +438,14 @@ func (x *Index) record(r int, hashes []kvblock.Hash, kind recordKind) Receipt {
 			stamp |= specBit
 		}
 	}
+	return p, gen, stamp
+}
+
+// insert is record's work: it inserts or touches hashes on replica r (state
+// p) from last to first, filling ids with the nodes it pins when kind is
+// kindPinned, and reports whether the record owns a block.
+func (x *Index) insert(p *replica, r int, hashes []kvblock.Hash, kind recordKind, gen, stamp uint64, ids []int32) bool {
 	pin := kind == kindPinned
-	var slot int32
-	var ids []int32 // with pin, the node of each hash
-	if pin {
-		slot, ids = p.newPins(gen, len(hashes))
-	}
 	owned := false
 	for i := len(hashes) - 1; i >= 0; i-- {
 		h := hashes[i]
@@ -461,13 +501,7 @@ func (x *Index) record(r int, hashes []kvblock.Hash, kind recordKind) Receipt {
 			p.touch(id)
 		}
 	}
-	if pin {
-		return Receipt{hashes: hashes, gen: gen, replica: int32(r), pin: slot}
-	}
-	if !owned {
-		return Receipt{}
-	}
-	return Receipt{hashes: hashes, gen: gen, replica: int32(r)}
+	return owned
 }
 
 // dropNode removes node id of replica r from the replica and the shared table.
@@ -486,8 +520,8 @@ func (x *Index) Lookup(hashes []kvblock.Hash, replicas []int, depths []int) {
 	if len(depths) != len(replicas) {
 		panic("kvindex: Lookup needs len(depths) == len(replicas)")
 	}
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.rlock()
+	defer x.runlock()
 	var low uint64
 	maxWord := 0
 	for _, r := range replicas {
@@ -579,8 +613,8 @@ func (t *table) walk(hashes []kvblock.Hash, w int, mask uint64, d *[64]int32) {
 
 // Blocks returns the number of blocks the index holds for replica.
 func (x *Index) Blocks(replica int) int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.rlock()
+	defer x.runlock()
 	if p := x.get(replica); p != nil {
 		return p.n
 	}
@@ -590,8 +624,8 @@ func (x *Index) Blocks(replica int) int {
 // Capacity returns replica's capacity in blocks: the default for a replica
 // whose capacity was never set (or was forgotten).
 func (x *Index) Capacity(replica int) int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.rlock()
+	defer x.runlock()
 	if p := x.get(replica); p != nil {
 		return p.capacity
 	}
@@ -601,8 +635,8 @@ func (x *Index) Capacity(replica int) int {
 // Bytes returns the approximate memory the index holds: its tables, slabs
 // and queue, counted by capacity, not by use.
 func (x *Index) Bytes() int64 {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.rlock()
+	defer x.runlock()
 	n := int64(unsafe.Sizeof(*x))
 	n += int64(cap(x.shared.slots)) * int64(unsafe.Sizeof(entry{}))
 	n += int64(cap(x.shared.ext)) * int64(unsafe.Sizeof(extWord{}))
@@ -627,8 +661,8 @@ func (x *Index) Bytes() int64 {
 // currently pin on replica: the KV footprint of its requests in flight, a
 // prefix shared by several of them counted once.
 func (x *Index) PinnedBlocks(replica int) int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.rlock()
+	defer x.runlock()
 	if replica < 0 || replica > MaxReplica {
 		return 0
 	}
@@ -645,8 +679,8 @@ func (x *Index) PinnedBlocks(replica int) int {
 // Pins cover whole prompt prefixes (a pinned block's ancestors are pinned
 // too), so the depth is found by binary search.
 func (x *Index) PinnedDepth(replica int, hashes []kvblock.Hash) int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.rlock()
+	defer x.runlock()
 	if replica < 0 || replica > MaxReplica {
 		return 0
 	}

@@ -305,7 +305,8 @@ var testReplicas = []int{0, 1, 2, 63, 64, 65, 130, 4095}
 func TestIndexMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		defCap := rapid.IntRange(0, 10).Draw(t, "defCap")
-		x := New(Config{DefaultCapacityBlocks: defCap})
+		// With Background the same calls must give the same answers.
+		x := New(Config{DefaultCapacityBlocks: defCap, Background: rapid.Bool().Draw(t, "background")})
 		if defCap == 0 {
 			defCap = DefaultCapacityBlocks
 		}
@@ -342,7 +343,7 @@ func TestIndexMatchesModel(t *testing.T) {
 
 		for step := range rapid.IntRange(1, 60).Draw(t, "steps") {
 			var hs []kvblock.Hash
-			switch op := rapid.IntRange(0, 14).Draw(t, "op"); op {
+			switch op := rapid.IntRange(0, 17).Draw(t, "op"); op {
 			case 0, 1, 2:
 				r, p := replica.Draw(t, "r"), prompt(t)
 				hs = p
@@ -403,6 +404,50 @@ func TestIndexMatchesModel(t *testing.T) {
 				i := rapid.IntRange(0, len(receipts)-1).Draw(t, "receipt")
 				x.Release(receipts[i])
 				m.release(mreceipts[i], true)
+			case 15, 16:
+				// A few requests finish at once, each with an answer (that
+				// the caller reuses as soon as Finish returns).
+				if len(receipts) == 0 {
+					continue
+				}
+				for range rapid.IntRange(1, 3).Draw(t, "finishing") {
+					i := rapid.IntRange(0, len(receipts)-1).Draw(t, "receipt")
+					r := int(receipts[i].replica)
+					if receipts[i].gen == 0 {
+						r = replica.Draw(t, "r")
+					}
+					answer := rapid.SliceOfN(hashGen, 0, 3).Draw(t, "answer")
+					x.Finish(r, answer, receipts[i])
+					if len(answer) > 0 {
+						m.record(r, answer, opRecord, 0)
+					}
+					m.release(mreceipts[i], true)
+					// The request is over: the caller reuses its answer's
+					// and its prompt's hashes.
+					scribble(answer)
+					if receipts[i].pin != 0 {
+						scribble(receipts[i].hashes)
+						last := len(receipts) - 1
+						receipts[i], mreceipts[i] = receipts[last], mreceipts[last]
+						receipts, mreceipts = receipts[:last], mreceipts[:last]
+					}
+					if len(receipts) == 0 {
+						break
+					}
+				}
+			case 17:
+				// A request that ends as soon as it is routed; the caller
+				// then reuses its hashes.
+				r, p := replica.Draw(t, "r"), prompt(t)
+				answer := rapid.SliceOfN(hashGen, 0, 3).Draw(t, "answer")
+				x.Finish(r, answer, x.RecordPinned(r, p))
+				rc := m.record(r, slices.Clone(p), opPinned, 0)
+				if len(answer) > 0 {
+					m.record(r, answer, opRecord, 0)
+				}
+				m.release(rc, true)
+				scribble(p)
+				scribble(answer)
 			}
 			if n := len(receipts); n > 0 && ((receipts[n-1].gen == 0) != (mreceipts[n-1].gen == 0) ||
 				(receipts[n-1].pin != 0) != mreceipts[n-1].pinned) {
@@ -444,6 +489,13 @@ func TestIndexMatchesModel(t *testing.T) {
 			}
 		}
 	})
+}
+
+// scribble overwrites hashes, as a caller reusing the slice would.
+func scribble(hashes []kvblock.Hash) {
+	for k := range hashes {
+		hashes[k] = kvblock.Hash{Hi: 1 << 60, Lo: uint64(k)}
+	}
 }
 
 // TestLookupEdges covers empty prompts, unknown and out-of-range replicas

@@ -41,8 +41,8 @@ type background struct {
 	// finished; job i lives in ring[i%jobRing] until done passes it.
 	issued, done atomic.Uint64
 	// pinned is one plus the number of the last RecordPinned job, 0 before
-	// the first.
-	pinned uint64
+	// the first, and pinnedGen its generation.
+	pinned, pinnedGen uint64
 	worker atomic.Bool // a worker goroutine is running
 	ring   [jobRing]job
 }
@@ -187,7 +187,7 @@ func (x *Index) recordPinnedBackground(replica int, hashes []kvblock.Hash) Recei
 	slot, ids := p.newPins(gen, len(hashes))
 	j := x.bg.next()
 	j.kind, j.r, j.p, j.hashes, j.gen, j.stamp, j.ids = jobPinned, replica, p, hashes, gen, stamp, ids
-	x.bg.pinned = x.bg.issued.Load() + 1
+	x.bg.pinned, x.bg.pinnedGen = x.bg.issued.Load()+1, gen
 	x.start()
 	return Receipt{hashes: hashes, gen: gen, replica: int32(replica), pin: slot}
 }
@@ -210,8 +210,10 @@ func (x *Index) Finish(replica int, answer []kvblock.Hash, r Receipt) {
 		return
 	}
 	// The caller may reuse the hashes of the request's RecordPinned once
-	// it has finished: that job must be done.
-	x.bg.await(x.bg.pinned)
+	// it has finished: that job, if still in hand, must be done.
+	if r.pin != 0 && r.gen == x.bg.pinnedGen {
+		x.bg.await(x.bg.pinned)
+	}
 	j := x.bg.next()
 	j.answer = append(j.answer[:0], answer...)
 	j.prompt = append(j.prompt[:0], r.hashes...)

@@ -229,7 +229,11 @@ A workload file may give tenants of its mix rate limits (tenants:, see
 examples/tenants-noisy.yaml): a request over its tenant's rpm, tpm or
 max_concurrency is refused at once (rejected, reason rate_limited) and the
 summary has a per-tenant breakdown. --limits off runs the same traffic without
-the limits; --set 'without_tenants=[noisy]' leaves a tenant out.`,
+the limits; --set 'without_tenants=[noisy]' leaves a tenant out.
+
+A run uses two cores where it may (the router's KV index updates on the second
+while the engines step; the results are the same bytes): with several sims side
+by side on a small machine, GOMAXPROCS=1 keeps each to one.`,
 		Example: `  inferrail sim --workload w1 --policy round_robin
   inferrail sim --workload w2 --replicas 8 --requests 20000 --json
   inferrail sim --workload w6 --rate 12 --duration 10m --out runs/w6

@@ -43,8 +43,8 @@ type background struct {
 	// pinned is one plus the number of the last RecordPinned job, 0 before
 	// the first, and pinnedGen its generation.
 	pinned, pinnedGen uint64
-	worker atomic.Bool // a worker goroutine is running
-	ring   [jobRing]job
+	worker            atomic.Bool // a worker goroutine is running
+	ring              [jobRing]job
 }
 
 // jobRing bounds the jobs in hand.

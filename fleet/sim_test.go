@@ -13,6 +13,8 @@ import (
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/router/gateway"
+	"github.com/inferrail/inferrail/traces"
+	"github.com/inferrail/inferrail/workload"
 )
 
 func smallConfig(t testing.TB, wl string, n int) Config {
@@ -89,8 +91,9 @@ func TestSameSeedSameSummary(t *testing.T) {
 	}
 }
 
-// TestTwoCoresSameBytes: updating the index on a second core changes
-// nothing a run reports, whatever the policy, index mode and queueing.
+// TestTwoCoresSameBytes: the index's bookkeeping on a second core changes
+// nothing a run reports, whatever the policy, index mode, queueing and
+// arrival process.
 func TestTwoCoresSameBytes(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("TwoCores needs GOMAXPROCS > 1")
@@ -111,6 +114,7 @@ func TestTwoCoresSameBytes(t *testing.T) {
 			c.Workload.Rate *= 1.5
 		}},
 		{"w2", "preble", func(c *Config) { c.Engine.NumGPUBlocks = 600 }},
+		{"w3", "cost_model", nil}, // sessions whose next turn follows an answer
 	}
 	for _, tc := range cases {
 		c := smallConfig(t, tc.wl, 1500)
@@ -118,6 +122,38 @@ func TestTwoCoresSameBytes(t *testing.T) {
 		if tc.set != nil {
 			tc.set(&c)
 		}
+		sameOnTwoCores(t, tc.wl+"/"+tc.policy, c)
+	}
+}
+
+// TestTwoCoresSameBytesReplay: the same on a trace's first 1,500 requests,
+// whose prompts are long chains of shared segments.
+func TestTwoCoresSameBytesReplay(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("TwoCores needs GOMAXPROCS > 1")
+	}
+	c := replayConfig(t, mooncake, "cost_model", 8)
+	c.Source = func(seed uint64) (workload.Source, error) {
+		r, cl, err := traces.Open(mooncake, "mooncake", traces.Options{})
+		if err != nil {
+			return nil, err
+		}
+		s, err := traces.NewSource(r, traces.ReplayOptions{Seed: seed, Model: c.Workload.Model, Limit: 1500})
+		if err != nil {
+			cl.Close()
+			return nil, err
+		}
+		s.CloseAtEnd(cl)
+		return s, nil
+	}
+	sameOnTwoCores(t, "mooncake", c)
+}
+
+// sameOnTwoCores runs c on one core, then three times at once on two (so
+// that the goroutines also take turns on the cores), and compares.
+func sameOnTwoCores(t *testing.T, name string, c Config) {
+	t.Helper()
+	{
 		one, err := Simulate(c)
 		if err != nil {
 			t.Fatal(err)
@@ -137,10 +173,10 @@ func TestTwoCoresSameBytes(t *testing.T) {
 				t.Fatal(errs[k])
 			}
 			if a, b := summaryJSON(t, one.Summary), summaryJSON(t, two.Summary); !bytes.Equal(a, b) {
-				t.Fatalf("%s/%s: summaries differ on two cores:\n%s\n%s", tc.wl, tc.policy, a, b)
+				t.Fatalf("%s: summaries differ on two cores:\n%s\n%s", name, a, b)
 			}
 			if !reflect.DeepEqual(one.Records, two.Records) || !reflect.DeepEqual(one.Engines, two.Engines) {
-				t.Fatalf("%s/%s: records or engine counters differ on two cores", tc.wl, tc.policy)
+				t.Fatalf("%s: records or engine counters differ on two cores", name)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/lane"
 	"github.com/inferrail/inferrail/router/kvindex"
 )
 
@@ -45,11 +46,12 @@ type Config struct {
 	// TierBlocks is the capacity of each replica's lower KV tiers (CPU and
 	// disk together, in blocks; 0: none), for the tier index (tier.go).
 	TierBlocks int
-	// Background lets the index update on a goroutine of its own after a
+	// Lane, when set, lets the index update on the lane's worker after a
 	// decision or a finished request while the caller goes on
-	// (kvindex.Config.Background): the same decisions, sooner. The
-	// simulator sets it; it only pays with a core to spare.
-	Background bool
+	// (kvindex.Config.Lane): the same decisions, sooner. The simulator
+	// sets it; it only pays with a core to spare, and the router is then
+	// for the lane's caller only.
+	Lane *lane.Lane
 }
 
 // Router makes routing decisions: it filters the eligible replicas, asks the
@@ -102,7 +104,7 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{
 		cfg: cfg,
 		pol: pol,
-		idx: kvindex.New(kvindex.Config{DefaultCapacityBlocks: cfg.DefaultCapacityBlocks, Background: cfg.Background}),
+		idx: kvindex.New(kvindex.Config{DefaultCapacityBlocks: cfg.DefaultCapacityBlocks, Lane: cfg.Lane}),
 	}
 	if cfg.TierBlocks > 0 {
 		r.tier = kvindex.New(kvindex.Config{DefaultCapacityBlocks: r.tierCapacity(cfg.DefaultCapacityBlocks)})

@@ -33,9 +33,13 @@
 // take a read lock and never change recency, so lookups do not serialise
 // behind each other; everything else takes the write lock. Nothing depends
 // on map iteration order or the clock: the caller passes time to
-// RecordSpeculative and Expire.
+// RecordSpeculative and Expire. With Config.Lane (a simulation on two
+// cores) it is for one goroutine instead, and RecordPinned's and Finish's
+// work runs on the lane's worker while that goroutine goes on
+// (background.go), with the same results.
 //
 // Start with Index and its methods (index.go); replica.go holds the shadow
 // LRU, table.go the shared table, expiry.go the queue of speculative records,
-// and check_test.go the internal consistency check the tests run.
+// background.go the work on a lane, and check_test.go the internal
+// consistency check the tests run.
 package kvindex

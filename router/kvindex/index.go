@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/lane"
 	"github.com/inferrail/inferrail/internal/timeheap"
 )
 
@@ -30,12 +31,12 @@ type Config struct {
 	// capacity was never set. Zero or negative means DefaultCapacityBlocks
 	// (16384).
 	DefaultCapacityBlocks int
-	// Background runs the work of RecordPinned and Finish on a goroutine
-	// of its own while the caller goes on (background.go): the results are
-	// the same, the caller's next call on the index waits for it. The
-	// index is then for one goroutine: its methods are not safe for
-	// concurrent use.
-	Background bool
+	// Lane, when set, runs the work of RecordPinned and Finish on the
+	// lane's worker while the caller goes on (background.go): the results
+	// are the same, the caller's next call on the index waits for it. The
+	// index is then for the lane's caller only: its methods are not safe
+	// for concurrent use.
+	Lane *lane.Lane
 }
 
 // Index predicts, for each candidate replica, how many leading blocks of a
@@ -45,7 +46,7 @@ type Config struct {
 // 0..MaxReplica (they panic otherwise); the read-only methods treat any other
 // id as a replica that holds nothing.
 type Index struct {
-	// mu guards everything below, but with Background (background.go).
+	// mu guards everything below, but with a lane (background.go).
 	mu     sync.RWMutex
 	bg     background
 	defCap int
@@ -61,7 +62,7 @@ type Index struct {
 // New returns an empty index.
 func New(cfg Config) *Index {
 	x := &Index{defCap: cfg.DefaultCapacityBlocks, shared: newTable()}
-	x.bg.on = cfg.Background
+	x.bg.lane = cfg.Lane
 	if x.defCap <= 0 {
 		x.defCap = DefaultCapacityBlocks
 	}
@@ -222,7 +223,7 @@ func (x *Index) Record(replica int, hashes []kvblock.Hash) Receipt {
 // the prompt. Until then the caller must not modify hashes.
 func (x *Index) RecordPinned(replica int, hashes []kvblock.Hash) Receipt {
 	x.lock()
-	if x.bg.on {
+	if x.bg.lane != nil {
 		return x.recordPinnedBackground(replica, hashes)
 	}
 	defer x.unlock()

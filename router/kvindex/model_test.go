@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/internal/lane"
 	"pgregory.net/rapid"
 )
 
@@ -305,8 +306,12 @@ var testReplicas = []int{0, 1, 2, 63, 64, 65, 130, 4095}
 func TestIndexMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		defCap := rapid.IntRange(0, 10).Draw(t, "defCap")
-		// With Background the same calls must give the same answers.
-		x := New(Config{DefaultCapacityBlocks: defCap, Background: rapid.Bool().Draw(t, "background")})
+		// With a lane the same calls must give the same answers.
+		var l *lane.Lane
+		if rapid.Bool().Draw(t, "lane") {
+			l = new(lane.Lane)
+		}
+		x := New(Config{DefaultCapacityBlocks: defCap, Lane: l})
 		if defCap == 0 {
 			defCap = DefaultCapacityBlocks
 		}

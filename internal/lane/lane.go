@@ -1,0 +1,88 @@
+package lane
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Job is work handed to the lane.
+type Job interface{ Run() }
+
+// Size bounds the jobs in hand: Do waits for the oldest beyond it.
+const Size = 64
+
+// Idle is how long the worker polls for a job before it leaves.
+const Idle = 500 * time.Microsecond
+
+// Lane is a queue of jobs and the worker that runs them. The zero value is
+// ready to use.
+type Lane struct {
+	// issued and done count the jobs handed over and those run; job i
+	// waits in ring[i%Size] until done passes it.
+	issued, done atomic.Uint64
+	worker       atomic.Bool // a worker goroutine is running
+	ring         [Size]Job
+}
+
+// Do hands j to the worker and returns its ticket, for Wait and Done. Jobs
+// run one at a time in the order they were handed over. The caller must
+// not touch what j touches until it has waited for j.
+func (l *Lane) Do(j Job) uint64 {
+	n := l.issued.Load()
+	if n >= Size {
+		l.Wait(n - Size + 1)
+	}
+	l.ring[n%Size] = j
+	l.issued.Store(n + 1)
+	if !l.worker.Load() && l.worker.CompareAndSwap(false, true) {
+		go l.work()
+	}
+	return n + 1
+}
+
+// Done reports whether the job of ticket t (and every job before it) has
+// run. Ticket 0 is always done.
+func (l *Lane) Done(t uint64) bool { return l.done.Load() >= t }
+
+// Wait returns once the job of ticket t (and every job before it) has run.
+func (l *Lane) Wait(t uint64) {
+	for i := 1; l.done.Load() < t; i++ {
+		if i%1024 == 0 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// work is the worker: it runs each job in turn, and leaves after Idle
+// without one.
+func (l *Lane) work() {
+	last := time.Now()
+	for i := 1; ; i++ {
+		if d := l.done.Load(); d < l.issued.Load() {
+			j := &l.ring[d%Size]
+			(*j).Run()
+			*j = nil
+			l.done.Store(d + 1)
+			last = time.Now()
+			continue
+		}
+		if i%64 != 0 {
+			continue
+		}
+		if time.Since(last) < Idle {
+			if i%4096 == 0 {
+				// Let the process's other goroutines have this core if
+				// they need it (simulations side by side).
+				runtime.Gosched()
+			}
+			continue
+		}
+		l.worker.Store(false)
+		// A job handed over just before the store above found the worker
+		// still running: take it, unless its caller started another.
+		if l.done.Load() == l.issued.Load() || !l.worker.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}

@@ -129,11 +129,11 @@ type Config struct {
 	// TwoCores gives a second goroutine (internal/lane) the gateways' KV
 	// index bookkeeping (router.Config.Lane) while the engines step, when
 	// the process may use more than one core (GOMAXPROCS > 1): a run takes
-	// about a quarter less time, with the same bytes. It suits a simulation running alone (sim
-	// sets it); where simulations already run one per core (compare, the
-	// tests), the second goroutines only take turns with the others' first
-	// ones, so it is off by default. It changes no result, so a sweep's plan
-	// does not store it.
+	// about a quarter less time, with the same bytes. It suits a
+	// simulation running alone (sim sets it); where simulations already run
+	// one per core (compare, the tests), the second goroutines only take
+	// turns with the others' first ones, so it is off by default. It
+	// changes no result, so a sweep's plan does not store it.
 	TwoCores bool `json:"-"`
 }
 
@@ -395,7 +395,8 @@ type sim struct {
 	err      error                // the first error of Config.Record
 	itl      *results.Histogram
 	salts    map[string]kvblock.Hash
-	hasher   hasher
+	memo     segmentMemo
+	segsBuf  []kvblock.Segment
 	lane     *lane.Lane                // the second core's (Config.TwoCores); nil without
 	buckets  map[string][]limit.Bucket // each limited tenant's bucket
 	limiters []*limit.Local            // one shared, or one per gateway; nil without limits
@@ -449,13 +450,13 @@ func newSim(cfg Config) (*sim, error) {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
 	s := &sim{
-		cfg:    cfg,
-		src:    src,
-		reqs:   reqTable{sparse: make(map[uint64]*reqState)},
-		itl:    results.NewHistogram(),
-		salts:  make(map[string]kvblock.Hash),
-		hasher: hasher{bs: cfg.Engine.BlockSize, memo: newSegmentMemo(memoLimit, memoArenaLimit)},
-		acc:    results.NewAccumulator(results.SummaryOptions{Warmup: cfg.Warmup, SLO: cfg.SLO, ExactLimit: cfg.ExactLimit}),
+		cfg:   cfg,
+		src:   src,
+		reqs:  reqTable{sparse: make(map[uint64]*reqState)},
+		itl:   results.NewHistogram(),
+		salts: make(map[string]kvblock.Hash),
+		memo:  newSegmentMemo(memoLimit, memoArenaLimit),
+		acc:   results.NewAccumulator(results.SummaryOptions{Warmup: cfg.Warmup, SLO: cfg.SLO, ExactLimit: cfg.ExactLimit}),
 	}
 	if cfg.TwoCores && runtime.GOMAXPROCS(0) > 1 {
 		s.lane = new(lane.Lane)
@@ -617,56 +618,44 @@ func (s *sim) salt(model string) kvblock.Hash {
 	return h
 }
 
-// hashes returns the block hashes of rs's whole sequence (prompt, then
-// output).
-func (s *sim) hashes(rs *reqState) []kvblock.Hash {
-	return s.hasher.hash(rs.w, s.salt(rs.w.Model), s.hashOut(rs.w))
-}
-
-// hashOut returns an empty slice for w's hashes: a finished request's slice
-// that holds them (among the last few kept), else a new one of the right
-// size, rather than one grown by appends.
-func (s *sim) hashOut(w *workload.Request) []kvblock.Hash {
-	need := (w.PromptTokens() + w.OutputTokens) / s.cfg.Engine.BlockSize
+// hashes derives the block hashes of a request's whole sequence (prompt,
+// then output), memoising the blocks of a shared leading segment.
+func (s *sim) hashes(w *workload.Request) []kvblock.Hash {
+	bs := s.cfg.Engine.BlockSize
+	salt := s.salt(w.Model)
+	s.segsBuf = append(append(s.segsBuf[:0], w.Prompt...), w.Output)
+	// A finished request's slice that holds them (among the last few
+	// kept), else a new one of the right size, rather than one grown by
+	// appends.
+	var out []kvblock.Hash
+	need := (w.PromptTokens() + w.OutputTokens) / bs
 	for k := len(s.hashFree) - 1; k >= max(len(s.hashFree)-8, 0); k-- {
 		if cap(s.hashFree[k]) >= need {
-			out := s.hashFree[k][:0]
+			out = s.hashFree[k][:0]
 			last := len(s.hashFree) - 1
 			s.hashFree[k], s.hashFree[last] = s.hashFree[last], nil
 			s.hashFree = s.hashFree[:last]
-			return out
+			break
 		}
 	}
-	return make([]kvblock.Hash, 0, need)
-}
-
-// hasher derives block hashes, memoising the blocks of shared leading
-// segments.
-type hasher struct {
-	bs   int
-	memo segmentMemo
-	segs []kvblock.Segment
-}
-
-// hash appends the block hashes of w's whole sequence under salt to out.
-func (hs *hasher) hash(w *workload.Request, salt kvblock.Hash, out []kvblock.Hash) []kvblock.Hash {
-	bs := hs.bs
-	hs.segs = append(append(hs.segs[:0], w.Prompt...), w.Output)
+	if out == nil {
+		out = make([]kvblock.Hash, 0, need)
+	}
 	// Prompts are chains of segments that recur (system prompts, documents,
 	// a trace's hash ids): the full blocks inside a segment depend only on
 	// the hash before it and the segment, so they are memoised per (parent,
 	// segment) while segments start on block boundaries. The last prompt
 	// segment (a question, a user turn) is usually unique and not memoised.
-	parent, segs := salt, hs.segs
+	parent, segs := salt, s.segsBuf
 	for i := 0; i < len(w.Prompt)-1; i++ {
 		seg := segs[i]
 		full := seg.Len / bs
 		if full == 0 {
 			return kvblock.AppendSegmentHashesFrom(out, parent, segs[i:], bs, 0, -1)
 		}
-		h := hs.memo.hashes(memoKey{parent: parent, seg: seg}, bs)
-		out = append(out, h...)
-		parent = h[len(h)-1]
+		hs := s.memo.hashes(memoKey{parent: parent, seg: seg}, bs)
+		out = append(out, hs...)
+		parent = hs[len(hs)-1]
 		if seg.Len%bs != 0 {
 			// The segment ends inside a block: hash on from its last full block.
 			return kvblock.AppendSegmentHashesFrom(out, parent, segs[i:], bs, full, -1)
@@ -713,7 +702,7 @@ func (s *sim) arrive(rs *reqState) error {
 			return nil
 		}
 	}
-	hashes := s.hashes(rs)
+	hashes := s.hashes(w)
 	bs := s.cfg.Engine.BlockSize
 	rs.hashes = hashes
 	s.reqs.put(w.ID, rs)

@@ -116,8 +116,12 @@ func TestTwoCoresSameBytes(t *testing.T) {
 		{"w2", "preble", func(c *Config) { c.Engine.NumGPUBlocks = 600 }},
 		{"w3", "cost_model", nil}, // sessions whose next turn follows an answer
 	}
+	n := 1500
+	if testing.Short() { // the race detector's run: fewer and shorter
+		cases, n = cases[2:4], 400
+	}
 	for _, tc := range cases {
-		c := smallConfig(t, tc.wl, 1500)
+		c := smallConfig(t, tc.wl, n)
 		c.Policy = tc.policy
 		if tc.set != nil {
 			tc.set(&c)
@@ -133,12 +137,16 @@ func TestTwoCoresSameBytesReplay(t *testing.T) {
 		t.Skip("TwoCores needs GOMAXPROCS > 1")
 	}
 	c := replayConfig(t, mooncake, "cost_model", 8)
+	limit := 1500
+	if testing.Short() {
+		limit = 300
+	}
 	c.Source = func(seed uint64) (workload.Source, error) {
 		r, cl, err := traces.Open(mooncake, "mooncake", traces.Options{})
 		if err != nil {
 			return nil, err
 		}
-		s, err := traces.NewSource(r, traces.ReplayOptions{Seed: seed, Model: c.Workload.Model, Limit: 1500})
+		s, err := traces.NewSource(r, traces.ReplayOptions{Seed: seed, Model: c.Workload.Model, Limit: limit})
 		if err != nil {
 			cl.Close()
 			return nil, err
@@ -149,8 +157,8 @@ func TestTwoCoresSameBytesReplay(t *testing.T) {
 	sameOnTwoCores(t, "mooncake", c)
 }
 
-// sameOnTwoCores runs c on one core, then three times at once on two (so
-// that the goroutines also take turns on the cores), and compares.
+// sameOnTwoCores runs c on one core, then twice at once on two (so that the
+// goroutines also take turns on the cores), and compares.
 func sameOnTwoCores(t *testing.T, name string, c Config) {
 	t.Helper()
 	{
@@ -158,11 +166,9 @@ func sameOnTwoCores(t *testing.T, name string, c Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Three at once, so that the goroutines also take turns on the
-		// cores.
 		c.TwoCores = true
-		var outs [3]*Output
-		var errs [3]error
+		var outs [2]*Output
+		var errs [2]error
 		var wg sync.WaitGroup
 		for k := range outs {
 			wg.Go(func() { outs[k], errs[k] = Simulate(c) })

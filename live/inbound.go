@@ -147,7 +147,7 @@ func (s *Server) weigh(ctx context.Context, in *inbound, h http.Header) {
 func (s *Server) wait(ctx, client context.Context, in *inbound, a *attempt, d gateway.Decision) *apiError {
 	m := in.m
 	if d.Kind == gateway.Queued {
-		waitStart := time.Now()
+		waitStart := a.queuedAt
 		select {
 		case g := <-a.ch:
 			a.queued += time.Since(waitStart)

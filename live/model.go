@@ -460,9 +460,11 @@ type attempt struct {
 	pre  *replica
 	dec  gateway.Decision
 	done bool
-	// submitted is set once Submit ran; queued sums the waits in the queue.
+	// submitted is set once Submit ran; queued sums the waits in the queue,
+	// the last of which began at queuedAt.
 	submitted bool
 	queued    time.Duration
+	queuedAt  time.Time
 }
 
 // take applies a decision to a: a dispatch names the replica, a rejection
@@ -500,7 +502,7 @@ func (m *model) submit(a *attempt, req gateway.Request) gateway.Decision {
 	req.ID = m.nextID
 	d, others := m.core.Submit(now, req)
 	a.submitted = true
-	m.settle(a, d)
+	m.settle(a, d, now)
 	m.deliver(others)
 	m.rearm(now)
 	return d
@@ -523,15 +525,18 @@ func (m *model) retry(a *attempt, fault bool) gateway.Decision {
 	m.drained(a.rep, now)
 	m.dropPrefill(a, now)
 	a.rep = nil
-	m.settle(a, d)
+	m.settle(a, d, now)
 	m.deliver(others)
 	m.rearm(now)
 	return d
 }
 
 // settle applies a decision of Submit or Retry to a. Call it with mu held.
-func (m *model) settle(a *attempt, d gateway.Decision) {
+func (m *model) settle(a *attempt, d gateway.Decision, now time.Duration) {
 	if d.Kind == gateway.Queued {
+		// The wait is counted from the core's own clock reading, so that
+		// x-inferrail-queued-ms is never short of the queue's timeout.
+		a.queuedAt = m.start.Add(now)
 		a.t = d.Ticket
 		a.ch = make(chan granted, 1)
 		m.waiters[d.Ticket] = a.ch

@@ -646,6 +646,8 @@ func TestReloadWatchesTheFile(t *testing.T) {
 			f.Policy = "least_request"
 			swap(f.yaml())
 			waitUntil(t, "the good file after it", 5*time.Second, func() bool { return g.policyNow() == "least_request" })
+			// A reload is counted just after it applies: wait for the count.
+			waitUntil(t, "the second reload counted", 5*time.Second, func() bool { return g.rl.ok.Load() >= 2 })
 			if n := g.rl.ok.Load(); n != 2 {
 				t.Fatalf("%d reloads, want 2", n)
 			}

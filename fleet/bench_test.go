@@ -4,9 +4,9 @@ import (
 	"testing"
 )
 
-// benchSim simulates W1 on 8 default replicas at the default rate.
-// benchSim runs wl as sim does, on two cores (Config.TwoCores); the
-// OneCore benchmarks keep it on one.
+// benchSim simulates requests of wl on 8 default replicas at the default
+// rate, as sim does, on two cores (Config.TwoCores); the OneCore
+// benchmarks keep it on one.
 func benchSim(b *testing.B, wl string, requests int) { benchSimCores(b, wl, requests, true) }
 
 func benchSimCores(b *testing.B, wl string, requests int, two bool) {

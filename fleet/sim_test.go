@@ -101,26 +101,30 @@ func TestTwoCoresSameBytes(t *testing.T) {
 	cases := []struct {
 		wl, policy string
 		set        func(*Config)
+		short      bool // also in the race detector's run (-short), shorter
 	}{
-		{"w1", "cost_model", nil},
-		{"w1", "llmd", nil},
+		{"w1", "cost_model", nil, false},
+		{"w1", "llmd", nil, false},
 		// Requests that end before the next arrival (the index's jobs for
 		// them queue behind each other).
-		{"w1", "cost_model", func(c *Config) { c.Replicas = 3; c.Workload.Rate = c.DefaultRate() }},
-		{"w2", "dynamo", func(c *Config) { c.Index = IndexEvents }},
+		{"w1", "cost_model", func(c *Config) { c.Replicas = 3; c.Workload.Rate = c.DefaultRate() }, true},
+		{"w2", "dynamo", func(c *Config) { c.Index = IndexEvents }, true},
 		{"w6", "cost_model", func(c *Config) {
 			c.Admission = gateway.AdmitKV
 			c.QueueMaxRequests = 64
 			c.Workload.Rate *= 1.5
-		}},
-		{"w2", "preble", func(c *Config) { c.Engine.NumGPUBlocks = 600 }},
-		{"w3", "cost_model", nil}, // sessions whose next turn follows an answer
+		}, false},
+		{"w2", "preble", func(c *Config) { c.Engine.NumGPUBlocks = 600 }, false},
+		{"w3", "cost_model", nil, false}, // sessions whose next turn follows an answer
 	}
 	n := 1500
-	if testing.Short() { // the race detector's run: fewer and shorter
-		cases, n = cases[2:4], 400
+	if testing.Short() {
+		n = 400
 	}
 	for _, tc := range cases {
+		if testing.Short() && !tc.short {
+			continue
+		}
 		c := smallConfig(t, tc.wl, n)
 		c.Policy = tc.policy
 		if tc.set != nil {

@@ -25,7 +25,7 @@ type Lane struct {
 	ring         [Size]Job
 }
 
-// Do hands j to the worker and returns its ticket, for Wait and Done. Jobs
+// Do hands j to the worker and returns its ticket, for Wait. Jobs
 // run one at a time in the order they were handed over. The caller must
 // not touch what j touches until it has waited for j.
 func (l *Lane) Do(j Job) uint64 {
@@ -41,11 +41,8 @@ func (l *Lane) Do(j Job) uint64 {
 	return n + 1
 }
 
-// Done reports whether the job of ticket t (and every job before it) has
-// run. Ticket 0 is always done.
-func (l *Lane) Done(t uint64) bool { return l.done.Load() >= t }
-
-// Wait returns once the job of ticket t (and every job before it) has run.
+// Wait returns once the job of ticket t (and every job before it) has run;
+// ticket 0 at once.
 func (l *Lane) Wait(t uint64) {
 	for i := 1; l.done.Load() < t; i++ {
 		if i%1024 == 0 {

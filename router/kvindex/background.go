@@ -46,15 +46,15 @@ const (
 
 // job is one piece of work set aside for the lane.
 type job struct {
-	x          *Index
-	ticket     uint64 // the lane's, once handed over
-	kind       jobKind
-	r          int
-	p          *replica
-	hashes     []kvblock.Hash
-	gen, stamp uint64
-	ids        []int32
-	receipt    Receipt
+	x       *Index
+	ticket  uint64 // the lane's, once handed over
+	kind    jobKind
+	r       int
+	p       *replica
+	hashes  []kvblock.Hash
+	gen     uint64
+	ids     []int32
+	receipt Receipt
 	// answer and prompt hold a Finish's copies of its hashes (kept, with
 	// their capacity, for the next job in this slot).
 	answer, prompt []kvblock.Hash
@@ -111,23 +111,20 @@ func (j *job) Run() { j.x.runJob(j) }
 func (x *Index) runJob(j *job) {
 	switch j.kind {
 	case jobPinned:
-		x.insert(j.p, j.r, j.hashes, kindPinned, j.gen, j.stamp, j.ids)
+		x.insert(j.p, j.r, j.hashes, kindPinned, j.gen, j.gen, j.ids)
 	case jobFinish:
 		x.finish(j.r, j.answer, j.receipt)
 	}
 	j.p, j.hashes, j.ids, j.receipt = nil, nil, nil, Receipt{}
 }
 
-// recordPinnedBackground is RecordPinned with a lane, once the jobs in
-// hand are done.
-func (x *Index) recordPinnedBackground(replica int, hashes []kvblock.Hash) Receipt {
-	p, gen, stamp := x.begin(replica, kindPinned)
-	slot, ids := p.newPins(gen, len(hashes))
+// handPinned hands RecordPinned's insertions to the lane (the receipt's
+// generation gen, the pinned nodes going in ids).
+func (x *Index) handPinned(p *replica, replica int, hashes []kvblock.Hash, gen uint64, ids []int32) {
 	j := x.bg.slot()
-	j.x, j.kind, j.r, j.p, j.hashes, j.gen, j.stamp, j.ids = x, jobPinned, replica, p, hashes, gen, stamp, ids
+	j.x, j.kind, j.r, j.p, j.hashes, j.gen, j.ids = x, jobPinned, replica, p, hashes, gen, ids
 	x.bg.hand(j)
 	x.bg.pinned, x.bg.pinnedGen = j.ticket, gen
-	return Receipt{hashes: hashes, gen: gen, replica: int32(replica), pin: slot}
 }
 
 // Finish is Record(replica, answer) and then Release(r), in one call: the

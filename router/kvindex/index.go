@@ -223,11 +223,25 @@ func (x *Index) Record(replica int, hashes []kvblock.Hash) Receipt {
 // the prompt. Until then the caller must not modify hashes.
 func (x *Index) RecordPinned(replica int, hashes []kvblock.Hash) Receipt {
 	x.lock()
-	if x.bg.lane != nil {
-		return x.recordPinnedBackground(replica, hashes)
-	}
 	defer x.unlock()
-	return x.record(replica, hashes, kindPinned)
+	// The receipt is known before the insertions: with a lane they are
+	// its job (background.go).
+	p, gen, ids, rc := x.beginPinned(replica, hashes)
+	if x.bg.lane != nil {
+		x.handPinned(p, replica, hashes, gen, ids)
+		return rc
+	}
+	x.insert(p, replica, hashes, kindPinned, gen, gen, ids)
+	return rc
+}
+
+// beginPinned starts a RecordPinned of hashes on replica r: the replica's
+// state, the record's generation, the slice its pinned nodes go in and its
+// receipt.
+func (x *Index) beginPinned(r int, hashes []kvblock.Hash) (p *replica, gen uint64, ids []int32, rc Receipt) {
+	p, gen, _ = x.begin(r, kindPinned)
+	slot, ids := p.newPins(gen, len(hashes))
+	return p, gen, ids, Receipt{hashes: hashes, gen: gen, replica: int32(r), pin: slot}
 }
 
 // Release drops the pins that a RecordPinned took: the request finished.
@@ -408,20 +422,11 @@ const (
 	kindPinned
 )
 
-// record inserts or touches hashes on replica r from last to first.
+// record inserts or touches hashes on replica r from last to first (every
+// kind but kindPinned: RecordPinned).
 func (x *Index) record(r int, hashes []kvblock.Hash, kind recordKind) Receipt {
 	p, gen, stamp := x.begin(r, kind)
-	pin := kind == kindPinned
-	var slot int32
-	var ids []int32 // with pin, the node of each hash
-	if pin {
-		slot, ids = p.newPins(gen, len(hashes))
-	}
-	owned := x.insert(p, r, hashes, kind, gen, stamp, ids)
-	if pin {
-		return Receipt{hashes: hashes, gen: gen, replica: int32(r), pin: slot}
-	}
-	if !owned {
+	if !x.insert(p, r, hashes, kind, gen, stamp, nil) {
 		return Receipt{}
 	}
 	return Receipt{hashes: hashes, gen: gen, replica: int32(r)}
@@ -633,8 +638,8 @@ func (x *Index) Capacity(replica int) int {
 	return x.defCap
 }
 
-// Bytes returns the approximate memory the index holds: its tables, slabs
-// and queue, counted by capacity, not by use.
+// Bytes returns the approximate memory the index holds: its tables, slabs,
+// queue and (with a lane) Finish's copies, counted by capacity, not by use.
 func (x *Index) Bytes() int64 {
 	x.rlock()
 	defer x.runlock()
@@ -654,6 +659,10 @@ func (x *Index) Bytes() int64 {
 		for _, ids := range p.pinNodes {
 			n += int64(cap(ids)) * 4
 		}
+	}
+	for i := range x.bg.ring { // Finish's copies, with a lane
+		j := &x.bg.ring[i]
+		n += int64(cap(j.answer)+cap(j.prompt)) * int64(unsafe.Sizeof(kvblock.Hash{}))
 	}
 	return n
 }

@@ -280,6 +280,11 @@ func TestHungEngineRetriedElsewhere(t *testing.T) {
 	c := fakeConfig(t, hung.URL, good.URL)
 	c.FirstByteTimeout = 200 * time.Millisecond
 	c.Models[0].Policy = "round_robin"
+	// The hung engine answers its health probes, and a passing probe resets
+	// the consecutive failures this test reads: with the default 1 s
+	// interval, a probe between the last try and the check (a loaded
+	// machine) left nothing to see.
+	c.Health.Interval = time.Hour
 	g := startGateway(t, c)
 	for range 4 {
 		start := time.Now()

@@ -112,7 +112,7 @@ report: build
 	./$(BIN) compare --workload w2 --policies kv_aware,cost_model,llmd,sglang --index events --seeds 3 --warmup 120s --out docs/benchmarks/w2-events --title "W2 with the event-fed KV index"
 	./$(BIN) compare --workload w6 --policies cost_model,sglang --index events --seeds 3 --out docs/benchmarks/w6-events --title "W6 with the event-fed KV index"
 	./$(BIN) capacity --workload w1 --policies all --seeds 3 --out docs/benchmarks/w1-capacity --title "W1: replicas needed at 6.4 req/s"
-	./$(BIN) capacity --workload w2 --policies all --seeds 3 --requests 12000 --warmup 120s --out docs/benchmarks/w2-capacity --title "W2: replicas needed at 14 req/s"
+	./$(BIN) capacity --workload w2 --policies all --seeds 3 --duration 1500s --warmup 300s --out docs/benchmarks/w2-capacity --title "W2: replicas needed at 14 req/s"
 	./$(BIN) compare --workload w7 --policies cost_model --admissions all --seeds 3 --out docs/benchmarks/w7-overload --title "W7: overload bursts, every admission mode"
 	./$(BIN) compare --workload w7 --policies cost_model --admission kv --gateways 3 --ledgers shared,independent --seeds 3 --out docs/benchmarks/w7-gateways --title "W7: three gateways, shared or independent ledgers"
 	BIN=$(BIN) scripts/pd-report.sh

@@ -337,9 +337,16 @@ type capacityJSON struct {
 	// PDSplit says every fleet size was tried under every prefill/decode
 	// split (CapacitySpec.Split); each answer and point then names its
 	// split.
-	PDSplit  bool             `json:"pd_split,omitempty"`
-	Baseline string           `json:"baseline"`
-	Policies []capacityPolicy `json:"policies"`
+	PDSplit bool `json:"pd_split,omitempty"`
+	// Requests, DurationS and WarmupS are each run's length: the requests
+	// it stops after (0: none), the virtual time after which arrivals stop
+	// (0: none), and the warm-up left out of the summary; what the
+	// steady-state check (Warnings) judges.
+	Requests  int              `json:"requests,omitempty"`
+	DurationS float64          `json:"duration_s,omitempty"`
+	WarmupS   float64          `json:"warmup_s"`
+	Baseline  string           `json:"baseline"`
+	Policies  []capacityPolicy `json:"policies"`
 	// Failures says once why requests did not complete in the search's
 	// runs (CapacityReport.FailureNotes), Warnings which answers may be too
 	// low because their runs look too short (CapacityReport.Warnings).
@@ -390,6 +397,7 @@ func (c *CapacityReport) summary() capacityJSON {
 	out := capacityJSON{
 		Workload: c.Spec.Base.Workload.Workload, RateRPS: c.OfferedRate(), MaxReplicas: c.Spec.MaxReplicas,
 		Seeds: c.Spec.Seeds, SLOTTFTP99Ms: ms(slo.TTFTP99), SLOTPOTP99Ms: ms(slo.TPOTP99), PDSplit: c.Spec.Split, Baseline: c.Baseline(),
+		Requests: c.Spec.Base.Workload.Requests, DurationS: c.Spec.Base.Workload.Duration.Seconds(), WarmupS: c.Spec.Base.Warmup.Seconds(),
 		Warnings: c.Warnings(),
 	}
 	for _, n := range c.FailureNotes() {

@@ -182,6 +182,13 @@ func TestCapacityOfATraceReportsTheRateItsArrivalsOffer(t *testing.T) {
 	if p := j.Policies[1]; p.Saved == nil || *p.Saved != 2 {
 		t.Errorf("capacity.json gpus_saved of cost_model: %v, want 2", p.Saved)
 	}
+	if j.Requests != 100 || j.DurationS != 0 || j.WarmupS != base.Warmup.Seconds() {
+		t.Errorf("capacity.json run length: requests %d, duration_s %v, warmup_s %v; want 100, 0, %v", j.Requests, j.DurationS, j.WarmupS, base.Warmup.Seconds())
+	}
+	caps.Spec.Base.Workload.Requests, caps.Spec.Base.Workload.Duration, caps.Spec.Base.Warmup = 0, 25*time.Minute, 5*time.Minute
+	if j := caps.summary(); j.Requests != 0 || j.DurationS != 1500 || j.WarmupS != 300 {
+		t.Errorf("capacity.json of a 25-minute run after 5 of warm-up: requests %d, duration_s %v, warmup_s %v", j.Requests, j.DurationS, j.WarmupS)
+	}
 	caps.Spec.Base.Source = nil
 	if got := caps.OfferedRate(); got != 3.2 {
 		t.Errorf("a workload search's offered rate: %v, want the searched 3.2", got)

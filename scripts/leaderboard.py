@@ -97,7 +97,16 @@ def capacity(runs):
     out = {}
     for path in sorted(glob.glob(os.path.join(runs, "capacity", "*", "capacity.json"))):
         d = json.load(open(path))
-        out[d["workload"]] = ({p["policy"]: p["replicas"] for p in d["policies"]}, d["rate_rps"])
+        best = {}
+        for p in d["policies"]:
+            at = next((pt for pt in p["points"] if pt["replicas"] == p["replicas"]), None)
+            # An answer whose runs the steady-state check doubts is marked.
+            best[p["policy"]] = f'{p["replicas"]}{" ⚠" if at and at["unsteady_seeds"] else ""}'
+        if d.get("duration_s"):
+            run = f'{d["duration_s"]:g} s of arrivals'
+        else:
+            run = f'{d.get("requests", 0)} requests'
+        out[d["workload"]] = (best, d["rate_rps"], f'{run}, {d.get("warmup_s", 0):g} s warm-up')
     return out
 
 
@@ -134,14 +143,16 @@ def main(runs, doc):
     lines += ["", "Cells: " + ", ".join(f"{n} {v.strip('*')}" for v, n in sorted(tally.items())) + ".", ""]
     cap = capacity(runs)
     if cap:
-        pols = sorted({p for c, _ in cap.values() for p in c})
+        pols = sorted({p for c, _, _ in cap.values() for p in c})
         lines += ["## Capacity (default profile)", "",
                   "The fewest replicas whose TTFT and TPOT p99 (medians over the seeds) meet the SLO with every request "
-                  "completed (`inferrail capacity`; 0 when none up to its --max-replicas does).", "",
-                  "| workload | req/s | " + " | ".join(pols) + " |",
-                  "|---|---|" + "---|" * len(pols)]
-        for w, (best, rate) in sorted(cap.items()):
-            lines.append(f"| {w} | {rate:.2f} | " + " | ".join(str(best.get(p, "-")) for p in pols) + " |")
+                  "completed (`inferrail capacity`; 0 when none up to its --max-replicas does). Each search runs long "
+                  "enough for the steady-state check to pass at its answers; ⚠ marks an answer some seed's run at that "
+                  "size still looks too short for (see the search's report).", "",
+                  "| workload | req/s | run | " + " | ".join(pols) + " |",
+                  "|---|---|---|" + "---|" * len(pols)]
+        for w, (best, rate, run) in sorted(cap.items()):
+            lines.append(f"| {w} | {rate:.2f} | {run} | " + " | ".join(str(best.get(p, "-")) for p in pols) + " |")
         lines.append("")
     lines += ["## Every cell", ""]
     for k in keys:

@@ -659,7 +659,8 @@ type meter struct {
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
-	// ctx is cancelled by close, ending a periodic write in progress.
+	// ctx is cancelled by close, ending a periodic write in progress that
+	// outlasts closeFlushTimeout.
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -786,8 +787,19 @@ func (m *meter) run() {
 	}
 }
 
-// close ends run after one last flush (bounded by closeFlushTimeout).
+// close ends run after one last flush (bounded by closeFlushTimeout). A
+// periodic write in progress is let finish first, for up to
+// closeFlushTimeout, and only then cancelled: it may have committed
+// already, and a cancelled write's rows look unwritten, so the last flush
+// would add them a second time. Close takes at most twice
+// closeFlushTimeout.
 func (m *meter) close() {
-	m.once.Do(func() { m.cancel(); close(m.stop) })
+	m.once.Do(func() {
+		close(m.stop)
+		t := time.AfterFunc(closeFlushTimeout, m.cancel)
+		<-m.done
+		t.Stop()
+		m.cancel()
+	})
 	<-m.done
 }

@@ -33,13 +33,10 @@ func TestJobsRunInOrder(t *testing.T) {
 			if rapid.IntRange(0, 9).Draw(t, "wait") == 0 {
 				k := rapid.IntRange(0, i).Draw(t, "which")
 				l.Wait(tickets[k])
+				// Every job up to k has run (the log itself is read at
+				// the end: later jobs may be appending to it now).
 				if l.done.Load() < tickets[k] {
 					t.Fatalf("waited for job %d, not done", k)
-				}
-				// The log is the caller's while nothing after it runs:
-				// every job up to k has run, in order.
-				if done := l.done.Load(); int(done) < k+1 {
-					t.Fatalf("done %d after waiting for job %d", done, k)
 				}
 			}
 		}

@@ -13,8 +13,6 @@ import (
 	"github.com/inferrail/inferrail/results"
 	"github.com/inferrail/inferrail/router"
 	"github.com/inferrail/inferrail/router/gateway"
-	"github.com/inferrail/inferrail/traces"
-	"github.com/inferrail/inferrail/workload"
 )
 
 func smallConfig(t testing.TB, wl string, n int) Config {
@@ -140,24 +138,11 @@ func TestTwoCoresSameBytesReplay(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("TwoCores needs GOMAXPROCS > 1")
 	}
-	c := replayConfig(t, mooncake, "cost_model", 8)
 	limit := 1500
 	if testing.Short() {
 		limit = 300
 	}
-	c.Source = func(seed uint64) (workload.Source, error) {
-		r, cl, err := traces.Open(mooncake, "mooncake", traces.Options{})
-		if err != nil {
-			return nil, err
-		}
-		s, err := traces.NewSource(r, traces.ReplayOptions{Seed: seed, Model: c.Workload.Model, Limit: limit})
-		if err != nil {
-			cl.Close()
-			return nil, err
-		}
-		s.CloseAtEnd(cl)
-		return s, nil
-	}
+	c := replayConfig(t, mooncake, "cost_model", 8, limit)
 	sameOnTwoCores(t, "mooncake", c)
 }
 

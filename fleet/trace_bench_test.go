@@ -11,7 +11,9 @@ import (
 // mooncake is the public Mooncake conversation trace (see ../shared/traces/SOURCES.md).
 const mooncake = "../../shared/traces/mooncake/conversation_trace.jsonl"
 
-func replayConfig(tb testing.TB, path, policy string, replicas int) Config {
+// replayConfig replays path (its first limit requests; 0: all) on replicas
+// default engines under policy.
+func replayConfig(tb testing.TB, path, policy string, replicas, limit int) Config {
 	if _, err := os.Stat(path); err != nil {
 		tb.Skipf("%s is absent: the public traces live in ../shared/traces beside the project", path)
 	}
@@ -24,7 +26,7 @@ func replayConfig(tb testing.TB, path, policy string, replicas int) Config {
 		if err != nil {
 			return nil, err
 		}
-		s, err := traces.NewSource(r, traces.ReplayOptions{Seed: seed, Model: c.Workload.Model})
+		s, err := traces.NewSource(r, traces.ReplayOptions{Seed: seed, Model: c.Workload.Model, Limit: limit})
 		if err != nil {
 			cl.Close()
 			return nil, err
@@ -43,7 +45,7 @@ func BenchmarkMooncakeReplay16(b *testing.B) { benchMooncake(b, true) }
 func BenchmarkMooncakeReplay16OneCore(b *testing.B) { benchMooncake(b, false) }
 
 func benchMooncake(b *testing.B, two bool) {
-	c := replayConfig(b, mooncake, "cost_model", 16)
+	c := replayConfig(b, mooncake, "cost_model", 16, 0)
 	c.TwoCores = two
 	b.ReportAllocs()
 	for b.Loop() {
@@ -57,7 +59,7 @@ func TestMooncakeReplay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays a 12,000-request trace")
 	}
-	c := replayConfig(t, mooncake, "cost_model", 16)
+	c := replayConfig(t, mooncake, "cost_model", 16, 0)
 	out, err := Simulate(c)
 	if err != nil {
 		t.Fatal(err)

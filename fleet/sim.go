@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
@@ -351,9 +352,17 @@ type gw struct {
 
 // reqState is a request in the fleet.
 type reqState struct {
-	w         *workload.Request
-	rec       int // sequence number of its record in sim.records
-	hashes    []kvblock.Hash
+	w      *workload.Request
+	rec    int // sequence number of its record in sim.records
+	hashes []kvblock.Hash
+	// inPrep is set when the preparer's spare work claimed the request
+	// for hashing, and prepared once its hashes are in; hashing, parent
+	// and seg keep the place of hashes in progress (prepare.go).
+	inPrep    bool
+	prepared  atomic.Bool
+	hashing   bool
+	parent    kvblock.Hash
+	seg       int
 	replica   int
 	lastToken time.Duration
 	measured  bool
@@ -386,7 +395,6 @@ type sim struct {
 	kvEv     []gateway.KVEvent // a batch of KV events as the gateways take them
 	heap     eventHeap
 	reqs     reqTable
-	hashFree [][]kvblock.Hash     // hash slices of finished requests, for reuse
 	records  recordWindow         // the records not yet retired (records.go)
 	acc      *results.Accumulator // the summary, as records retire
 	kept     []results.Record     // every record, with Config.KeepRecords
@@ -394,10 +402,8 @@ type sim struct {
 	lastArr  time.Duration        // the arrival of the last record created
 	err      error                // the first error of Config.Record
 	itl      *results.Histogram
-	salts    map[string]kvblock.Hash
-	memo     segmentMemo
-	segsBuf  []kvblock.Segment
 	lane     *lane.Lane                // the second core's (Config.TwoCores); nil without
+	prep     *preparer                 // the source's arrivals and their block hashes (prepare.go)
 	buckets  map[string][]limit.Bucket // each limited tenant's bucket
 	limiters []*limit.Local            // one shared, or one per gateway; nil without limits
 	links    []*link                   // each prefill replica's KV link (pd.go); nil entries for the others
@@ -423,7 +429,9 @@ func Simulate(cfg Config) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.run(); err != nil {
+	err = s.run()
+	s.prep.stop()
+	if err != nil {
 		return nil, err
 	}
 	// A replay that stopped on a bad record or an I/O error must say so.
@@ -450,16 +458,18 @@ func newSim(cfg Config) (*sim, error) {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
 	s := &sim{
-		cfg:   cfg,
-		src:   src,
-		reqs:  reqTable{sparse: make(map[uint64]*reqState)},
-		itl:   results.NewHistogram(),
-		salts: make(map[string]kvblock.Hash),
-		memo:  newSegmentMemo(memoLimit, memoArenaLimit),
-		acc:   results.NewAccumulator(results.SummaryOptions{Warmup: cfg.Warmup, SLO: cfg.SLO, ExactLimit: cfg.ExactLimit}),
+		cfg:  cfg,
+		src:  src,
+		reqs: reqTable{sparse: make(map[uint64]*reqState)},
+		itl:  results.NewHistogram(),
+		prep: newPreparer(src, cfg.Engine.BlockSize),
+		acc:  results.NewAccumulator(results.SummaryOptions{Warmup: cfg.Warmup, SLO: cfg.SLO, ExactLimit: cfg.ExactLimit}),
 	}
 	if cfg.TwoCores && runtime.GOMAXPROCS(0) > 1 {
 		s.lane = new(lane.Lane)
+		if workload.TakesAhead(src) {
+			s.lane.SetSpare(s.prep.spare)
+		}
 	}
 	var shared gateway.Ledger
 	if cfg.Ledger == LedgerShared {
@@ -529,9 +539,9 @@ func newSim(cfg Config) (*sim, error) {
 
 // pullArrival puts the source's next open-loop arrival in the heap.
 func (s *sim) pullArrival() {
-	if r, ok := s.src.Next(); ok {
+	if rs := s.prep.next(); rs != nil {
 		s.live++
-		s.heap.push(event{at: r.Arrival, kind: evArrival, replica: -1, req: &reqState{w: r}})
+		s.heap.push(event{at: rs.w.Arrival, kind: evArrival, replica: -1, req: rs})
 	}
 }
 
@@ -609,61 +619,6 @@ func (s *sim) progress(done bool) Progress {
 	}
 }
 
-func (s *sim) salt(model string) kvblock.Hash {
-	h, ok := s.salts[model]
-	if !ok {
-		h = kvblock.Salt(model, "", "")
-		s.salts[model] = h
-	}
-	return h
-}
-
-// hashes derives the block hashes of a request's whole sequence (prompt,
-// then output), memoising the blocks of a shared leading segment.
-func (s *sim) hashes(w *workload.Request) []kvblock.Hash {
-	bs := s.cfg.Engine.BlockSize
-	salt := s.salt(w.Model)
-	s.segsBuf = append(append(s.segsBuf[:0], w.Prompt...), w.Output)
-	// A finished request's slice that holds them (among the last few
-	// kept), else a new one of the right size, rather than one grown by
-	// appends.
-	var out []kvblock.Hash
-	need := (w.PromptTokens() + w.OutputTokens) / bs
-	for k := len(s.hashFree) - 1; k >= max(len(s.hashFree)-8, 0); k-- {
-		if cap(s.hashFree[k]) >= need {
-			out = s.hashFree[k][:0]
-			last := len(s.hashFree) - 1
-			s.hashFree[k], s.hashFree[last] = s.hashFree[last], nil
-			s.hashFree = s.hashFree[:last]
-			break
-		}
-	}
-	if out == nil {
-		out = make([]kvblock.Hash, 0, need)
-	}
-	// Prompts are chains of segments that recur (system prompts, documents,
-	// a trace's hash ids): the full blocks inside a segment depend only on
-	// the hash before it and the segment, so they are memoised per (parent,
-	// segment) while segments start on block boundaries. The last prompt
-	// segment (a question, a user turn) is usually unique and not memoised.
-	parent, segs := salt, s.segsBuf
-	for i := 0; i < len(w.Prompt)-1; i++ {
-		seg := segs[i]
-		full := seg.Len / bs
-		if full == 0 {
-			return kvblock.AppendSegmentHashesFrom(out, parent, segs[i:], bs, 0, -1)
-		}
-		hs := s.memo.hashes(memoKey{parent: parent, seg: seg}, bs)
-		out = append(out, hs...)
-		parent = hs[len(hs)-1]
-		if seg.Len%bs != 0 {
-			// The segment ends inside a block: hash on from its last full block.
-			return kvblock.AppendSegmentHashesFrom(out, parent, segs[i:], bs, full, -1)
-		}
-	}
-	return kvblock.AppendSegmentHashesFrom(out, parent, segs[max(len(w.Prompt)-1, 0):], bs, 0, -1)
-}
-
 // gatewayOf is the gateway a request reaches: by session, so a chat's
 // turns meet the same gateway, else by id.
 func (s *sim) gatewayOf(w *workload.Request) int {
@@ -698,11 +653,13 @@ func (s *sim) arrive(rs *reqState) error {
 			return err
 		}
 		if !ok { // a 429 at once: the gateway never sees it
+			s.prep.recycle(rs.hashes) // prepared ahead, never used
+			rs.hashes = nil
 			s.end(rs, false)
 			return nil
 		}
 	}
-	hashes := s.hashes(w)
+	hashes := s.prep.hashesOf(rs)
 	bs := s.cfg.Engine.BlockSize
 	rs.hashes = hashes
 	s.reqs.put(w.ID, rs)
@@ -845,8 +802,8 @@ func (s *sim) end(rs *reqState, ok bool) {
 	s.reqs.del(rs.w.ID)
 	// The engine has let go of the request: its hashes can be reused,
 	// unless the index's speculation queue may still hold them.
-	if ok && s.cfg.Index != IndexEvents && len(s.hashFree) < 1024 {
-		s.hashFree = append(s.hashFree, rs.hashes)
+	if ok && s.cfg.Index != IndexEvents {
+		s.prep.recycle(rs.hashes)
 	}
 	rs.hashes = nil
 	s.live--
@@ -857,7 +814,7 @@ func (s *sim) end(rs *reqState, ok bool) {
 
 // followUp tells the source a request ended and schedules what it causes.
 func (s *sim) followUp(w *workload.Request, ok bool) {
-	if next, more := s.src.Done(w, s.now, ok); more {
+	if next, more := s.prep.done(w, s.now, ok); more {
 		s.live++
 		at := max(next.Arrival, s.now)
 		s.heap.push(event{at: at, kind: evArrival, replica: -2, req: &reqState{w: next}})

@@ -202,3 +202,7 @@ func (s *Source) request(rec *Record) *workload.Request {
 func (s *Source) Done(*workload.Request, time.Duration, bool) (*workload.Request, bool) {
 	return nil, false
 }
+
+// TakesAhead is true: a replay's arrivals are the trace's, whatever happens
+// to them (workload.TakesAhead).
+func (s *Source) TakesAhead() bool { return true }

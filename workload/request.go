@@ -58,3 +58,13 @@ type Source interface {
 	// returns the follow-up request it causes, if any.
 	Done(req *Request, at time.Duration, ok bool) (*Request, bool)
 }
+
+// TakesAhead reports whether src's arrivals may be taken from Next ahead of
+// their time: its Done causes no follow-up and changes nothing Next depends
+// on (an open-loop source), and each request Next returns is its own (not
+// overwritten by the next call). A source says so with a method
+// TakesAhead() bool; any other is taken to depend on Done.
+func TakesAhead(src Source) bool {
+	a, ok := src.(interface{ TakesAhead() bool })
+	return ok && a.TakesAhead()
+}

@@ -226,6 +226,10 @@ func (w *withoutTenants) Done(req *Request, at time.Duration, ok bool) (*Request
 	return next, more
 }
 
+// TakesAhead is the source's: leaving tenants out tells the source of
+// their requests' ends at once (discard), which an open-loop source ignores.
+func (w *withoutTenants) TakesAhead() bool { return TakesAhead(w.src) }
+
 // discard ends a left-out request's session, and any follow-up it causes.
 func (w *withoutTenants) discard(r *Request) {
 	for r != nil {

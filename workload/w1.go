@@ -111,3 +111,6 @@ func (s *w1) Next() (*Request, bool) {
 
 // Done never causes a follow-up: w1 is open loop.
 func (s *w1) Done(*Request, time.Duration, bool) (*Request, bool) { return nil, false }
+
+// TakesAhead is true: Next does not depend on Done (workload.TakesAhead).
+func (s *w1) TakesAhead() bool { return true }

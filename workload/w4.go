@@ -165,3 +165,6 @@ func (s *w4) Next() (*Request, bool) {
 
 // Done never causes a follow-up: w4 is open loop.
 func (s *w4) Done(*Request, time.Duration, bool) (*Request, bool) { return nil, false }
+
+// TakesAhead is true: Next does not depend on Done (workload.TakesAhead).
+func (s *w4) TakesAhead() bool { return true }

@@ -133,6 +133,9 @@ func (s *w5) Next() (*Request, bool) {
 // Done never causes a follow-up: w5 is open loop.
 func (s *w5) Done(*Request, time.Duration, bool) (*Request, bool) { return nil, false }
 
+// TakesAhead is true: Next does not depend on Done (workload.TakesAhead).
+func (s *w5) TakesAhead() bool { return true }
+
 // pending is a generated request waiting for its turn.
 type pending struct {
 	at  time.Duration

@@ -61,3 +61,6 @@ func (s *w6) Next() (*Request, bool) {
 
 // Done never causes a follow-up: w6 is open loop.
 func (s *w6) Done(*Request, time.Duration, bool) (*Request, bool) { return nil, false }
+
+// TakesAhead is true: Next does not depend on Done (workload.TakesAhead).
+func (s *w6) TakesAhead() bool { return true }

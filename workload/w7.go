@@ -160,3 +160,6 @@ func (s *w7) Next() (*Request, bool) {
 
 // Done never causes a follow-up: w7 is open loop.
 func (s *w7) Done(*Request, time.Duration, bool) (*Request, bool) { return nil, false }
+
+// TakesAhead is true: Next does not depend on Done (workload.TakesAhead).
+func (s *w7) TakesAhead() bool { return true }

@@ -23,7 +23,20 @@ type Lane struct {
 	issued, done atomic.Uint64
 	worker       atomic.Bool // a worker goroutine is running
 	ring         [Size]Job
+	// spare, when set, is the caller's own work that Wait does while the
+	// job it waits for has not run (SetSpare).
+	spare func() bool
 }
+
+// SetSpare gives the lane spare work to do instead of polling: f does one
+// short piece of work that is needed later anyway and reports whether
+// there may be more. Wait calls it while the job it waits for has not run,
+// on the caller's goroutine inside whatever call waited, and the worker
+// calls it between jobs; so f must be safe for concurrent use, must not
+// touch what the caller may be in the middle of, and should return false
+// at once when the other goroutine is doing a piece. Nil takes it away.
+// Call it before the first Do.
+func (l *Lane) SetSpare(f func() bool) { l.spare = f }
 
 // Do hands j to the worker and returns its ticket, for Wait. Jobs
 // run one at a time in the order they were handed over. The caller must
@@ -44,6 +57,10 @@ func (l *Lane) Do(j Job) uint64 {
 // Wait returns once the job of ticket t (and every job before it) has run;
 // ticket 0 at once.
 func (l *Lane) Wait(t uint64) {
+	if f := l.spare; f != nil {
+		for l.done.Load() < t && f() {
+		}
+	}
 	for i := 1; l.done.Load() < t; i++ {
 		if i%1024 == 0 {
 			runtime.Gosched()
@@ -65,6 +82,10 @@ func (l *Lane) work() {
 			continue
 		}
 		if i%64 != 0 {
+			continue
+		}
+		if l.spare != nil && l.spare() {
+			last = time.Now()
 			continue
 		}
 		if time.Since(last) < Idle {

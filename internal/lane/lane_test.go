@@ -1,7 +1,10 @@
 package lane
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -63,5 +66,63 @@ func BenchmarkDoWait(b *testing.B) {
 	for b.Loop() {
 		l.Wait(l.Do(&j))
 		log = log[:0]
+	}
+}
+
+// gateJob runs until its gate has been opened three times, or gives up
+// after 5 s (so that a Wait that does no spare work fails the test rather
+// than hanging it).
+type gateJob struct {
+	gate     *atomic.Int32
+	timedOut *atomic.Bool
+}
+
+func (j gateJob) Run() {
+	for start := time.Now(); j.gate.Load() < 3; {
+		if time.Since(start) > 5*time.Second {
+			j.timedOut.Store(true)
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestSpareWorkWhileWaiting: Wait does the spare work while the job it
+// waits for has not run (the job here needs three pieces of it, and the
+// worker is busy with it).
+func TestSpareWorkWhileWaiting(t *testing.T) {
+	var l Lane
+	var gate atomic.Int32
+	var timedOut atomic.Bool
+	l.SetSpare(func() bool {
+		gate.Add(1)
+		return true
+	})
+	l.Wait(l.Do(gateJob{&gate, &timedOut}))
+	if timedOut.Load() {
+		t.Fatal("the job waited for never got the spare work it needed")
+	}
+	if n := gate.Load(); n < 3 {
+		t.Fatalf("%d pieces of spare work, the job needed 3", n)
+	}
+}
+
+// TestWorkerDoesSpareWork: between jobs the worker does the spare work
+// until it runs out, without anyone waiting; then it leaves as usual.
+func TestWorkerDoesSpareWork(t *testing.T) {
+	var l Lane
+	var calls atomic.Int32
+	const pieces = 100
+	l.SetSpare(func() bool { return calls.Add(1) < pieces })
+	var log []int
+	l.Wait(l.Do(&appendJob{log: &log}))
+	for start := time.Now(); calls.Load() < pieces || l.worker.Load(); {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("after 5 s: %d pieces of spare work of %d, worker running %v", calls.Load(), pieces, l.worker.Load())
+		}
+		runtime.Gosched()
+	}
+	if n := calls.Load(); n < pieces {
+		t.Fatalf("%d pieces of spare work, want %d", n, pieces)
 	}
 }

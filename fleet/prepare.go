@@ -48,8 +48,8 @@ type preparer struct {
 	// at once (hashSome): one taken from the queue before the spare work
 	// claimed it may be hashed while cur is half done.
 	segs, segsNow []kvblock.Segment
-	cur          *reqState         // the arrival being hashed by spare work, if any (guarded by work)
-	free         [][]kvblock.Hash  // hash slices of finished requests, for reuse
+	cur           *reqState        // the arrival being hashed by spare work, if any (guarded by work)
+	free          [][]kvblock.Hash // hash slices of finished requests, for reuse
 }
 
 // aheadMax bounds the arrivals taken ahead of their time.

@@ -71,21 +71,16 @@ func newPreparer(src workload.Source, blockSize int) *preparer {
 // next returns the source's next open-loop arrival (the oldest taken
 // ahead, if any), or nil when there are no more.
 func (p *preparer) next() *reqState {
-	p.mu.Lock()
-	if p.head < len(p.q) {
-		rs := p.q[p.head]
-		p.q[p.head] = nil
-		p.head++
-		p.hashed = max(p.hashed, p.head) // unclaimed, it is the loop's to hash
-		if p.head == len(p.q) {
-			p.q, p.head, p.hashed = p.q[:0], 0, 0
-		}
-		p.mu.Unlock()
+	if rs := p.pop(); rs != nil {
 		return rs
 	}
-	p.mu.Unlock()
+	// Spare work may be taking one from the source right now: once work
+	// is ours, what it took is in the queue.
 	p.work.Lock()
 	defer p.work.Unlock()
+	if rs := p.pop(); rs != nil {
+		return rs
+	}
 	if p.ended {
 		return nil
 	}
@@ -95,6 +90,23 @@ func (p *preparer) next() *reqState {
 		return nil
 	}
 	return &reqState{w: r}
+}
+
+// pop takes the oldest arrival taken ahead, if any.
+func (p *preparer) pop() *reqState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.head == len(p.q) {
+		return nil
+	}
+	rs := p.q[p.head]
+	p.q[p.head] = nil
+	p.head++
+	p.hashed = max(p.hashed, p.head) // unclaimed, it is the loop's to hash
+	if p.head == len(p.q) {
+		p.q, p.head, p.hashed = p.q[:0], 0, 0
+	}
+	return rs
 }
 
 // hashesOf returns the block hashes of rs's whole sequence (prompt, then
@@ -185,12 +197,15 @@ func (p *preparer) spare() bool {
 // microseconds).
 const pieceBlocks = 128
 
-// stop ends the spare work: the run is over (the worker may still look
-// for some before it leaves).
+// stop ends the spare work once the piece in progress is done: the run is
+// over, and the source is the caller's again (the worker may still look
+// for spare work before it leaves, and finds none).
 func (p *preparer) stop() {
+	p.work.Lock()
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
+	p.work.Unlock()
 }
 
 // takeFree returns a finished request's slice that holds n hashes (among

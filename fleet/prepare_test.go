@@ -90,3 +90,56 @@ func TestPreparerGivesEachRequestItsHashes(t *testing.T) {
 		}
 	})
 }
+
+// TestPreparerConcurrentSpareWork: with another goroutine doing spare work
+// all the time (as the lane's worker does between jobs), the loop still
+// gets every arrival once, in the source's order, with its own hashes.
+func TestPreparerConcurrentSpareWork(t *testing.T) {
+	const n = 3000
+	src := &aheadSource{}
+	for i := range n {
+		src.reqs = append(src.reqs, &workload.Request{
+			ID:           uint64(i + 1),
+			Model:        "m",
+			Prompt:       []kvblock.Segment{{ID: uint64(i % 7), Len: 512}, {ID: uint64(i), Len: 16*(i%50) + 3}},
+			OutputTokens: 5,
+			Output:       kvblock.Segment{ID: 1 << 40, Len: 5},
+		})
+	}
+	p := newPreparer(src, 16)
+	stop := make(chan struct{})
+	worker := make(chan struct{})
+	go func() {
+		defer close(worker)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				p.spare()
+			}
+		}
+	}()
+	for i := range n {
+		rs := p.next()
+		if rs == nil {
+			t.Fatalf("no arrival %d", i+1)
+		}
+		if rs.w != src.reqs[i] {
+			t.Fatalf("arrival %d is request %d", i+1, rs.w.ID)
+		}
+		r := rs.w
+		want := kvblock.AppendSegmentHashes(nil, kvblock.Salt(r.Model, "", ""), append(slices.Clone(r.Prompt), r.Output), 16, -1)
+		if h := p.hashesOf(rs); !slices.Equal(h, want) {
+			t.Fatalf("request %d: %d hashes, want %d (or they differ)", r.ID, len(h), len(want))
+		}
+		if i%3 == 0 {
+			p.recycle(rs.hashes)
+		}
+	}
+	if rs := p.next(); rs != nil {
+		t.Fatalf("an arrival after the source's last")
+	}
+	close(stop)
+	<-worker
+}

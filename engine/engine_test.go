@@ -344,24 +344,28 @@ func checkInvariants(t *rapid.T, e *Engine) {
 	if n != free || e.pool.nfree != free {
 		t.Fatalf("free queue has %d, counter %d, free blocks %d", n, e.pool.nfree, free)
 	}
-	entries := 0
-	e.pool.cached.each(e.pool.blocks, func(h kvblock.Hash, id int32) {
-		entries++
-		if b := e.pool.blocks[id]; !b.hashed || b.hash != h {
-			t.Fatalf("cache maps %v to block %d holding %v", h, id, b.hash)
-		}
-		if got, ok := e.pool.cached.get(h, e.pool.blocks); !ok || got != id {
-			t.Fatalf("cache entry %v not findable", h)
-		}
-	})
+	// Every cached block is found under its hash, and nothing else is
+	// found: an entry matches only while its block holds the key, so the
+	// entries are the cached blocks' plus the stale ones left by evictions
+	// since the last rebuild, which keep the table at most half full.
 	hashed := 0
-	for _, b := range e.pool.blocks {
-		if b.hashed {
-			hashed++
+	for i, b := range e.pool.blocks {
+		if !b.hashed {
+			continue
+		}
+		hashed++
+		if got, ok := e.pool.cached.get(b.hash, e.pool.blocks); !ok || got != int32(i) {
+			t.Fatalf("block %d holding %v: cache finds block %d (%v)", i, b.hash, got, ok)
 		}
 	}
-	if entries != hashed || entries != e.pool.cached.len() {
-		t.Fatalf("cache holds %d entries (len %d), %d blocks are hashed", entries, e.pool.cached.len(), hashed)
+	e.pool.cached.each(e.pool.blocks, func(h kvblock.Hash, id int32) {
+		if got, ok := e.pool.cached.get(h, e.pool.blocks); ok && !e.pool.blocks[got].hashed {
+			t.Fatalf("cache finds %v in block %d, which caches nothing", h, got)
+		}
+	})
+	if hashed != e.pool.ncached || e.pool.cached.len() != hashed+e.pool.stale || 2*e.pool.cached.len() > len(e.pool.cached.slots) {
+		t.Fatalf("%d blocks are hashed, %d counted; the cache holds %d entries (%d stale) in %d slots",
+			hashed, e.pool.ncached, e.pool.cached.len(), e.pool.stale, len(e.pool.cached.slots))
 	}
 	if len(e.running) > e.cfg.MaxNumSeqs {
 		t.Fatalf("%d running > max_num_seqs %d", len(e.running), e.cfg.MaxNumSeqs)

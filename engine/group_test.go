@@ -636,7 +636,7 @@ func TestGroupInvariants(t *testing.T) {
 			var sum Metrics
 			for r := range g.Ranks() {
 				e := g.Rank(r)
-				e.pool.cached.each(e.pool.blocks, func(h kvblock.Hash, _ int32) { holders[h]++ })
+				e.pool.eachCached(func(h kvblock.Hash, _ int32) { holders[h]++ })
 				m := e.Metrics()
 				sum.Running += m.Running
 				sum.Waiting += m.Waiting

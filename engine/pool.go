@@ -22,7 +22,10 @@ type pool struct {
 	head, tail int32 // free queue
 	nfree      int
 	cached     hashTable
-	caching    bool
+	// ncached counts the cached blocks; stale the slots of cached that
+	// name blocks evicted since (alloc leaves them: rebuildCached).
+	ncached, stale int
+	caching        bool
 	events     *[]KVEvent // nil when KV events are off
 	blockSize  int
 	// The lower tiers (tier.go): nil when off; disk only with cpu.
@@ -118,19 +121,48 @@ func (p *pool) alloc() int32 {
 	p.unlink(id)
 	b := &p.blocks[id]
 	if b.hashed {
-		if p.cached.deleteIf(b.hash, id) {
-			if p.events != nil {
-				*p.events = append(*p.events, KVEvent{Kind: BlockRemoved, BlockHashes: []kvblock.Hash{b.hash}, Medium: MediumGPU})
-			}
-			if p.cpu != nil {
-				p.offload(b.hash)
-			}
+		// The block's slot in cached stays, stale: it names a block whose
+		// hash is no longer the key (the zero hash, or one stored since,
+		// under its own slot), so no lookup matches it. Deleting it here
+		// was a random probe and shift on the prefix cache's hottest path;
+		// rebuilding the table once the stale slots reach the block count
+		// touches it in order (the table stays at most half full).
+		if p.events != nil {
+			*p.events = append(*p.events, KVEvent{Kind: BlockRemoved, BlockHashes: []kvblock.Hash{b.hash}, Medium: MediumGPU})
+		}
+		if p.cpu != nil {
+			p.offload(b.hash)
 		}
 		b.hashed = false
 		b.hash = kvblock.Hash{}
+		p.ncached--
+		if p.stale++; p.stale >= len(p.blocks) {
+			p.rebuildCached()
+		}
 	}
 	b.ref = 1
 	return id
+}
+
+// eachCached calls f for every cached block, with its hash.
+func (p *pool) eachCached(f func(kvblock.Hash, int32)) {
+	for i := range p.blocks {
+		if b := &p.blocks[i]; b.hashed {
+			f(b.hash, int32(i))
+		}
+	}
+}
+
+// rebuildCached rebuilds cached from the cached blocks, without the stale
+// slots.
+func (p *pool) rebuildCached() {
+	p.cached.clear()
+	for i := range p.blocks {
+		if b := &p.blocks[i]; b.hashed {
+			p.cached.insert(b.hash, int32(i), p.blocks)
+		}
+	}
+	p.stale = 0
 }
 
 // release drops one reference on each block, tail first, so that a
@@ -165,6 +197,7 @@ func (p *pool) store(ids []int32, hashes []kvblock.Hash, from, to int) {
 			continue // another block already caches this content
 		}
 		b.hashed, b.hash = true, h
+		p.ncached++
 		if p.events != nil {
 			stored = append(stored, h)
 		}
@@ -189,6 +222,7 @@ func (p *pool) reset() bool {
 		p.blocks[i].hash = kvblock.Hash{}
 	}
 	p.cached.clear()
+	p.ncached, p.stale = 0, 0
 	if p.events != nil {
 		*p.events = append(*p.events, KVEvent{Kind: AllBlocksCleared, Medium: MediumGPU})
 	}

@@ -137,7 +137,7 @@ func (e *Engine) Metrics() Metrics {
 	m.Waiting = e.waiting.len()
 	m.UsedBlocks = e.cfg.NumGPUBlocks - e.pool.nfree
 	m.KVCacheUsage = float64(m.UsedBlocks) / float64(e.cfg.NumGPUBlocks)
-	m.CachedBlocks = e.pool.cached.len()
+	m.CachedBlocks = e.pool.ncached
 	if e.pool.cpu != nil {
 		m.CPUBlocks = e.pool.cpu.len()
 		if e.pool.disk != nil {

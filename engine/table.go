@@ -14,8 +14,10 @@ import "github.com/inferrail/inferrail/engine/kvblock"
 // A slot holds only the low 32 bits of the hash (its home and a tag) and the
 // block id: the full hash is the block's own (block.hash), read on a tag
 // match. So a slot is 8 bytes, not 24, and the tables of a fleet's engines
-// stay in cache. Every method takes the pool's blocks; an id in the table
-// names a block whose hash is the key it was inserted under.
+// stay in cache. Every method takes the pool's blocks; an entry matches a
+// key only while its block's hash is that key, so the pool may leave an
+// evicted block's entry behind (stale: its block's hash is zero or another
+// key's) and rebuild the table later (pool.alloc).
 type hashTable struct {
 	slots []slot
 	mask  uint32

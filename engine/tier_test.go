@@ -122,7 +122,7 @@ func (m media) apply(t fataler, evs []KVEvent) {
 
 func (m media) check(t fataler, e *Engine) {
 	want := map[string][]kvblock.Hash{MediumCPU: tierHashes(e.pool.cpu), MediumDisk: tierHashes(e.pool.disk)}
-	e.pool.cached.each(e.pool.blocks, func(h kvblock.Hash, _ int32) { want[MediumGPU] = append(want[MediumGPU], h) })
+	e.pool.eachCached(func(h kvblock.Hash, _ int32) { want[MediumGPU] = append(want[MediumGPU], h) })
 	for medium, hs := range want {
 		if len(hs) != len(m[medium]) {
 			t.Fatalf("%s holds %d hashes, its events say %d", medium, len(hs), len(m[medium]))
@@ -802,7 +802,7 @@ func TestGroupTierEvents(t *testing.T) {
 					e := g.Rank(r)
 					switch medium {
 					case MediumGPU:
-						e.pool.cached.each(e.pool.blocks, func(h kvblock.Hash, _ int32) { counts[h]++ })
+						e.pool.eachCached(func(h kvblock.Hash, _ int32) { counts[h]++ })
 					case MediumCPU:
 						for _, h := range tierHashes(e.pool.cpu) {
 							counts[h]++

@@ -26,8 +26,8 @@ type pool struct {
 	// name blocks evicted since (alloc leaves them: rebuildCached).
 	ncached, stale int
 	caching        bool
-	events     *[]KVEvent // nil when KV events are off
-	blockSize  int
+	events         *[]KVEvent // nil when KV events are off
+	blockSize      int
 	// The lower tiers (tier.go): nil when off; disk only with cpu.
 	cpu, disk *tier
 }

@@ -68,6 +68,15 @@ func (l *Lane) Wait(t uint64) {
 	}
 }
 
+// Done reports whether the job of ticket t (and every job before it) has
+// run.
+func (l *Lane) Done(t uint64) bool { return l.done.Load() >= t }
+
+// Spare does one piece of the spare work (SetSpare), if there is any, and
+// reports whether there may be more: for a caller that waits for something
+// else than a ticket.
+func (l *Lane) Spare() bool { return l.spare != nil && l.spare() }
+
 // work is the worker: it runs each job in turn, and leaves after Idle
 // without one.
 func (l *Lane) work() {

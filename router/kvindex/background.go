@@ -1,6 +1,9 @@
 package kvindex
 
 import (
+	"runtime"
+	"sync/atomic"
+
 	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/internal/lane"
 )
@@ -26,6 +29,17 @@ import (
 // hashes, so that the caller may reuse those as soon as Finish returns.
 type background struct {
 	lane *lane.Lane // nil: no background work
+	// ops holds the shared table's changes that jobs made (allocated with
+	// the lane). inJob is set while the worker runs a job, and direct while
+	// that job applies its changes itself (holding ops.busy).
+	ops           *opQueue
+	inJob, direct bool
+	// tail counts the ops pushed, published to ops.tail every pushBatch
+	// (a store the caller's polling would see each time) and at the end of
+	// a job; headSeen is the last ops.head read (the worker's).
+	tail, headSeen uint64
+	// left is the blocks the job in progress has left to insert.
+	left int
 	// last is the lane's ticket of the index's last job (0: none yet);
 	// pinned and pinnedGen those of the last RecordPinned job.
 	last, pinned, pinnedGen uint64
@@ -64,7 +78,7 @@ type job struct {
 // (the caller is the index's only goroutine).
 func (x *Index) lock() {
 	if x.bg.lane != nil {
-		x.bg.lane.Wait(x.bg.last)
+		x.settle()
 		return
 	}
 	x.mu.Lock()
@@ -79,10 +93,157 @@ func (x *Index) unlock() {
 // rlock and runlock are lock and unlock for reading.
 func (x *Index) rlock() {
 	if x.bg.lane != nil {
-		x.bg.lane.Wait(x.bg.last)
+		x.settle()
 		return
 	}
 	x.mu.RLock()
+}
+
+// settle waits for the jobs in hand and their changes to the shared table.
+// Meanwhile it applies those changes itself, as the worker makes them: a
+// job's work on its replica (the LRU, the replica's table, the pins) and
+// on the shared table are about half each, and only the shared table is
+// what the next Lookup reads. So when the loop would wait for a job (an
+// arrival right after another), the two halves run on both cores at once.
+// With nothing to apply, it does the lane's spare work.
+//
+// A job applies its changes itself as it makes them, unless the caller is
+// waiting (ops.want): then it queues the rest for the caller to apply.
+func (x *Index) settle() {
+	b := &x.bg
+	if b.lane.Done(b.last) && b.ops.empty() {
+		return
+	}
+	b.ops.want.Store(true)
+	for i := 1; ; i++ {
+		if x.applyOps() {
+			continue
+		}
+		if b.lane.Done(b.last) && b.ops.empty() {
+			break
+		}
+		if !b.lane.Spare() && i%1024 == 0 {
+			runtime.Gosched()
+		}
+	}
+	b.ops.want.Store(false)
+}
+
+// opQueue holds, in order, the changes to the shared table that the
+// worker's jobs queued (while the caller waited): the worker produces them,
+// and whoever holds busy applies them (the caller while it settles, the
+// worker when the queue is full and at the end of its job).
+type opQueue struct {
+	tail atomic.Uint64 // ops pushed (the worker's)
+	_    [56]byte      // tail and head on cache lines of their own
+	head atomic.Uint64 // ops applied (busy's holder's)
+	busy atomic.Bool   // held by whoever changes the shared table
+	want atomic.Bool   // the caller is waiting: queue the changes for it
+	ring [opRing]sharedOp
+}
+
+// sharedOp is one change to the shared table: replica r holds h (add) or
+// no longer does.
+type sharedOp struct {
+	h   kvblock.Hash
+	r   int32
+	add bool
+}
+
+// opRing bounds the changes not yet applied (a power of two).
+const opRing = 4096
+
+func (q *opQueue) empty() bool { return q.head.Load() == q.tail.Load() }
+
+// sharedAdd records that replica r now holds h: at once, or in a job as a
+// change to apply.
+func (x *Index) sharedAdd(h kvblock.Hash, r int) {
+	if x.bg.inJob && !x.applyingDirectly() {
+		x.pushOp(sharedOp{h: h, r: int32(r), add: true})
+		return
+	}
+	x.shared.add(h, r)
+}
+
+// sharedRemove records that replica r no longer holds h.
+func (x *Index) sharedRemove(h kvblock.Hash, r int) {
+	if x.bg.inJob && !x.applyingDirectly() {
+		x.pushOp(sharedOp{h: h, r: int32(r)})
+		return
+	}
+	x.shared.remove(h, r)
+}
+
+// applyingDirectly reports whether the job in progress still applies its
+// changes itself; once the caller waits, and the job has at least
+// handOver blocks left, it stops, for the rest of the job. (The caller
+// helping with a few blocks only moved the table's cache lines between the
+// cores.)
+func (x *Index) applyingDirectly() bool {
+	b := &x.bg
+	if b.direct && b.left >= handOver && b.ops.want.Load() {
+		b.direct = false
+		b.ops.busy.Store(false)
+	}
+	return b.direct
+}
+
+// pushOp queues op (the worker's), applying the queue itself while it is
+// full.
+func (x *Index) pushOp(op sharedOp) {
+	b := &x.bg
+	q := b.ops
+	t := b.tail
+	if t-b.headSeen >= opRing {
+		q.tail.Store(t)
+		for b.headSeen = q.head.Load(); t-b.headSeen >= opRing; b.headSeen = q.head.Load() {
+			x.applyOps()
+		}
+	}
+	q.ring[t%opRing] = op
+	b.tail = t + 1
+	if b.tail%pushBatch == 0 {
+		q.tail.Store(b.tail)
+	}
+}
+
+// handOver is the fewest blocks left in a job for which the worker hands
+// its shared-table changes to a waiting caller.
+const handOver = 64
+
+// pushBatch is how many ops the worker queues before it publishes them.
+const pushBatch = 32
+
+// applyOps applies the queued changes, unless another goroutine is, and
+// reports whether it applied any.
+func (x *Index) applyOps() bool {
+	q := x.bg.ops
+	if q.empty() || !q.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	any := x.applyHeld()
+	q.busy.Store(false)
+	return any
+}
+
+// applyHeld applies the queued changes; the caller holds busy.
+func (x *Index) applyHeld() bool {
+	q := x.bg.ops
+	h, t := q.head.Load(), q.tail.Load()
+	any := h < t
+	for ; h < t; h++ {
+		op := &q.ring[h%opRing]
+		if op.add {
+			x.shared.add(op.h, int(op.r))
+		} else {
+			x.shared.remove(op.h, int(op.r))
+		}
+		if h%256 == 255 {
+			q.head.Store(h + 1) // room for the worker
+		}
+	}
+	q.head.Store(h)
+	return any
 }
 
 func (x *Index) runlock() {
@@ -109,12 +270,27 @@ func (b *background) hand(j *job) {
 func (j *job) Run() { j.x.runJob(j) }
 
 func (x *Index) runJob(j *job) {
+	b := &x.bg
+	b.inJob = true
+	if b.ops.busy.CompareAndSwap(false, true) {
+		// Changes of an earlier job still queued go first.
+		x.applyHeld()
+		b.direct = true
+	}
 	switch j.kind {
 	case jobPinned:
 		x.insert(j.p, j.r, j.hashes, kindPinned, j.gen, j.gen, j.ids)
 	case jobFinish:
 		x.finish(j.r, j.answer, j.receipt)
 	}
+	if b.direct {
+		b.direct = false
+		b.ops.busy.Store(false)
+	}
+	b.inJob = false
+	b.ops.tail.Store(b.tail)
+	// What the caller has not applied of the queued changes.
+	x.applyOps()
 	j.p, j.hashes, j.ids, j.receipt = nil, nil, nil, Receipt{}
 }
 

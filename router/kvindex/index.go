@@ -63,6 +63,9 @@ type Index struct {
 func New(cfg Config) *Index {
 	x := &Index{defCap: cfg.DefaultCapacityBlocks, shared: newTable()}
 	x.bg.lane = cfg.Lane
+	if cfg.Lane != nil {
+		x.bg.ops = new(opQueue)
+	}
 	if x.defCap <= 0 {
 		x.defCap = DefaultCapacityBlocks
 	}
@@ -454,6 +457,9 @@ func (x *Index) insert(p *replica, r int, hashes []kvblock.Hash, kind recordKind
 	pin := kind == kindPinned
 	owned := false
 	for i := len(hashes) - 1; i >= 0; i-- {
+		if x.bg.inJob {
+			x.bg.left = i
+		}
 		h := hashes[i]
 		id := p.lookup(h)
 		if id == nilNode {
@@ -471,7 +477,7 @@ func (x *Index) insert(p *replica, r int, hashes []kvblock.Hash, kind recordKind
 			if pin {
 				ids[i] = id
 			}
-			x.shared.add(h, r)
+			x.sharedAdd(h, r)
 			owned = owned || stamp != 0
 			continue
 		}
@@ -514,7 +520,7 @@ func (x *Index) insert(p *replica, r int, hashes []kvblock.Hash, kind recordKind
 func (x *Index) dropNode(p *replica, r int, id int32) {
 	h := p.nodes[id].h
 	p.drop(id)
-	x.shared.remove(h, r)
+	x.sharedRemove(h, r)
 }
 
 // Lookup sets depths[i] to the number of leading blocks of hashes (blocks

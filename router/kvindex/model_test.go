@@ -565,3 +565,56 @@ func TestTailEvictedFirst(t *testing.T) {
 		t.Fatalf("depth of q %d after fresh prompt, want 2", d[0])
 	}
 }
+
+// TestLaneLongJobs: jobs whose changes to the shared table outnumber the
+// queue that holds them (a 6,000-block prompt on a 2,500-block replica,
+// then its answer) leave the index as the same calls without a lane do,
+// while Lookups on the caller apply the changes as the worker makes them.
+func TestLaneLongJobs(t *testing.T) {
+	const n = 6000
+	prompt := func(tag uint64) []kvblock.Hash {
+		hs := make([]kvblock.Hash, n)
+		for i := range hs {
+			hs[i] = kvblock.Hash{Hi: tag, Lo: kvblock.Mix64(tag<<32 + uint64(i))}
+		}
+		return hs
+	}
+	plain, laned := New(Config{DefaultCapacityBlocks: 2500}), New(Config{DefaultCapacityBlocks: 2500, Lane: new(lane.Lane)})
+	for _, x := range []*Index{plain, laned} {
+		for r := range 3 {
+			x.SetCapacity(r, 2500+1000*r)
+		}
+	}
+	depths := func(x *Index, hs []kvblock.Hash) []int {
+		d := make([]int, 3)
+		x.Lookup(hs, []int{0, 1, 2}, d)
+		return d
+	}
+	for k := range 6 {
+		hs, ans := prompt(uint64(k%4)), prompt(uint64(100+k))
+		r := k % 3
+		var rcs [2]Receipt
+		for i, x := range []*Index{plain, laned} {
+			rcs[i] = x.RecordPinned(r, hs)
+		}
+		if a, b := depths(plain, prompt(uint64((k+1)%4))), depths(laned, prompt(uint64((k+1)%4))); !slices.Equal(a, b) {
+			t.Fatalf("round %d, while pinned: depths %v with a lane, %v without", k, b, a)
+		}
+		for i, x := range []*Index{plain, laned} {
+			x.Finish(r, ans[:n/2], rcs[i])
+		}
+		for _, q := range [][]kvblock.Hash{hs, ans, prompt(uint64((k + 2) % 4))} {
+			if a, b := depths(plain, q), depths(laned, q); !slices.Equal(a, b) {
+				t.Fatalf("round %d: depths %v with a lane, %v without", k, b, a)
+			}
+		}
+		for rep := range 3 {
+			if a, b := plain.Blocks(rep), laned.Blocks(rep); a != b {
+				t.Fatalf("round %d: replica %d holds %d blocks with a lane, %d without", k, rep, b, a)
+			}
+		}
+		if a, b := plain.shared.n, laned.shared.n; a != b {
+			t.Fatalf("round %d: the shared table holds %d blocks with a lane, %d without", k, b, a)
+		}
+	}
+}

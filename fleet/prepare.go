@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/inferrail/inferrail/engine/kvblock"
@@ -42,8 +43,13 @@ type preparer struct {
 	head, hashed int
 	ended        bool // the source has no more (guarded by work)
 	stopped      bool // the run is over: no more spare work
-	salts        map[string]kvblock.Hash
-	memo         segmentMemo
+	// idle is set (under mu) when spare work found nothing to do, and
+	// cleared when taking an arrival makes room: the lane's worker asks
+	// for spare work between all its jobs, and a flag nobody writes costs
+	// it one load, where the locks cost writes the loop's core must fetch.
+	idle  atomic.Bool
+	salts map[string]kvblock.Hash
+	memo  segmentMemo
 	// segs holds the sequence of cur, segsNow that of a request hashed
 	// at once (hashSome): one taken from the queue before the spare work
 	// claimed it may be hashed while cur is half done.
@@ -102,6 +108,9 @@ func (p *preparer) pop() *reqState {
 	rs := p.q[p.head]
 	p.q[p.head] = nil
 	p.head++
+	if p.idle.Load() {
+		p.idle.Store(false)
+	}
 	p.hashed = max(p.hashed, p.head) // unclaimed, it is the loop's to hash
 	if p.head == len(p.q) {
 		p.q, p.head, p.hashed = p.q[:0], 0, 0
@@ -153,7 +162,7 @@ func (p *preparer) done(w *workload.Request, at time.Duration, ok bool) (*worklo
 // (lane.Lane.SetSpare). Pieces are small so that the lane's worker, which
 // does them between the index's jobs, takes the next job soon.
 func (p *preparer) spare() bool {
-	if !p.ahead || !p.work.TryLock() {
+	if !p.ahead || p.idle.Load() || !p.work.TryLock() {
 		return false
 	}
 	defer p.work.Unlock()
@@ -177,19 +186,21 @@ func (p *preparer) spare() bool {
 		}
 		return true
 	}
-	full := len(p.q)-p.head >= aheadMax
-	p.mu.Unlock()
-	if p.ended || full {
+	if p.ended || len(p.q)-p.head >= aheadMax {
+		p.idle.Store(true)
+		p.mu.Unlock()
 		return false
 	}
+	p.mu.Unlock()
 	r, ok := p.src.Next()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if !ok {
 		p.ended = true
+		p.idle.Store(true)
 		return false
 	}
-	p.mu.Lock()
 	p.q = append(p.q, &reqState{w: r})
-	p.mu.Unlock()
 	return true
 }
 
@@ -204,6 +215,7 @@ func (p *preparer) stop() {
 	p.work.Lock()
 	p.mu.Lock()
 	p.stopped = true
+	p.idle.Store(true)
 	p.mu.Unlock()
 	p.work.Unlock()
 }

@@ -12,6 +12,10 @@
 // caller polls for a job it waits for too, yielding now and then in case
 // the worker shares its core.
 //
+// SetSpare gives both goroutines work for their idle moments (a
+// simulation's coming arrivals, to read and hash): the caller does it while
+// it waits, the worker between jobs.
+//
 // A Lane is for one caller goroutine: Do and Wait are not safe for
 // concurrent use (the worker is the lane's own).
 package lane

@@ -36,7 +36,8 @@
 // RecordSpeculative and Expire. With Config.Lane (a simulation on two
 // cores) it is for one goroutine instead, and RecordPinned's and Finish's
 // work runs on the lane's worker while that goroutine goes on
-// (background.go), with the same results.
+// (background.go), with the same results; a caller that waits for a long
+// job applies its changes to the shared table as the worker makes them.
 //
 // Start with Index and its methods (index.go); replica.go holds the shadow
 // LRU, table.go the shared table, expiry.go the queue of speculative records,

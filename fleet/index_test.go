@@ -26,6 +26,9 @@ func TestEventFedIndexPredictsExactly(t *testing.T) {
 // of three seeds (TTFT p99 at most 0.7x, its median at most 0.5x: one
 // 1,500-request run's p99 moves by tens of percent with the seed).
 func TestCacheAwareBeatsRoundRobinOnSharedPrompts(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulations on one goroutine: the run without the race detector checks them")
+	}
 	run := func(policy string, seed uint64) (p99, hit float64) {
 		c := smallConfig(t, "w1", 1500)
 		c.Policy = policy

@@ -39,6 +39,9 @@ func summaryJSON(t *testing.T, s results.Summary) []byte {
 }
 
 func TestEveryRequestCompletes(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulations on one goroutine: the run without the race detector checks them")
+	}
 	for _, wl := range []string{"w1", "w2", "w6"} {
 		for _, pol := range router.Names() {
 			c := smallConfig(t, wl, 300)

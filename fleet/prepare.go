@@ -28,8 +28,7 @@ import (
 // arrival the worker is hashing, or to take one from the source itself.
 type preparer struct {
 	// work is held for one piece of preparation: it guards the source's
-	// Next, salts, memo, segs, cur and the hashing
-	// fields of a reqState.
+	// Next, salts, memo, segs, cur and the hashing fields of a reqState.
 	work sync.Mutex
 	// mu guards the rest, and is never held for long.
 	mu    sync.Mutex

@@ -19,9 +19,12 @@ import (
 // were made, with the same results as without a lane. Finish alone queues
 // behind the jobs in hand (up to jobRing of them) without waiting: an engine
 // step often ends several requests at once. Waiting for the jobs is the only
-// synchronisation: the index has one caller goroutine then, and takes no
-// lock (the lock's shared counter moved between the two cores at every
-// call, a few percent of a run).
+// synchronisation but one: the index has one caller goroutine then, and
+// takes no lock (the lock's shared counter moved between the two cores at
+// every call, a few percent of a run). The one: while the caller waits for
+// a long job, the job's changes to the shared table go through a queue
+// that the caller applies (opQueue, settle), whoever holds its busy flag
+// changing the shared table.
 //
 // A job reads only hashes that stay put until it is done: RecordPinned's
 // (the caller keeps them until Release, TakeBack or Finish, which wait for

@@ -238,11 +238,13 @@ func (l *loop) deliver(ems []engine.Emission) {
 		a.cached = em.CachedTokens
 		a.finished = em.Finished
 		a.mu.Unlock()
-		a.signal()
 		if em.Finished {
+			// Counted before its handler is woken: a client that has read
+			// the end finds the request in /metrics.
 			l.forget(a)
 			l.s.met.finished(a, a.finishReason(), now)
 		}
+		a.signal()
 	}
 }
 

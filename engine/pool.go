@@ -144,15 +144,6 @@ func (p *pool) alloc() int32 {
 	return id
 }
 
-// eachCached calls f for every cached block, with its hash.
-func (p *pool) eachCached(f func(kvblock.Hash, int32)) {
-	for i := range p.blocks {
-		if b := &p.blocks[i]; b.hashed {
-			f(b.hash, int32(i))
-		}
-	}
-}
-
 // rebuildCached rebuilds cached from the cached blocks, without the stale
 // slots.
 func (p *pool) rebuildCached() {

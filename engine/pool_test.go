@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/inferrail/inferrail/engine/kvblock"
+
 	"pgregory.net/rapid"
 )
 
@@ -76,5 +78,15 @@ func BenchmarkPoolChurn(b *testing.B) {
 		p.touch(ids[i%64])
 		p.release(ids[i%64 : i%64+1])
 		i++
+	}
+}
+
+// eachCached calls f for every cached block, with its hash (for the
+// tests' checks: the table itself may hold stale entries).
+func (p *pool) eachCached(f func(kvblock.Hash, int32)) {
+	for i := range p.blocks {
+		if b := &p.blocks[i]; b.hashed {
+			f(b.hash, int32(i))
+		}
 	}
 }

@@ -167,6 +167,9 @@ func (l *loop) advance(timer *time.Timer) error {
 			l.s.cfg.KVEvents(l.start.Add(it.At), it.V, l.tokensOf)
 		}
 	}
+	// Published before the tokens are delivered: a client that has read
+	// its request's end finds the engine's count of it in /metrics.
+	l.s.publishSnapshot(l.eng)
 	for {
 		it, ok := l.outs.Top()
 		if !ok || it.At > now {
@@ -176,7 +179,6 @@ func (l *loop) advance(timer *time.Timer) error {
 		l.deliver(it.V)
 		l.spare = append(l.spare, it.V[:0])
 	}
-	l.s.publishSnapshot(l.eng)
 	for empty := 0; ; {
 		at, ok := l.eng.NextStep()
 		if !ok || at > now {

@@ -338,8 +338,10 @@ func checkInvariants(t *rapid.T, e *Engine) {
 		}
 	}
 	n := 0
-	for id := e.pool.head; id != nilBlock; id = e.pool.blocks[id].next {
-		n++
+	for i := e.pool.qhead; i < len(e.pool.queue); i++ {
+		if e.pool.live(i) {
+			n++
+		}
 	}
 	if n != free || e.pool.nfree != free {
 		t.Fatalf("free queue has %d, counter %d, free blocks %d", n, e.pool.nfree, free)

@@ -4,11 +4,12 @@ import "github.com/inferrail/inferrail/engine/kvblock"
 
 // block is one KV block slot.
 type block struct {
-	ref        int32
-	prev, next int32 // free-queue links (indices), nilBlock at the ends
-	inFree     bool
-	hashed     bool
-	hash       kvblock.Hash
+	ref int32
+	// qpos is the block's entry in the free queue while inFree.
+	qpos   int32
+	inFree bool
+	hashed bool
+	hash   kvblock.Hash
 }
 
 const nilBlock = int32(-1)
@@ -17,11 +18,20 @@ const nilBlock = int32(-1)
 // reference count of zero sit in an LRU free queue (front evicted first); a
 // free block that still carries a hash stays findable in the cache until its
 // slot is reallocated.
+//
+// The free queue is a FIFO of block ids in freeing order, not a linked list:
+// a block reused from the cache while free only leaves its entry behind,
+// stale (a live entry is the one its block's qpos names), and allocation
+// skips stale entries at the front. So allocating a run of blocks reads the
+// queue in order and loads the blocks independently, where a list chased
+// one block's links to the next, a cache miss each, and a reuse touched two
+// neighbours. The queue is compacted when it fills its 4x-the-blocks buffer.
 type pool struct {
-	blocks     []block
-	head, tail int32 // free queue
-	nfree      int
-	cached     hashTable
+	blocks []block
+	queue  []int32 // the free queue: queue[qhead:] (capacity fixed)
+	qhead  int
+	nfree  int
+	cached hashTable
 	// ncached counts the cached blocks; stale the slots of cached that
 	// name blocks evicted since (alloc leaves them: rebuildCached).
 	ncached, stale int
@@ -35,46 +45,65 @@ type pool struct {
 func newPool(n, blockSize int, caching bool) *pool {
 	p := &pool{
 		blocks:    make([]block, n),
-		head:      nilBlock,
-		tail:      nilBlock,
+		queue:     make([]int32, 0, 4*n+16),
 		cached:    newHashTable(n),
 		caching:   caching,
 		blockSize: blockSize,
 	}
 	for i := range p.blocks {
-		p.blocks[i] = block{prev: nilBlock, next: nilBlock}
 		p.pushBack(int32(i))
 	}
 	return p
 }
 
+// pushBack puts block id at the back of the free queue.
 func (p *pool) pushBack(id int32) {
+	if len(p.queue) == cap(p.queue) {
+		p.compact()
+	}
 	b := &p.blocks[id]
 	b.inFree = true
-	b.prev, b.next = p.tail, nilBlock
-	if p.tail != nilBlock {
-		p.blocks[p.tail].next = id
-	} else {
-		p.head = id
-	}
-	p.tail = id
+	b.qpos = int32(len(p.queue))
+	p.queue = append(p.queue, id)
 	p.nfree++
 }
 
+// live reports whether queue entry i is its block's.
+func (p *pool) live(i int) bool {
+	b := &p.blocks[p.queue[i]]
+	return b.inFree && int(b.qpos) == i
+}
+
+// compact moves the free queue's live entries to the front of its buffer,
+// in order. At most len(blocks) are live, so the next compaction is at
+// least 3x that many pushes away.
+func (p *pool) compact() {
+	q := p.queue
+	w := 0
+	for i := p.qhead; i < len(q); i++ {
+		if p.live(i) {
+			id := q[i]
+			q[w] = id
+			p.blocks[id].qpos = int32(w)
+			w++
+		}
+	}
+	p.queue, p.qhead = q[:w], 0
+}
+
+// unlink takes free block id out of the free queue (its entry goes stale).
 func (p *pool) unlink(id int32) {
-	b := &p.blocks[id]
-	if b.prev != nilBlock {
-		p.blocks[b.prev].next = b.next
-	} else {
-		p.head = b.next
-	}
-	if b.next != nilBlock {
-		p.blocks[b.next].prev = b.prev
-	} else {
-		p.tail = b.prev
-	}
-	b.prev, b.next, b.inFree = nilBlock, nilBlock, false
+	p.blocks[id].inFree = false
 	p.nfree--
+}
+
+// front returns the block at the front of the free queue, dropping the
+// stale entries before it. The caller has checked nfree > 0.
+func (p *pool) front() int32 {
+	for !p.live(p.qhead) {
+		p.qhead++
+	}
+	return p.queue[p.qhead]
 }
 
 // lookup returns how many leading hashes are cached, appending their block
@@ -117,7 +146,8 @@ func (p *pool) touch(id int32) {
 // alloc takes the least recently freed block, evicting its cached hash.
 // The caller has checked nfree > 0.
 func (p *pool) alloc() int32 {
-	id := p.head
+	id := p.front()
+	p.qhead++
 	p.unlink(id)
 	b := &p.blocks[id]
 	if b.hashed {

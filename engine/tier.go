@@ -9,17 +9,21 @@ const (
 )
 
 // tier is a lower KV tier (CPU or disk): an LRU of at most cap block
-// hashes. Its entries are blocks (only hash and the prev/next links are
-// used), so that its hash index is the pool's hashTable; both grow with the
+// hashes. Its entries are blocks (only their hash is used; the LRU links are
+// beside them in links), so that its hash index is the pool's hashTable; both grow with the
 // content, up to cap entries, instead of being allocated up front.
 type tier struct {
 	medium     string
 	cap        int
 	nodes      []block
-	head, tail int32 // LRU order: head is the least recently used
+	links      []link // by entry, as nodes
+	head, tail int32  // LRU order: head is the least recently used
 	free       []int32
 	index      hashTable
 }
+
+// link is a tier entry's place in the LRU list.
+type link struct{ prev, next int32 }
 
 func newTier(medium string, capacity int) *tier {
 	return &tier{medium: medium, cap: capacity, head: nilBlock, tail: nilBlock, index: newHashTable(min(capacity, 256))}
@@ -31,14 +35,14 @@ func (t *tier) len() int { return t.index.len() }
 func (t *tier) get(h kvblock.Hash) (int32, bool) { return t.index.get(h, t.nodes) }
 
 func (t *tier) unlink(id int32) {
-	n := &t.nodes[id]
+	n := &t.links[id]
 	if n.prev != nilBlock {
-		t.nodes[n.prev].next = n.next
+		t.links[n.prev].next = n.next
 	} else {
 		t.head = n.next
 	}
 	if n.next != nilBlock {
-		t.nodes[n.next].prev = n.prev
+		t.links[n.next].prev = n.prev
 	} else {
 		t.tail = n.prev
 	}
@@ -46,10 +50,10 @@ func (t *tier) unlink(id int32) {
 }
 
 func (t *tier) pushBack(id int32) {
-	n := &t.nodes[id]
+	n := &t.links[id]
 	n.prev, n.next = t.tail, nilBlock
 	if t.tail != nilBlock {
-		t.nodes[t.tail].next = id
+		t.links[t.tail].next = id
 	} else {
 		t.head = id
 	}
@@ -90,7 +94,8 @@ func (t *tier) insert(h kvblock.Hash) {
 		t.free = t.free[:k-1]
 	} else {
 		id = int32(len(t.nodes))
-		t.nodes = append(t.nodes, block{prev: nilBlock, next: nilBlock})
+		t.nodes = append(t.nodes, block{})
+		t.links = append(t.links, link{prev: nilBlock, next: nilBlock})
 	}
 	if 4*(t.index.len()+1) > len(t.index.slots) {
 		t.grow()
@@ -103,7 +108,7 @@ func (t *tier) insert(h kvblock.Hash) {
 // grow doubles the hash index, keeping it at most a quarter full.
 func (t *tier) grow() {
 	idx := hashTable{slots: make([]slot, 2*len(t.index.slots)), mask: uint32(2*len(t.index.slots) - 1)}
-	for id := t.head; id != nilBlock; id = t.nodes[id].next {
+	for id := t.head; id != nilBlock; id = t.links[id].next {
 		idx.insert(t.nodes[id].hash, id, t.nodes)
 	}
 	t.index = idx
@@ -113,13 +118,14 @@ func (t *tier) grow() {
 func (t *tier) clear() {
 	t.index.clear()
 	t.nodes = t.nodes[:0]
+	t.links = t.links[:0]
 	t.free = t.free[:0]
 	t.head, t.tail = nilBlock, nilBlock
 }
 
 // each calls f for every hash from the least to the most recently used.
 func (t *tier) each(f func(kvblock.Hash)) {
-	for id := t.head; id != nilBlock; id = t.nodes[id].next {
+	for id := t.head; id != nilBlock; id = t.links[id].next {
 		f(t.nodes[id].hash)
 	}
 }

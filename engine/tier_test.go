@@ -41,18 +41,18 @@ func checkTiers(t fataler, e *Engine) {
 		}
 		n := 0
 		prev := nilBlock
-		for id := tr.head; id != nilBlock; id = tr.nodes[id].next {
-			nd := tr.nodes[id]
+		for id := tr.head; id != nilBlock; id = tr.links[id].next {
+			nd := tr.links[id]
 			if nd.prev != prev {
 				t.Fatalf("%s tier: entry %d links back to %d, not %d", tr.medium, id, nd.prev, prev)
 			}
-			if got, ok := tr.get(nd.hash); !ok || got != id {
-				t.Fatalf("%s tier: entry %d (%v) not findable", tr.medium, id, nd.hash)
+			if got, ok := tr.get(tr.nodes[id].hash); !ok || got != id {
+				t.Fatalf("%s tier: entry %d (%v) not findable", tr.medium, id, tr.nodes[id].hash)
 			}
 			if tr == p.cpu {
-				inCPU[nd.hash] = true
-			} else if inCPU[nd.hash] {
-				t.Fatalf("hash %v in both the CPU and the disk tier", nd.hash)
+				inCPU[tr.nodes[id].hash] = true
+			} else if inCPU[tr.nodes[id].hash] {
+				t.Fatalf("hash %v in both the CPU and the disk tier", tr.nodes[id].hash)
 			}
 			prev = id
 			n++

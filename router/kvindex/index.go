@@ -57,6 +57,7 @@ type Index struct {
 	// nextExpiry is the earliest expiry in queue (math.MaxInt64 when empty),
 	// so that Expire can return without the write lock.
 	nextExpiry atomic.Int64
+	sink       uint64 // warm's loads, kept so that they are not optimised away
 }
 
 // New returns an empty index.
@@ -456,6 +457,7 @@ func (x *Index) begin(r int, kind recordKind) (p *replica, gen, stamp uint64) {
 func (x *Index) insert(p *replica, r int, hashes []kvblock.Hash, kind recordKind, gen, stamp uint64, ids []int32) bool {
 	pin := kind == kindPinned
 	owned := false
+	x.warm(p, hashes)
 	for i := len(hashes) - 1; i >= 0; i-- {
 		if x.bg.inJob {
 			x.bg.left = i
@@ -514,6 +516,26 @@ func (x *Index) insert(p *replica, r int, hashes []kvblock.Hash, kind recordKind
 		}
 	}
 	return owned
+}
+
+// warm loads the home slots of hashes in p's table and the shared table,
+// about to be probed: independent loads, so that their cache misses
+// overlap, where the insert loop's branches take them one at a time.
+func (x *Index) warm(p *replica, hashes []kvblock.Hash) {
+	if len(hashes) < 16 {
+		return
+	}
+	var acc uint64
+	rs, rmask := p.slots, p.mask
+	ss, smask := x.shared.slots, x.shared.mask
+	for i := range hashes {
+		lo := hashes[i].Lo
+		if rs != nil {
+			acc += uint64(rs[uint32(lo)&rmask].ref)
+		}
+		acc += ss[lo&smask].bits
+	}
+	x.sink = acc
 }
 
 // dropNode removes node id of replica r from the replica and the shared table.

@@ -527,6 +527,17 @@ func (x *Index) warm(p *replica, hashes []kvblock.Hash) {
 	}
 	var acc uint64
 	rs, rmask := p.slots, p.mask
+	if x.bg.inJob {
+		// The shared table's lines stay with the caller, which applies
+		// the job's changes to it when it waits.
+		if rs != nil {
+			for i := range hashes {
+				acc += uint64(rs[uint32(hashes[i].Lo)&rmask].ref)
+			}
+		}
+		x.sink = acc
+		return
+	}
 	ss, smask := x.shared.slots, x.shared.mask
 	for i := range hashes {
 		lo := hashes[i].Lo

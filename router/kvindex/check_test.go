@@ -121,6 +121,9 @@ func (p *replica) check() error {
 			return fmt.Errorf("free list: bad node %d", id)
 		}
 		inList[id] = true
+		if p.nodes[id].prev != freeNode {
+			return fmt.Errorf("free list: node %d not marked free (prev %d)", id, p.nodes[id].prev)
+		}
 		free++
 	}
 	// Every other node of the slab is pinned, and found by its hash.
@@ -149,21 +152,24 @@ func (p *replica) check() error {
 	if count+pinned != p.n {
 		return fmt.Errorf("list holds %d nodes and %d are pinned, count says %d", count, pinned, p.n)
 	}
+	// The table: a slot per node in use (found by its hash above) and one
+	// per node removed since the last rebuild (stale, matching nothing),
+	// at most half full.
 	used := 0
 	for _, s := range p.slots {
 		if s.ref == 0 {
 			continue
 		}
 		used++
-		if nd := &p.nodes[s.ref-1]; uint32(nd.h.Lo) != s.lo {
-			return fmt.Errorf("table: slot tag %x, node %v", s.lo, nd.h)
+		if int(s.ref-1) >= len(p.nodes) {
+			return fmt.Errorf("table: slot names node %d of %d", s.ref-1, len(p.nodes))
 		}
 	}
-	if used != p.n {
-		return fmt.Errorf("table holds %d, count says %d", used, p.n)
+	if used != p.n+p.stale {
+		return fmt.Errorf("table holds %d, count says %d and %d stale", used, p.n, p.stale)
 	}
-	if p.n > 0 && 4*p.n > len(p.slots) {
-		return fmt.Errorf("table: %d in %d slots", p.n, len(p.slots))
+	if p.n > 0 && (4*p.n > len(p.slots) || 4*p.stale >= len(p.slots)) {
+		return fmt.Errorf("table: %d and %d stale in %d slots", p.n, p.stale, len(p.slots))
 	}
 	// Pinned receipts: free slots are zero and listed once; a pinned node's
 	// pins belong to live receipts at or after the start of its pinned
@@ -202,11 +208,9 @@ func (x *Index) pinState(r int) (lru []nodeState, pinned map[kvblock.Hash]nodeSt
 	for id := p.head; id != nilNode; id = p.nodes[id].next {
 		lru = append(lru, nodeState{h: p.nodes[id].h, owner: p.nodes[id].owner()})
 	}
-	for _, s := range p.slots {
-		if s.ref != 0 {
-			if nd := &p.nodes[s.ref-1]; nd.pinned() {
-				pinned[nd.h] = nodeState{h: nd.h, pins: int(nd.prev), owner: nd.owner()}
-			}
+	for id := range p.nodes {
+		if nd := &p.nodes[id]; nd.pinned() {
+			pinned[nd.h] = nodeState{h: nd.h, pins: int(nd.prev), owner: nd.owner()}
 		}
 	}
 	return lru, pinned

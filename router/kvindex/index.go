@@ -175,10 +175,9 @@ func (x *Index) Clear(replica int) {
 
 func (x *Index) clear(r int) {
 	p := x.reps[r]
-	// Pinned nodes are in no list: walk the table.
-	for _, s := range p.slots {
-		if s.ref != 0 {
-			x.shared.remove(p.nodes[s.ref-1].h, r)
+	for id := range p.nodes {
+		if nd := &p.nodes[id]; nd.prev != freeNode {
+			x.shared.remove(nd.h, r)
 		}
 	}
 	p.reset()

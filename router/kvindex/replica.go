@@ -10,8 +10,8 @@ type node struct {
 	h kvblock.Hash
 	// prev, next: towards the MRU head and towards the LRU tail while the
 	// node is in the LRU list; next links the free list while the node is
-	// free. While the node is pinned, next is pinnedNode and prev its pin
-	// count (at least 1).
+	// free (prev is freeNode then). While the node is pinned, next is
+	// pinnedNode and prev its pin count (at least 1).
 	prev, next int32
 	// stamp, for a node in the LRU list: the generation of the Record,
 	// RecordPinned or RecordSpeculative that owns the node (inserted it and
@@ -27,6 +27,7 @@ type node struct {
 const (
 	nilNode    = -1
 	pinnedNode = -2 // next of a pinned node
+	freeNode   = -3 // prev of a free node
 	specBit    = 1 << 63
 	ownedBit   = 1 << 62 // generations stay far below 2^62
 )
@@ -47,7 +48,9 @@ func (nd *node) owner() uint64 {
 
 // rslot is one slot of a replica's table from block hash to node: the low 32
 // bits of the hash's Lo (the home index and a tag) and the node's index plus
-// one (0 when the slot is empty).
+// one (0 when the slot is empty). A slot matches a hash only while its node
+// is in use and holds that hash, so a removed node's slot stays behind,
+// stale, until the table is rebuilt (replica.drop).
 type rslot struct {
 	lo  uint32
 	ref uint32
@@ -69,6 +72,7 @@ type replica struct {
 	nodes      []node
 	slots      []rslot
 	mask       uint32
+	stale      int // slots left behind by removed nodes
 	// pins holds the replica's live pinned receipts: slot i holds the
 	// generation of the RecordPinned whose Receipt.pin is i+1, or 0 when
 	// the slot is free (its index then on pinFree). A receipt's pins are
@@ -99,8 +103,10 @@ func (p *replica) lookup(h kvblock.Hash) int32 {
 		if s.ref == 0 {
 			return nilNode
 		}
-		if s.lo == lo && p.nodes[s.ref-1].h == h {
-			return int32(s.ref - 1)
+		if s.lo == lo {
+			if nd := &p.nodes[s.ref-1]; nd.h == h && nd.prev != freeNode {
+				return int32(s.ref - 1)
+			}
 		}
 	}
 }
@@ -112,8 +118,7 @@ func (p *replica) lookup(h kvblock.Hash) int32 {
 // if it must. It returns the new node.
 func (p *replica) add(h kvblock.Hash, stamp uint64, pinned bool) int32 {
 	if 4*(p.n+1) > len(p.slots) {
-		size := max(minTableSize, 2*len(p.slots))
-		p.rehash(size)
+		p.rebuild(max(minTableSize, 2*len(p.slots)))
 	}
 	id := p.free
 	if id != nilNode {
@@ -147,17 +152,22 @@ func (p *replica) add(h kvblock.Hash, stamp uint64, pinned bool) int32 {
 	return id
 }
 
-// drop removes node id, pinned or not.
+// drop removes node id, pinned or not. Its table slot stays, stale: a
+// probe and backward shift per eviction, at a random place in a table that
+// outgrows the cache, cost more than rebuilding the table, in order, once
+// the stale slots fill a quarter of it (it stays at most half full).
 func (p *replica) drop(id int32) {
-	p.tabDelete(p.nodes[id].h, id)
 	if p.nodes[id].pinned() {
 		p.npinned--
 	} else {
 		p.unlink(id)
 	}
-	p.nodes[id] = node{next: p.free}
+	p.nodes[id] = node{prev: freeNode, next: p.free}
 	p.free = id
 	p.n--
+	if p.stale++; 4*p.stale >= len(p.slots) {
+		p.rebuild(len(p.slots))
+	}
 }
 
 // touch makes node id, which must be unpinned, the most recently used.
@@ -284,37 +294,21 @@ func (p *replica) tabPut(s rslot) {
 	}
 }
 
-// tabDelete removes the mapping of h to id, with backward-shift deletion.
-func (p *replica) tabDelete(h kvblock.Hash, id int32) {
-	ref := uint32(id) + 1
-	slots, mask := p.slots, p.mask
-	i := uint32(h.Lo) & mask
-	for slots[i].ref != ref {
-		i = (i + 1) & mask
+// rebuild refills the table, with size slots, from the nodes in use: no
+// stale slots.
+func (p *replica) rebuild(size int) {
+	if size == len(p.slots) {
+		clear(p.slots)
+	} else {
+		p.slots = make([]rslot, size)
+		p.mask = uint32(size - 1)
 	}
-	for j := (i + 1) & mask; ; j = (j + 1) & mask {
-		s := slots[j]
-		if s.ref == 0 {
-			break
-		}
-		if (j-s.lo)&mask >= (j-i)&mask {
-			slots[i] = s
-			i = j
+	for id := range p.nodes {
+		if nd := &p.nodes[id]; nd.prev != freeNode {
+			p.tabInsert(nd.h, int32(id))
 		}
 	}
-	slots[i] = rslot{}
-}
-
-// rehash rebuilds the table with size slots.
-func (p *replica) rehash(size int) {
-	old := p.slots
-	p.slots = make([]rslot, size)
-	p.mask = uint32(size - 1)
-	for _, s := range old {
-		if s.ref != 0 {
-			p.tabPut(s)
-		}
-	}
+	p.stale = 0
 }
 
 // reset drops every node and every pinned receipt but keeps the slab and
@@ -322,7 +316,7 @@ func (p *replica) rehash(size int) {
 func (p *replica) reset() {
 	p.nodes = p.nodes[:0]
 	clear(p.slots)
-	p.head, p.tail, p.free, p.n, p.npinned = nilNode, nilNode, nilNode, 0, 0
+	p.head, p.tail, p.free, p.n, p.npinned, p.stale = nilNode, nilNode, nilNode, 0, 0, 0
 	p.pins, p.pinFree, p.pinNodes = p.pins[:0], p.pinFree[:0], p.pinNodes[:0]
 }
 
@@ -351,11 +345,11 @@ func (p *replica) compact() {
 		nodes[k-1].next = nilNode
 		p.head, p.tail = 0, k-1
 	}
-	// The pinned nodes, in no list, are found through the table.
-	for _, s := range p.slots {
-		if s.ref != 0 && p.nodes[s.ref-1].pinned() {
-			nodes[k] = p.nodes[s.ref-1]
-			moved[s.ref-1] = k
+	// The pinned nodes, in no list.
+	for id := range p.nodes {
+		if p.nodes[id].pinned() {
+			nodes[k] = p.nodes[id]
+			moved[id] = int32(k)
 			k++
 		}
 	}
@@ -376,6 +370,7 @@ func (p *replica) compact() {
 	}
 	p.slots = make([]rslot, size)
 	p.mask = uint32(size - 1)
+	p.stale = 0
 	for id := range p.nodes {
 		p.tabInsert(p.nodes[id].h, int32(id))
 	}

@@ -172,3 +172,39 @@ func TestAdminAuthAndNoStore(t *testing.T) {
 		t.Fatalf("status: %d %s", status, body)
 	}
 }
+
+// A CPU profile longer than write_timeout is served whole: the admin
+// server's write deadline would cut it (an empty reply); a bad seconds is
+// a 400 that says what to give.
+func TestProfileLongerThanWriteTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("samples a CPU profile for 1 s")
+	}
+	up := newUpstream(t, server.Config{Engine: testEngineConfig()})
+	c := testConfig(t, up)
+	c.Pprof = true
+	c.WriteTimeout = 300 * time.Millisecond
+	g := startGateway(t, c)
+	admin := httptest.NewServer(g.AdminHandler())
+	defer admin.Close()
+	resp, err := http.Get(admin.URL + "/debug/pprof/profile?seconds=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(b) == 0 {
+		t.Fatalf("profile: %d, %d bytes, %v", resp.StatusCode, len(b), err)
+	}
+	for _, q := range []string{"0", "x", "100000"} {
+		resp, err := http.Get(admin.URL + "/debug/pprof/profile?seconds=" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "whole number of seconds") {
+			t.Fatalf("seconds=%s: %d %s", q, resp.StatusCode, b)
+		}
+	}
+}

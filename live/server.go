@@ -379,12 +379,38 @@ func (s *Server) AdminHandler() http.Handler {
 	s.adminRoutes(mux)
 	if s.cfg.Pprof {
 		mux.Handle("/debug/pprof/", s.authorized(http.HandlerFunc(pprof.Index)))
-		mux.Handle("/debug/pprof/profile", s.authorized(http.HandlerFunc(pprof.Profile)))
-		mux.Handle("/debug/pprof/trace", s.authorized(http.HandlerFunc(pprof.Trace)))
+		mux.Handle("/debug/pprof/profile", s.authorized(s.sampling(pprof.Profile)))
+		mux.Handle("/debug/pprof/trace", s.authorized(s.sampling(pprof.Trace)))
 	}
 	s.healthRoutes(mux)
 	return s.bounded(mux)
 }
+
+// sampling gives a profile or trace that samples for ?seconds=N (pprof's
+// default 30 for a profile, 1 for a trace) a write deadline that long past
+// write_timeout: the admin server's deadline (bounded) would cut any longer
+// than write_timeout, an empty reply. N is capped at maxSampleSeconds.
+func (s *Server) sampling(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sec := int64(30)
+		if r.URL.Path == "/debug/pprof/trace" {
+			sec = 1
+		}
+		if v := r.FormValue("seconds"); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 || n > maxSampleSeconds {
+				s.writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_seconds", fmt.Sprintf("seconds=%.40q: give a whole number of seconds from 1 to %d", v, maxSampleSeconds))
+				return
+			}
+			sec = n
+		}
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Duration(sec)*time.Second + s.cfg.WriteTimeout))
+		h(w, r)
+	})
+}
+
+// maxSampleSeconds bounds a profile's or trace's ?seconds.
+const maxSampleSeconds = 600
 
 // authorized requires the admin bearer token, when one is configured (a
 // reload may change it).

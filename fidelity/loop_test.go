@@ -1,21 +1,18 @@
 package fidelity
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/inferrail/inferrail/bench"
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/fleet"
-	"github.com/inferrail/inferrail/internal/pipenet"
+	"github.com/inferrail/inferrail/internal/testfleet"
 	"github.com/inferrail/inferrail/live"
 	"github.com/inferrail/inferrail/live/config"
 	"github.com/inferrail/inferrail/traces"
@@ -104,59 +101,19 @@ func runLoop(t *testing.T, wl workload.Config, path string) *bench.Output {
 	ec := engine.DefaultConfig()
 	var out *bench.Output
 	synctest.Test(t, func(t *testing.T) {
-		var pn pipenet.Network
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		o := config.Default()
-		o.Record.Path, o.Record.Salt = path, "fidelity-loop-test-salt"
-		mo := config.DefaultModel()
-		mo.Name, mo.Policy, mo.Index, mo.MaxConcurrency, mo.MaxPending = server.DefaultModelName, "cost_model", config.IndexApproximate, 1024, 1024
-		mo.MaxModelLen = ec.MaxModelLen // as the simulator's core knows it
-		var stops []func()
-		for i := range 3 {
-			addr := fmt.Sprintf("engine-%d:80", i)
-			s, err := server.New(server.Config{Engine: ec, EnablePromptTokensDetails: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			hs := &http.Server{Handler: s.Handler()}
-			ln := pn.Listen(addr)
-			wg.Add(2)
-			go func() { defer wg.Done(); s.Run(ctx) }()
-			go func() { defer wg.Done(); hs.Serve(ln) }()
-			stops = append(stops, func() { hs.Close(); ln.Close() })
-			mo.Replicas = append(mo.Replicas, config.Replica{Name: fmt.Sprintf("replica-%d", i), URL: "http://" + addr})
-		}
-		o.Models = []config.Model{mo}
-		gw, err := live.New(&o, live.Deps{Transport: &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gln := pn.Listen("gateway:80")
-		ghs := &http.Server{Handler: gw.Handler()}
-		wg.Add(2)
-		go func() { defer wg.Done(); gw.Run(ctx) }()
-		go func() { defer wg.Done(); ghs.Serve(gln) }()
-		time.Sleep(time.Second) // first scrapes and probes
-		src, err := workload.New(wl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		client := &http.Client{Transport: &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096}}
-		out, err = bench.Run(context.Background(), bench.Config{BaseURL: "http://gateway:80", Source: src, Client: client, SpinWindow: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ghs.Close()
-		gln.Close()
-		for _, s := range stops {
-			s()
-		}
-		client.CloseIdleConnections()
-		cancel()
-		wg.Wait()
-		gw.Close() // writes the recording's last file
-		time.Sleep(time.Second)
+		out = testfleet.Run(t, testfleet.Config{Engine: ec, Replicas: 3, Workload: wl,
+			Gateway: func(urls []string, tr http.RoundTripper) (testfleet.Gateway, error) {
+				o := config.Default()
+				o.Record.Path, o.Record.Salt = path, "fidelity-loop-test-salt"
+				mo := config.DefaultModel()
+				mo.Name, mo.Policy, mo.Index, mo.MaxConcurrency, mo.MaxPending = server.DefaultModelName, "cost_model", config.IndexApproximate, 1024, 1024
+				mo.MaxModelLen = ec.MaxModelLen // as the simulator's core knows it
+				for i, u := range urls {
+					mo.Replicas = append(mo.Replicas, config.Replica{Name: fmt.Sprintf("replica-%d", i), URL: u})
+				}
+				o.Models = []config.Model{mo}
+				return live.New(&o, live.Deps{Transport: tr})
+			}})
 	})
 	return out
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/fleet"
-	"github.com/inferrail/inferrail/internal/pipenet"
+	"github.com/inferrail/inferrail/internal/testfleet"
 	"github.com/inferrail/inferrail/live/config"
 	"github.com/inferrail/inferrail/router/gateway"
 	"github.com/inferrail/inferrail/traces"
@@ -536,58 +536,18 @@ func TestRecordThroughLive(t *testing.T) {
 // configuration.
 func recordRun(t *testing.T, wl workload.Config, edit func(*config.Config)) *bench.Output {
 	ec := engine.DefaultConfig()
-	var pn pipenet.Network
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	o := config.Default()
-	mo := config.DefaultModel()
-	mo.Name, mo.Policy, mo.MaxConcurrency, mo.MaxPending, mo.MaxModelLen = server.DefaultModelName, "cost_model", 1024, 1024, ec.MaxModelLen
-	var stops []func()
-	for i := range 3 {
-		addr := fmt.Sprintf("engine-%d:80", i)
-		s, err := server.New(server.Config{Engine: ec, EnablePromptTokensDetails: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs := &http.Server{Handler: s.Handler()}
-		ln := pn.Listen(addr)
-		wg.Add(2)
-		go func() { defer wg.Done(); s.Run(ctx) }()
-		go func() { defer wg.Done(); hs.Serve(ln) }()
-		stops = append(stops, func() { hs.Close(); ln.Close() })
-		mo.Replicas = append(mo.Replicas, config.Replica{Name: fmt.Sprintf("replica-%d", i), URL: "http://" + addr})
-	}
-	o.Models = []config.Model{mo}
-	edit(&o)
-	gw, err := New(&o, Deps{Transport: &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096}, Encoders: map[string]Encoder{mo.Name: simModel(t)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gln := pn.Listen("gateway:80")
-	ghs := &http.Server{Handler: gw.Handler()}
-	wg.Add(2)
-	go func() { defer wg.Done(); gw.Run(ctx) }()
-	go func() { defer wg.Done(); ghs.Serve(gln) }()
-	time.Sleep(time.Second) // first scrapes and probes
-	src, err := workload.New(wl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := &http.Client{Transport: &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096}}
-	out, err := bench.Run(context.Background(), bench.Config{BaseURL: "http://gateway:80", Source: src, Client: client, SpinWindow: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ghs.Close()
-	gln.Close()
-	for _, s := range stops {
-		s()
-	}
-	client.CloseIdleConnections()
-	cancel()
-	wg.Wait()
-	gw.Close()
-	return out
+	return testfleet.Run(t, testfleet.Config{Engine: ec, Replicas: 3, Workload: wl,
+		Gateway: func(urls []string, tr http.RoundTripper) (testfleet.Gateway, error) {
+			o := config.Default()
+			mo := config.DefaultModel()
+			mo.Name, mo.Policy, mo.MaxConcurrency, mo.MaxPending, mo.MaxModelLen = server.DefaultModelName, "cost_model", 1024, 1024, ec.MaxModelLen
+			for i, u := range urls {
+				mo.Replicas = append(mo.Replicas, config.Replica{Name: fmt.Sprintf("replica-%d", i), URL: u})
+			}
+			o.Models = []config.Model{mo}
+			edit(&o)
+			return New(&o, Deps{Transport: tr, Encoders: map[string]Encoder{mo.Name: simModel(t)}})
+		}})
 }
 
 // The privacy test: no 8 bytes of any prompt, nor a distinctive word, a

@@ -1,7 +1,6 @@
 package fidelity
 
 import (
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -102,15 +101,13 @@ func runLoop(t *testing.T, wl workload.Config, path string) *bench.Output {
 	var out *bench.Output
 	synctest.Test(t, func(t *testing.T) {
 		out = testfleet.Run(t, testfleet.Config{Engine: ec, Replicas: 3, Workload: wl,
-			Gateway: func(urls []string, tr http.RoundTripper) (testfleet.Gateway, error) {
+			Gateway: func(reps []config.Replica, tr http.RoundTripper) (testfleet.Gateway, error) {
 				o := config.Default()
 				o.Record.Path, o.Record.Salt = path, "fidelity-loop-test-salt"
 				mo := config.DefaultModel()
 				mo.Name, mo.Policy, mo.Index, mo.MaxConcurrency, mo.MaxPending = server.DefaultModelName, "cost_model", config.IndexApproximate, 1024, 1024
 				mo.MaxModelLen = ec.MaxModelLen // as the simulator's core knows it
-				for i, u := range urls {
-					mo.Replicas = append(mo.Replicas, config.Replica{Name: fmt.Sprintf("replica-%d", i), URL: u})
-				}
+				mo.Replicas = reps
 				o.Models = []config.Model{mo}
 				return live.New(&o, live.Deps{Transport: tr})
 			}})

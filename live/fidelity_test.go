@@ -1,7 +1,6 @@
 package live
 
 import (
-	"fmt"
 	"github.com/inferrail/inferrail/internal/testfleet"
 	"math"
 	"net/http"
@@ -128,14 +127,12 @@ func fidelityRun(t *testing.T, wl workload.Config, warmup time.Duration) (live, 
 	var out *bench.Output
 	synctest.Test(t, func(t *testing.T) {
 		out = testfleet.Run(t, testfleet.Config{Engine: ec, Replicas: 3, Workload: wl, Warmup: warmup,
-			Gateway: func(urls []string, tr http.RoundTripper) (testfleet.Gateway, error) {
+			Gateway: func(reps []config.Replica, tr http.RoundTripper) (testfleet.Gateway, error) {
 				o := config.Default()
 				mo := config.DefaultModel()
 				mo.Name, mo.Policy, mo.Index, mo.MaxConcurrency, mo.MaxPending = server.DefaultModelName, policy, config.IndexApproximate, 1024, 1024
 				mo.MaxModelLen = ec.MaxModelLen // as the simulator's core knows it
-				for i, u := range urls {
-					mo.Replicas = append(mo.Replicas, config.Replica{Name: fmt.Sprintf("replica-%d", i), URL: u})
-				}
+				mo.Replicas = reps
 				o.Models = []config.Model{mo}
 				return New(&o, Deps{Transport: tr, Encoders: map[string]Encoder{mo.Name: simModel(t)}})
 			}})

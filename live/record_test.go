@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -537,13 +536,11 @@ func TestRecordThroughLive(t *testing.T) {
 func recordRun(t *testing.T, wl workload.Config, edit func(*config.Config)) *bench.Output {
 	ec := engine.DefaultConfig()
 	return testfleet.Run(t, testfleet.Config{Engine: ec, Replicas: 3, Workload: wl,
-		Gateway: func(urls []string, tr http.RoundTripper) (testfleet.Gateway, error) {
+		Gateway: func(reps []config.Replica, tr http.RoundTripper) (testfleet.Gateway, error) {
 			o := config.Default()
 			mo := config.DefaultModel()
 			mo.Name, mo.Policy, mo.MaxConcurrency, mo.MaxPending, mo.MaxModelLen = server.DefaultModelName, "cost_model", 1024, 1024, ec.MaxModelLen
-			for i, u := range urls {
-				mo.Replicas = append(mo.Replicas, config.Replica{Name: fmt.Sprintf("replica-%d", i), URL: u})
-			}
+			mo.Replicas = reps
 			o.Models = []config.Model{mo}
 			edit(&o)
 			return New(&o, Deps{Transport: tr, Encoders: map[string]Encoder{mo.Name: simModel(t)}})

@@ -12,6 +12,7 @@ import (
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/internal/pipenet"
+	"github.com/inferrail/inferrail/live/config"
 	"github.com/inferrail/inferrail/workload"
 )
 
@@ -28,9 +29,10 @@ type Config struct {
 	Engine engine.Config
 	// Replicas is the number of engines (at least 1).
 	Replicas int
-	// Gateway makes the gateway in front of the engines, given their URLs
-	// (in replica order) and the transport that reaches them.
-	Gateway func(urls []string, transport http.RoundTripper) (Gateway, error)
+	// Gateway makes the gateway in front of the engines, given them as
+	// replicas (replica-0 at engine-0 and so on) and the transport that
+	// reaches them.
+	Gateway func(replicas []config.Replica, transport http.RoundTripper) (Gateway, error)
 	// Workload is what bench sends; Warmup leaves the requests arriving
 	// before it out of bench's summary.
 	Workload workload.Config
@@ -52,7 +54,7 @@ func Run(t testing.TB, c Config) *bench.Output {
 	defer cancel()
 	var wg sync.WaitGroup
 	var stops []func()
-	var urls []string
+	var reps []config.Replica
 	for i := range c.Replicas {
 		addr := fmt.Sprintf("engine-%d:80", i)
 		s, err := server.New(server.Config{Engine: c.Engine, EnablePromptTokensDetails: true})
@@ -65,9 +67,9 @@ func Run(t testing.TB, c Config) *bench.Output {
 		go func() { defer wg.Done(); s.Run(ctx) }()
 		go func() { defer wg.Done(); hs.Serve(ln) }()
 		stops = append(stops, func() { hs.Close(); ln.Close() })
-		urls = append(urls, "http://"+addr)
+		reps = append(reps, config.Replica{Name: fmt.Sprintf("replica-%d", i), URL: "http://" + addr})
 	}
-	gw, err := c.Gateway(urls, &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096})
+	gw, err := c.Gateway(reps, &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -524,26 +524,23 @@ func (x *Index) warm(p *replica, hashes []kvblock.Hash) {
 	if len(hashes) < 16 {
 		return
 	}
-	var acc uint64
+	// A job on the lane leaves the shared table's lines with the caller,
+	// which applies the job's changes to it when it waits.
+	shared := !x.bg.inJob
 	rs, rmask := p.slots, p.mask
-	if x.bg.inJob {
-		// The shared table's lines stay with the caller, which applies
-		// the job's changes to it when it waits.
-		if rs != nil {
-			for i := range hashes {
-				acc += uint64(rs[uint32(hashes[i].Lo)&rmask].ref)
-			}
-		}
-		x.sink = acc
+	if len(rs) == 0 && !shared {
 		return
 	}
 	ss, smask := x.shared.slots, x.shared.mask
+	var acc uint64
 	for i := range hashes {
 		lo := hashes[i].Lo
-		if rs != nil {
+		if len(rs) > 0 {
 			acc += uint64(rs[uint32(lo)&rmask].ref)
 		}
-		acc += ss[lo&smask].bits
+		if shared {
+			acc += ss[lo&smask].bits
+		}
 	}
 	x.sink = acc
 }

@@ -102,6 +102,39 @@ func TestCLIBadTraceRecordExitsTwo(t *testing.T) {
 	}
 }
 
+// A trace with no request to replay (a CSV header alone, or every record
+// skipped as malformed) is bad input that says so, not a bare "EOF".
+func TestCLITraceWithoutRequestsExitsTwo(t *testing.T) {
+	dir := t.TempDir()
+	header := filepath.Join(dir, "header.csv")
+	if err := os.WriteFile(header, []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	skipped := filepath.Join(dir, "skipped.jsonl")
+	if err := os.WriteFile(skipped, []byte(`{"timestamp": 0, "input_length": 0, "output_length": 1}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path    string
+		extra   []string
+		mention string
+	}{
+		{header, nil, "a header and no records"},
+		{skipped, []string{"--skip-bad"}, "--skip-bad skipped"},
+	} {
+		for _, args := range [][]string{
+			{"sim", "--trace", c.path},
+			{"compare", "--trace", c.path, "--policies", "round_robin", "--seeds", "1", "--out", filepath.Join(dir, "out")},
+			{"capacity", "--trace", c.path, "--policies", "round_robin", "--seeds", "1", "--max-replicas", "2"},
+			{"bench", "--base-url", "http://127.0.0.1:1", "--trace", c.path, "--timeout", "1s"},
+		} {
+			args = append(args, c.extra...)
+			code, stdout, stderr := runCLIWithin(t, time.Minute, args...)
+			wantUsage(t, args, code, stdout, stderr, filepath.Base(c.path)+" holds no requests", c.mention)
+		}
+	}
+}
+
 // A record the stats cannot use (its block size differs from the trace's)
 // is bad input too.
 func TestCLITraceStatsMixedBlockSizesExitsTwo(t *testing.T) {

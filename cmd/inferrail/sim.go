@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -345,6 +346,13 @@ func (f *simFlags) traceSource(cmd *cobra.Command, model string) (func(uint64) (
 		c.Close()
 		if bad := f.badTrace(err); bad != nil {
 			return nil, "", bad
+		}
+		if errors.Is(err, io.EOF) {
+			hint := "a header and no records"
+			if f.skipBad {
+				hint = "no records, or only malformed ones that --skip-bad skipped"
+			}
+			return nil, "", usagef("--trace: %s holds no requests (%s): give a trace with at least one record", f.trace, hint)
 		}
 		return nil, "", usagef("--trace: %w", err)
 	}

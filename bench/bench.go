@@ -207,10 +207,22 @@ type runner struct {
 	bases   []string
 }
 
+// ErrConfig marks Run's refusals of its Config (a base URL that is not
+// http or https, an unknown endpoint, a bad header): the caller's input,
+// found before any request is sent.
+var ErrConfig = errors.New("bench: invalid configuration")
+
+// configError is a refusal of the Config: its message is the reasons alone,
+// and it is ErrConfig.
+type configError struct{ err error }
+
+func (e configError) Error() string   { return "bench: " + e.err.Error() }
+func (e configError) Unwrap() []error { return []error{ErrConfig, e.err} }
+
 // Run sends every request of cfg.Source on its schedule and measures them.
 func Run(ctx context.Context, cfg Config) (*Output, error) {
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, configError{err}
 	}
 	r := &runner{cfg: cfg, tok: simtok.New(), answers: make(map[uint64][]byte)}
 	for _, u := range strings.Split(cfg.BaseURL, ",") {

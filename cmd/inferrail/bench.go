@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -161,6 +162,9 @@ func runBench(ctx context.Context, f benchFlags, cfg fleet.Config, stdout, stder
 		},
 	})
 	bar.update(fleet.Progress{Finished: finished, Target: target, Done: true})
+	if errors.Is(err, bench.ErrConfig) {
+		return usageError{err}
+	}
 	if err != nil {
 		return err
 	}

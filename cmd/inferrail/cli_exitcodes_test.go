@@ -223,6 +223,7 @@ func TestCLIRunSizeBounds(t *testing.T) {
 		{append([]string{"bench", "--requests", "1000000000000"}, base...), []string{"--requests", "10000000"}},
 		{append([]string{"bench", "--trace", sampleTrace, "--speedup", "0"}, base...), []string{"--speedup"}},
 		{append([]string{"bench", "--rate", "1e12"}, base...), []string{"--rate"}},
+		{[]string{"bench", "--base-url", "127.0.0.1:8000", "--requests", "1"}, []string{`"127.0.0.1:8000"`, "http://"}},
 	}
 	for _, c := range cases {
 		code, stdout, stderr := runCLIWithin(t, 30*time.Second, c.args...)

@@ -812,7 +812,7 @@ func Overlay(c *Config, data []byte) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&next); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("parse workload config: %w", err)
+		return fmt.Errorf("parse workload config: %w", yamlTypeErrors(err))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {

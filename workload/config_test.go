@@ -401,3 +401,35 @@ func TestOverlayMix(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An Overlay error speaks YAML, not Go: an unknown key lists the keys
+// allowed beside it, and a value of the wrong kind says what is wanted.
+func TestOverlayErrorsNameWhatIsAllowed(t *testing.T) {
+	for _, c := range []struct {
+		doc      string
+		mentions []string
+	}{
+		{"w1:\n  nope: 1\n", []string{"line 2", "nope: unknown field", "known fields here: popularity_zipf, prompt_max_tokens", "question_min_tokens"}},
+		{"nope: 1\n", []string{"nope: unknown field", "arrival, duration", "w1, w2"}},
+		{"w1: 3\n", []string{"want a mapping with the fields popularity_zipf", `got the number "3"`}},
+		{"w1:\n  prompts: many\n", []string{"want a whole number", `got the text "many"`}},
+		{"rate: fast\n", []string{"want a number", `"fast"`}},
+		{"duration: soon\n", []string{`want a duration such as "10m"`}},
+		{"mix: 3\n", []string{"want a list of mappings with the fields priority, share, tenant"}},
+	} {
+		cfg := mustConfig(t, "w1")
+		err := Overlay(&cfg, []byte(c.doc))
+		if err == nil {
+			t.Errorf("%q: no error", c.doc)
+			continue
+		}
+		for _, m := range c.mentions {
+			if !strings.Contains(err.Error(), m) {
+				t.Errorf("%q: %v does not mention %q", c.doc, err, m)
+			}
+		}
+		if strings.Contains(err.Error(), "workload.") {
+			t.Errorf("%q: %v names a Go type", c.doc, err)
+		}
+	}
+}

@@ -7,10 +7,13 @@ import (
 	"io"
 	"math"
 	"os"
+	"reflect"
 	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/inferrail/inferrail/internal/yamlerr"
 )
 
 // Profile is the latency model: the duration of one engine step is linear in
@@ -520,7 +523,7 @@ func ParseConfig(data []byte) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("parse profile: %w", err)
+		return Config{}, fmt.Errorf("parse profile: %w", yamlerr.Explain(err, reflect.TypeFor[Config]()))
 	}
 	// A bandwidth written as 0 is an error even where the zero section
 	// would mean the defaults: find out whether the profile wrote one.

@@ -7,10 +7,13 @@ import (
 	"io"
 	"math"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/inferrail/inferrail/internal/yamlerr"
 )
 
 // Limits that keep token arithmetic and up-front allocations sane.
@@ -812,7 +815,7 @@ func Overlay(c *Config, data []byte) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&next); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("parse workload config: %w", yamlTypeErrors(err))
+		return fmt.Errorf("parse workload config: %w", yamlerr.Explain(err, reflect.TypeFor[Config]()))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {

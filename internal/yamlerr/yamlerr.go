@@ -1,4 +1,4 @@
-package workload
+package yamlerr
 
 import (
 	"errors"
@@ -11,16 +11,16 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// yamlTypeErrors rewrites a strict decoder's type errors for the user: an
-// unknown key lists the keys allowed where it stands, and a value of the
-// wrong kind says which kind is wanted, instead of naming Go types. Other
-// errors pass through.
-func yamlTypeErrors(err error) error {
+// Explain rewrites the type errors of a strict decode into a value of type
+// root for the user: an unknown key lists the keys allowed where it stands,
+// and a value of the wrong kind says which kind is wanted, instead of
+// naming Go types. Other errors pass through.
+func Explain(err error, root reflect.Type) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return err
 	}
-	types := configTypes()
+	types := structTypes(root)
 	msgs := make([]string, len(te.Errors))
 	for i, m := range te.Errors {
 		msgs[i] = rewriteTypeError(m, types)
@@ -29,8 +29,8 @@ func yamlTypeErrors(err error) error {
 }
 
 var (
-	unknownField = regexp.MustCompile(`^(line \d+): field (\S+) not found in type workload\.(\w+)$`)
-	wrongKind    = regexp.MustCompile("^(line \\d+): cannot unmarshal !!(\\w+) `(.*)` into (\\S+)$")
+	unknownField = regexp.MustCompile(`^(line \d+): field (\S+) not found in type (\S+)$`)
+	wrongKind    = regexp.MustCompile("^(line \\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
 )
 
 func rewriteTypeError(m string, types map[string]reflect.Type) string {
@@ -42,8 +42,7 @@ func rewriteTypeError(m string, types map[string]reflect.Type) string {
 	}
 	if g := wrongKind.FindStringSubmatch(m); g != nil {
 		want := g[4]
-		name := strings.TrimPrefix(strings.TrimPrefix(want, "[]"), "workload.")
-		switch t, ok := types[name]; {
+		switch t, ok := types[strings.TrimPrefix(want, "[]")]; {
 		case ok && strings.HasPrefix(want, "[]"):
 			want = "a list of mappings with the fields " + strings.Join(yamlFields(t), ", ")
 		case ok:
@@ -54,8 +53,15 @@ func rewriteTypeError(m string, types map[string]reflect.Type) string {
 			want = "a number"
 		case strings.HasPrefix(want, "int") || strings.HasPrefix(want, "uint"):
 			want = "a whole number"
+		case want == "string":
+			want = "text"
+		case want == "bool":
+			want = "true or false"
 		case strings.HasPrefix(want, "[]"):
 			want = "a list"
+		}
+		if g[2] == "seq" || g[2] == "map" {
+			return fmt.Sprintf("%s: want %s, got %s", g[1], want, kindWord(g[2]))
 		}
 		return fmt.Sprintf("%s: want %s, got %s %q", g[1], want, kindWord(g[2]), g[3])
 	}
@@ -77,27 +83,28 @@ func kindWord(tag string) string {
 	return "the text"
 }
 
-// configTypes maps the names of Config's struct types (Config itself and
-// every struct reachable through its fields) to the types.
-func configTypes() map[string]reflect.Type {
+// structTypes maps the names (such as "workload.W1Params") of root and of
+// every struct type of root's package reachable through its fields to the
+// types.
+func structTypes(root reflect.Type) map[string]reflect.Type {
 	out := map[string]reflect.Type{}
 	var walk func(t reflect.Type)
 	walk = func(t reflect.Type) {
 		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
 			t = t.Elem()
 		}
-		if t.Kind() != reflect.Struct || t.PkgPath() != reflect.TypeFor[Config]().PkgPath() {
+		if t.Kind() != reflect.Struct || t.PkgPath() != root.PkgPath() {
 			return
 		}
-		if _, seen := out[t.Name()]; seen {
+		if _, seen := out[t.String()]; seen {
 			return
 		}
-		out[t.Name()] = t
+		out[t.String()] = t
 		for f := range t.Fields() {
 			walk(f.Type)
 		}
 	}
-	walk(reflect.TypeFor[Config]())
+	walk(root)
 	return out
 }
 

@@ -55,14 +55,15 @@ db-deps:
 		{ $(SUDO) apt-get update -q >/dev/null && $(APT_INSTALL) postgresql >/dev/null; } || exit 1; \
 	else echo "db-deps: postgresql is missing and apt-get is unavailable: install Debian's postgresql package, or run go test -short"; exit 1; fi
 
-# The whole suite: vet, format check, tests (the router, fleet, engine server
-# and bench also under the race detector). No benchmarks, no timing
+# The whole suite: vet, format check, tests (the router, fleet, engine (its
+# steps hand work to another goroutine in a simulation on two cores), engine
+# server and bench also under the race detector). No benchmarks, no timing
 # assertions.
 test: node-deps prometheus-deps redis-deps db-deps
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
-	$(GO) test -count=1 -race -short ./router/... ./fleet/... ./engine/server/... ./engine/kvevents/... ./bench/... ./live/...
+	$(GO) test -count=1 -race -short ./router/... ./fleet/... ./engine ./engine/server/... ./engine/kvevents/... ./bench/... ./live/...
 
 # W1 on the default fleet under two baseline policies and cost_model.
 demo: build

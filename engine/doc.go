@@ -43,5 +43,6 @@
 //
 // Start with Engine (engine.go), then scheduler.go and pool.go; Config and
 // Profile (config.go) hold the knobs and their YAML form; tier.go holds the
-// lower KV tiers; group.go models data parallelism.
+// lower KV tiers; group.go models data parallelism; handoff.go lets a
+// step's prefix-cache insertions run on another goroutine.
 package engine

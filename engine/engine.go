@@ -206,6 +206,7 @@ func (c *Config) Admissible(prompt, output, maxTokens int) error {
 // then, and are freed uncached (as vLLM frees an aborted request's blocks
 // when its finished_recving arrives).
 func (e *Engine) Abort(now time.Duration, id RequestID) error {
+	e.pool.settle()
 	e.tell(now)
 	s, ok := e.seqs[id]
 	if !ok {
@@ -270,6 +271,7 @@ func (e *Engine) hasWork() bool {
 // and empties the lower tiers (an AllBlocksCleared event for each medium).
 // It fails (false) while any block is in use.
 func (e *Engine) ResetPrefixCache() (bool, []KVEvent) {
+	e.pool.settle()
 	e.events = e.events[:0]
 	ok := e.pool.reset()
 	return ok, e.events

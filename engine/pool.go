@@ -40,6 +40,8 @@ type pool struct {
 	blockSize      int
 	// The lower tiers (tier.go): nil when off; disk only with cpu.
 	cpu, disk *tier
+	// hand holds the insertions store sets aside (handoff.go).
+	hand handOff
 }
 
 func newPool(n, blockSize int, caching bool) *pool {
@@ -204,6 +206,10 @@ func (p *pool) release(ids []int32) {
 // anonymous), as vLLM keeps the first copy findable.
 func (p *pool) store(ids []int32, hashes []kvblock.Hash, from, to int) {
 	if !p.caching || from >= to {
+		return
+	}
+	if p.hand.on {
+		p.hand.note(ids, hashes, from, to)
 		return
 	}
 	var stored []kvblock.Hash

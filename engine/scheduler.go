@@ -132,12 +132,19 @@ type Metrics struct {
 
 // Metrics returns the engine's current counters and gauges.
 func (e *Engine) Metrics() Metrics {
+	e.pool.settle()
+	m := e.loadMetrics()
+	m.CachedBlocks = e.pool.ncached
+	return m
+}
+
+// loadMetrics is Metrics but for CachedBlocks (Group.LoadMetrics).
+func (e *Engine) loadMetrics() Metrics {
 	m := e.metrics
 	m.Running = len(e.running)
 	m.Waiting = e.waiting.len()
 	m.UsedBlocks = e.cfg.NumGPUBlocks - e.pool.nfree
 	m.KVCacheUsage = float64(m.UsedBlocks) / float64(e.cfg.NumGPUBlocks)
-	m.CachedBlocks = e.pool.ncached
 	if e.pool.cpu != nil {
 		m.CPUBlocks = e.pool.cpu.len()
 		if e.pool.disk != nil {
@@ -151,6 +158,8 @@ func (e *Engine) Metrics() Metrics {
 // previous step, if that is later) and returns what it did. The result is
 // valid until the next call.
 func (e *Engine) Step(now time.Duration) *Result {
+	e.pool.settle()
+	defer e.pool.handOver()
 	e.tell(now)
 	start := max(e.now, e.busyUntil)
 	res := &e.res

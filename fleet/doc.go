@@ -28,9 +28,10 @@
 // means with the run's limits (max_model_len, the KV cache's blocks).
 //
 // With Config.TwoCores the router's KV index works on a second core
-// (internal/lane), and prepare.go takes an open-loop source's arrivals
-// ahead and hashes them as spare work of either core; a run gives the same
-// bytes on one core or two.
+// (internal/lane); the engines' steps leave their prefix-cache insertions
+// to it (engine.Group.HandOffStores), and prepare.go takes an open-loop
+// source's arrivals ahead and hashes them, both as spare work of either
+// core; a run gives the same bytes on one core or two.
 //
 // Start with Simulate (sim.go); events.go holds the event heap.
 package fleet

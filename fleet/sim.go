@@ -467,9 +467,6 @@ func newSim(cfg Config) (*sim, error) {
 	}
 	if cfg.TwoCores && runtime.GOMAXPROCS(0) > 1 {
 		s.lane = new(lane.Lane)
-		if workload.TakesAhead(src) {
-			s.lane.SetSpare(s.prep.spare)
-		}
 	}
 	var shared gateway.Ledger
 	if cfg.Ledger == LedgerShared {
@@ -504,6 +501,9 @@ func newSim(cfg Config) (*sim, error) {
 		if err != nil {
 			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
+		if s.lane != nil {
+			eng.HandOffStores()
+		}
 		s.reps[i] = &replica{name: fmt.Sprintf("replica-%d", i), eng: eng}
 		for _, g := range s.gws {
 			if _, err := g.core.AddReplica(gateway.ReplicaConfig{Name: s.reps[i].name, Role: cfg.role(i)}); err != nil {
@@ -533,8 +533,30 @@ func newSim(cfg Config) (*sim, error) {
 	if err := s.newLimiters(); err != nil {
 		return nil, err
 	}
+	if s.lane != nil {
+		s.lane.SetSpare(s.spare(workload.TakesAhead(src)))
+	}
 	s.pullArrival()
 	return s, nil
+}
+
+// spare is the second core's spare work (lane.Lane.SetSpare): the prefix
+// cache insertions the engines' steps handed off (engine.Group.
+// HandOffStores), which the next step on each engine needs, then hashing
+// arrivals ahead when the source allows it.
+func (s *sim) spare(ahead bool) func() bool {
+	engs := make([]*engine.Group, len(s.reps))
+	for i, r := range s.reps {
+		engs[i] = r.eng
+	}
+	return func() bool {
+		for _, e := range engs {
+			if e.ApplyStores() {
+				return true
+			}
+		}
+		return ahead && s.prep.spare()
+	}
 }
 
 // pullArrival puts the source's next open-loop arrival in the heap.
@@ -948,7 +970,7 @@ func (s *sim) applyKVEvents(i int) {
 // scrape refreshes gateway g's copy of engine i's own metrics.
 func (s *sim) scrape(g, i int) {
 	rep := s.reps[i]
-	m := rep.eng.Metrics()
+	m := rep.eng.LoadMetrics()
 	rep.peakRunning = max(rep.peakRunning, m.Running)
 	s.decided(g, s.gws[g].core.Report(s.now, i, gateway.Report{
 		Running: m.Running, Waiting: m.Waiting, KVUsage: m.KVCacheUsage, NumGPUBlocks: m.NumGPUBlocks,

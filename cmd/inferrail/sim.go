@@ -233,7 +233,8 @@ summary has a per-tenant breakdown. --limits off runs the same traffic without
 the limits; --set 'without_tenants=[noisy]' leaves a tenant out.
 
 A run uses two cores where it may (the router's KV index updates on the second
-while the engines step; the results are the same bytes): with several sims side
+while the engines step, which also takes their prefix-cache insertions and the
+trace's hashing when it has time; the results are the same bytes): with several sims side
 by side on a small machine, GOMAXPROCS=1 keeps each to one.`,
 		Example: `  inferrail sim --workload w1 --policy round_robin
   inferrail sim --workload w2 --replicas 8 --requests 20000 --json

@@ -123,7 +123,7 @@ func (s *Server) onScrape(target string, rep remote.Report) {
 	if r == nil {
 		return
 	}
-	m.scraped(r, rep.Err)
+	m.scraped(r, rep.Err, rep.Load.Model)
 	if rep.Err != nil {
 		s.met.scrapeErrors.WithLabelValues(m.name, r.name).Inc()
 		// An unreadable page is not an idle engine: keep the last good

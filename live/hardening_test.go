@@ -690,3 +690,61 @@ func TestStalledBodyOnSmallEndpoint(t *testing.T) {
 		t.Fatalf("the connection stayed open %v (%v)", time.Since(start), err)
 	}
 }
+
+// An engine that serves the model under another name answers every request
+// 404: the log says so once (with the hint), not once per request, and
+// says once that it serves the model again when it does.
+func TestLogsEngineNotServingTheModel(t *testing.T) {
+	var missing atomic.Bool
+	missing.Store(true)
+	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		if missing.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"error":{"message":"The model `+"`inferrail-sim`"+` does not exist.","type":"NotFoundError","param":"model","code":404}}`)
+			return
+		}
+		sse(w, 2, true)
+	})
+	c := fakeConfig(t, eng.URL)
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }), nil))
+	g := startGatewayDeps(t, c, Deps{Logger: log})
+	count := func(msg string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(buf.String(), `"msg":"`+msg+`"`)
+	}
+	send := func(want int) {
+		t.Helper()
+		resp, err := g.post(context.Background(), "/v1/completions", map[string]any{"prompt": "hi", "stream": true}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("status %d, want %d", resp.StatusCode, want)
+		}
+	}
+	for range 5 {
+		send(http.StatusNotFound)
+	}
+	if n := count("replica answers 404 to this model: the engine does not serve it under this name"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, buf.String())
+	}
+	mu.Lock()
+	hinted := strings.Contains(buf.String(), "--served-model-name")
+	mu.Unlock()
+	if !hinted {
+		t.Fatalf("no hint in the log:\n%s", buf.String())
+	}
+	missing.Store(false)
+	for range 3 {
+		send(http.StatusOK)
+	}
+	if n := count("replica serves the model again"); n != 1 {
+		t.Fatalf("recovery logged %d times, want once", n)
+	}
+}

@@ -3,6 +3,7 @@ package live
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -55,6 +56,11 @@ type replica struct {
 	probeFailing    bool
 	scrapeFailing   bool
 	scrapeFails     int // consecutive failed scrapes
+	// servedName is the model_name its /metrics page last reported ("":
+	// none); modelMissing is set while it answers 404 to the model's
+	// requests (read without mu on the request path, changed under it).
+	servedName   string
+	modelMissing atomic.Bool
 }
 
 // replicaSpec describes a replica to register.
@@ -785,11 +791,12 @@ func (m *model) probe(r *replica, ok bool, err error) {
 const scrapeFailsLogged = 3
 
 // scraped logs r's scrapes failing (3 in a row) and recovering, once per
-// change.
-func (m *model) scraped(r *replica, err error) {
+// change, and keeps the model name its page reports (served).
+func (m *model) scraped(r *replica, err error, served string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err == nil {
+		r.servedName = served
 		r.scrapeFails = 0
 		if r.scrapeFailing {
 			r.scrapeFailing = false
@@ -802,6 +809,33 @@ func (m *model) scraped(r *replica, err error) {
 		r.scrapeFailing = true
 		m.log.Warn("replica metrics scrape failing", "model", m.name, "replica", r.name, "error", errCause(err), "in_a_row", r.scrapeFails)
 	}
+}
+
+// answered logs, once per change, r answering 404 to the model's
+// requests, the sign of an engine that serves the model under another name
+// (vLLM's --served-model-name; the gateway forwards the configured name),
+// and its answering again.
+func (m *model) answered(r *replica, status int) {
+	missing := status == http.StatusNotFound
+	if !missing && (status != http.StatusOK || !r.modelMissing.Load()) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r.modelMissing.Load() == missing {
+		return
+	}
+	r.modelMissing.Store(missing)
+	if !missing {
+		m.log.Info("replica serves the model again", "model", m.name, "replica", r.name)
+		return
+	}
+	args := []any{"model", m.name, "replica", r.name}
+	if r.servedName != "" && r.servedName != m.name {
+		args = append(args, "engine_model_name", r.servedName)
+	}
+	args = append(args, "hint", "the gateway forwards the configured model name; name the model as the engine serves it (vLLM --served-model-name) and give other names as aliases")
+	m.log.Warn("replica answers 404 to this model: the engine does not serve it under this name", args...)
 }
 
 // kvEvents feeds r's KV events to the index.

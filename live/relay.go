@@ -619,6 +619,7 @@ func (s *Server) settle(in *inbound, a *attempt, t *try, ans *answer, whole bool
 	m := in.m
 	resp := t.resp
 	endUpstream(t, failure)
+	m.answered(t.rep, resp.StatusCode)
 	if passThrough {
 		// The last try's failure, passed through as the engine wrote it;
 		// its slot and health were already accounted for.

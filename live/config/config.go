@@ -511,7 +511,8 @@ type Model struct {
 	OutputQuantile float64 `yaml:"output_quantile"`
 	// DefaultMaxTokens is the output a request without max_tokens is
 	// weighed with; 0 means max_model_len minus its prompt (vLLM's
-	// default), or nothing when max_model_len is 0. Default 0.
+	// default), or, when max_model_len is 0 too, the output_quantile of
+	// the answers' lengths once known (nothing before). Default 0.
 	DefaultMaxTokens int `yaml:"default_max_tokens"`
 	// MaxModelLen is the engines' context length (vLLM's
 	// --max-model-len): a tokenized prompt plus max_tokens beyond it is

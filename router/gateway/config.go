@@ -147,7 +147,9 @@ type Config struct {
 	// used. Default 64.
 	OutputMinSamples int
 	// DefaultMaxTokens is the output a request without max_tokens is
-	// weighed with; 0 means MaxModelLen minus its prompt (vLLM's default).
+	// weighed with; 0 means MaxModelLen minus its prompt (vLLM's default),
+	// or with MaxModelLen 0 too the OutputQuantile estimate once known
+	// (nothing before).
 	DefaultMaxTokens int
 	// MaxModelLen is the engines' context length: a request whose known
 	// prompt plus max_tokens exceeds it is rejected (too_long). 0: unchecked.

@@ -849,12 +849,18 @@ func (c *Core) maxTokens(e *entry) int {
 
 // outTokens is the output e is reserved for: its max_tokens, or less once
 // the answers' lengths are known (OutputQuantile; never for tokenflow).
+// With no bound at all (no max_tokens, no DefaultMaxTokens, no
+// MaxModelLen) it is the answers' quantile once known, else nothing.
 func (c *Core) outTokens(e *entry) int {
 	mt := c.maxTokens(e)
-	if est, ok := c.out_.get(); ok && c.cfg.Admission != AdmitTokenFlow {
-		return min(mt, est)
+	est, ok := c.out_.get()
+	switch {
+	case !ok || c.cfg.Admission == AdmitTokenFlow:
+		return mt
+	case mt == 0:
+		return est
 	}
-	return mt
+	return min(mt, est)
 }
 
 // weight is the KV blocks e adds on a replica predicted to hold cached of

@@ -145,6 +145,28 @@ func TestWeightLearnsOutputLength(t *testing.T) {
 	}
 }
 
+// A request with no bound on its output (no max_tokens, DefaultMaxTokens or
+// MaxModelLen) reserves nothing for it until answers are known, then their
+// quantile.
+func TestWeightWithoutAnyOutputBound(t *testing.T) {
+	cfg := testConfig("round_robin")
+	cfg.OutputQuantile, cfg.OutputMinSamples = 0.5, 4
+	cfg.DefaultMaxTokens, cfg.MaxModelLen = 0, 0
+	c := newCore(t, cfg, 1, ReplicaConfig{CapacityBlocks: 10000})
+	if d := submit(t, c, 0, plainReq(1, 100, 0), Dispatched); d.Weight != 7 {
+		t.Fatalf("weight %d before any answer, want 7 (the prompt alone)", d.Weight)
+	} else {
+		c.Abort(0, d.Ticket)
+	}
+	for i, n := range []int{20, 40, 60, 80} {
+		d := submit(t, c, 0, plainReq(uint64(10+i), 10, 1000), Dispatched)
+		c.Finished(0, d.Ticket, Usage{Known: true, PromptTokens: 10, CompletionTokens: n}, nil)
+	}
+	if d := submit(t, c, 0, plainReq(2, 100, 0), Dispatched); d.Weight != 10 {
+		t.Fatalf("weight %d after four answers, want 10 (ceil((100+60)/16))", d.Weight)
+	}
+}
+
 // A reservation reconciled at the first byte keeps the output it was
 // admitted with, even when the output estimate has moved since.
 func TestReconcileKeepsAdmittedOutput(t *testing.T) {

@@ -238,6 +238,9 @@ type runner struct {
 	// answers counts the known usages Finished was told (the output
 	// estimate's samples).
 	answers int
+	// longest is the longest of those answers (what an output estimate
+	// can reach).
+	longest int
 	// dispatched: the requests this call dispatched, for strict priority
 	// (a retried request, re-routed at once, is exempt).
 	dispatched []*mreq
@@ -303,12 +306,16 @@ func (r *runner) learns() bool {
 
 // checkWeight checks a reservation of m predicted (or found) to hold cached
 // of its prompt: exactly the prompt's uncached blocks and max_tokens, or,
-// once answers are learned, between the prompt's alone and that.
+// once answers are learned, between the prompt's alone and that (and with
+// no bound on the output at all, up to the longest answer learned).
 func (r *runner) checkWeight(m *mreq, cached, w int, what string) {
 	hi := r.weight(m, cached)
 	lo := hi
 	if r.learns() {
 		lo = r.weightOut(m, cached, 0)
+		if r.maxTokens(m.req) == 0 {
+			hi = r.weightOut(m, cached, r.longest)
+		}
 	}
 	if w < lo || w > hi {
 		r.fatalf("%s of id %d (prompt %d, max_tokens %d, cached %d): weight %d, want [%d, %d]", what, m.req.ID, m.req.PromptTokens, r.maxTokens(m.req), cached, w, lo, hi)
@@ -653,6 +660,7 @@ func (r *runner) apply(o op) {
 		}
 		if o.usage.Known && o.usage.CompletionTokens > 0 {
 			r.answers++
+			r.longest = max(r.longest, o.usage.CompletionTokens)
 		}
 		r.decideAll(r.c.Finished(r.now, m.t, o.usage, held))
 	case opRetry:

@@ -26,6 +26,9 @@ type handOff struct {
 	ids    []int32 // the blocks to register, in order
 	hashes []kvblock.Hash
 	next   int // ids[:next] are registered
+	// pending counts the lists handed over and not yet taken whole, over
+	// every engine given the same counter (HandOffStores).
+	pending *atomic.Int64
 	// state: handNone (nothing handed over: ids and hashes are the
 	// engine's), handReady (handed over: whoever swaps it to handBusy
 	// applies them) or handBusy.
@@ -86,6 +89,7 @@ func (p *pool) settle() {
 		if h.state.CompareAndSwap(handReady, handBusy) {
 			p.applyNoted(len(h.ids))
 			h.state.Store(handNone)
+			h.pending.Add(-1)
 		} else {
 			for i := 1; h.state.Load() != handNone; i++ {
 				if i%1024 == 0 {
@@ -103,6 +107,7 @@ func (p *pool) settle() {
 // of a step.
 func (p *pool) handOver() {
 	if h := &p.hand; h.on && len(h.ids) > 0 {
+		h.pending.Add(1)
 		h.state.Store(handReady)
 	}
 }
@@ -115,6 +120,7 @@ func (p *pool) applyHanded() bool {
 		return false
 	}
 	if p.applyNoted(handPiece) {
+		h.pending.Add(-1) // before the state, so that settle sees both
 		h.state.Store(handNone)
 	} else {
 		h.state.Store(handReady) // the rest for the next piece
@@ -124,19 +130,23 @@ func (p *pool) applyHanded() bool {
 
 // handOffStores turns hand-off on, where the engine's configuration allows
 // it (no KV events, no lower tiers).
-func (e *Engine) handOffStores() {
+func (e *Engine) handOffStores(pending *atomic.Int64) {
 	p := e.pool
 	p.hand.on = p.caching && p.events == nil && p.cpu == nil
+	p.hand.pending = pending
 }
 
 // HandOffStores makes each step of the group's engines leave its
 // prefix-cache insertions for ApplyStores, called from another goroutine,
 // or for the engine's next call (see handoff.go); the results are the same.
-// It has no effect with KV events or lower tiers. Call it before the first
-// call that adds a request.
-func (g *Group) HandOffStores() {
+// pending counts the lists handed over and not yet applied, over every
+// group given the same counter, so that a goroutine looking after many
+// groups calls ApplyStores only while it is above zero. It has no effect
+// with KV events or lower tiers. Call it before the first call that adds a
+// request.
+func (g *Group) HandOffStores(pending *atomic.Int64) {
 	for _, e := range g.ranks {
-		e.handOffStores()
+		e.handOffStores(pending)
 	}
 }
 

@@ -32,7 +32,8 @@ func TestHandOffStoresSameSteps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		handing.HandOffStores()
+		var pending atomic.Int64
+		handing.HandOffStores(&pending)
 		var stop atomic.Bool
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -98,6 +99,9 @@ func TestHandOffStoresSameSteps(t *testing.T) {
 		if a, b := plain.Metrics(), handing.Metrics(); a != b {
 			t.Fatalf("end: metrics:\n%+v\nhanding off %+v", a, b)
 		}
+		if n := pending.Load(); n != 0 {
+			t.Fatalf("end: %d lists counted pending after Metrics applied them all", n)
+		}
 	})
 }
 
@@ -107,14 +111,14 @@ func TestHandOffStoresNotWithEvents(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.EnableKVEvents = true
 	g := mustGroup(t, cfg)
-	g.HandOffStores()
+	g.HandOffStores(new(atomic.Int64))
 	if g.one.pool.hand.on {
 		t.Fatal("hand-off on with KV events")
 	}
 	cfg = DefaultConfig()
 	cfg.KVTiers.CPUBlocks, cfg.KVTiers.CPUBandwidthGBps = 64, 25
 	g = mustGroup(t, cfg)
-	g.HandOffStores()
+	g.HandOffStores(new(atomic.Int64))
 	if g.one.pool.hand.on {
 		t.Fatal("hand-off on with a CPU tier")
 	}

@@ -403,6 +403,7 @@ type sim struct {
 	err      error                // the first error of Config.Record
 	itl      *results.Histogram
 	lane     *lane.Lane                // the second core's (Config.TwoCores); nil without
+	handed   atomic.Int64              // the engines' insertion lists handed to it, not yet applied
 	prep     *preparer                 // the source's arrivals and their block hashes (prepare.go)
 	buckets  map[string][]limit.Bucket // each limited tenant's bucket
 	limiters []*limit.Local            // one shared, or one per gateway; nil without limits
@@ -502,7 +503,7 @@ func newSim(cfg Config) (*sim, error) {
 			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
 		if s.lane != nil {
-			eng.HandOffStores()
+			eng.HandOffStores(&s.handed)
 		}
 		s.reps[i] = &replica{name: fmt.Sprintf("replica-%d", i), eng: eng}
 		for _, g := range s.gws {
@@ -550,9 +551,11 @@ func (s *sim) spare(ahead bool) func() bool {
 		engs[i] = r.eng
 	}
 	return func() bool {
-		for _, e := range engs {
-			if e.ApplyStores() {
-				return true
+		if s.handed.Load() > 0 {
+			for _, e := range engs {
+				if e.ApplyStores() {
+					return true
+				}
 			}
 		}
 		return ahead && s.prep.spare()

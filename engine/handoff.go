@@ -143,8 +143,11 @@ func (e *Engine) handOffStores(pending *atomic.Int64) {
 // group given the same counter, so that a goroutine looking after many
 // groups calls ApplyStores only while it is above zero. It has no effect
 // with KV events or lower tiers. Call it before the first call that adds a
-// request.
+// request. A nil pending gives the group a counter of its own.
 func (g *Group) HandOffStores(pending *atomic.Int64) {
+	if pending == nil {
+		pending = new(atomic.Int64)
+	}
 	for _, e := range g.ranks {
 		e.handOffStores(pending)
 	}

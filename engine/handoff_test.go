@@ -115,6 +115,11 @@ func TestHandOffStoresNotWithEvents(t *testing.T) {
 	if g.one.pool.hand.on {
 		t.Fatal("hand-off on with KV events")
 	}
+	g = mustGroup(t, DefaultConfig())
+	g.HandOffStores(nil) // a counter of its own
+	if !g.one.pool.hand.on || g.one.pool.hand.pending == nil {
+		t.Fatal("hand-off off, or without a counter, on a plain engine")
+	}
 	cfg = DefaultConfig()
 	cfg.KVTiers.CPUBlocks, cfg.KVTiers.CPUBandwidthGBps = 64, 25
 	g = mustGroup(t, cfg)

@@ -10,6 +10,10 @@ import (
 func benchSim(b *testing.B, wl string, requests int) { benchSimCores(b, wl, requests, true) }
 
 func benchSimCores(b *testing.B, wl string, requests int, two bool) {
+	benchSimFleet(b, wl, requests, 8, two)
+}
+
+func benchSimFleet(b *testing.B, wl string, requests, replicas int, two bool) {
 	c := DefaultConfig()
 	c.TwoCores = two
 	w, err := workloadDefault(wl)
@@ -18,7 +22,7 @@ func benchSimCores(b *testing.B, wl string, requests int, two bool) {
 	}
 	c.Workload = w
 	c.Workload.Requests = requests
-	c.Replicas = 8
+	c.Replicas = replicas
 	c.Workload.Rate = DefaultRate(wl, c.Replicas)
 	b.ReportAllocs()
 	var events int64
@@ -40,3 +44,6 @@ func BenchmarkSimulateW1_20kOneCore(b *testing.B) {
 }
 func BenchmarkSimulateW2_20k(b *testing.B) { benchSim(b, "w2", 20000) }
 func BenchmarkSimulateW6_20k(b *testing.B) { benchSim(b, "w6", 20000) }
+
+// The many-replica case: each Lookup asks about 64 candidates.
+func BenchmarkSimulateW2_20k64(b *testing.B) { benchSimFleet(b, "w2", 20000, 64, true) }

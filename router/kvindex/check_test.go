@@ -28,6 +28,13 @@ func (x *Index) check() error {
 			}
 		}
 	}
+	if x.bg.perReplica {
+		// Lookups walk the replicas' own tables: no shared table is kept.
+		if x.shared.n != 0 {
+			return fmt.Errorf("shared: %d entries kept while Lookup walks each replica", x.shared.n)
+		}
+		return nil
+	}
 	t := &x.shared
 	live, pairs := 0, 0
 	for i := range t.slots {

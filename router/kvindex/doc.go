@@ -38,6 +38,10 @@
 // work runs on the lane's worker while that goroutine goes on
 // (background.go), with the same results; a caller that waits for a long
 // job applies its changes to the shared table as the worker makes them.
+// There it also chooses, every 1,024 Lookups, whether to keep the shared
+// table at all or to answer Lookup from each candidate's own table (adapt:
+// whichever the last window's counts say costs the caller less; the answers
+// are the same).
 //
 // Start with Index and its methods (index.go); replica.go holds the shadow
 // LRU, table.go the shared table, expiry.go the queue of speculative records,

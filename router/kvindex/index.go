@@ -64,6 +64,7 @@ type Index struct {
 func New(cfg Config) *Index {
 	x := &Index{defCap: cfg.DefaultCapacityBlocks, shared: newTable()}
 	x.bg.lane = cfg.Lane
+	x.bg.window = adaptWindow
 	if cfg.Lane != nil {
 		x.bg.ops = new(opQueue)
 	}
@@ -176,7 +177,7 @@ func (x *Index) Clear(replica int) {
 func (x *Index) clear(r int) {
 	p := x.reps[r]
 	for id := range p.nodes {
-		if nd := &p.nodes[id]; nd.prev != freeNode {
+		if nd := &p.nodes[id]; nd.prev != freeNode && !x.bg.perReplica {
 			x.shared.remove(nd.h, r)
 		}
 	}
@@ -526,7 +527,7 @@ func (x *Index) warm(p *replica, hashes []kvblock.Hash) {
 	}
 	// A job on the lane leaves the shared table's lines with the caller,
 	// which applies the job's changes to it when it waits.
-	shared := !x.bg.inJob
+	shared := !x.bg.inJob && !x.bg.perReplica
 	rs, rmask := p.slots, p.mask
 	if len(rs) == 0 && !shared {
 		return
@@ -563,6 +564,14 @@ func (x *Index) Lookup(hashes []kvblock.Hash, replicas []int, depths []int) {
 	}
 	x.rlock()
 	defer x.runlock()
+	if x.bg.lane != nil {
+		x.adapt()
+		if x.bg.perReplica {
+			x.walkEach(hashes, replicas, depths)
+			return
+		}
+		defer x.countExtra(depths)
+	}
 	var low uint64
 	maxWord := 0
 	for _, r := range replicas {
@@ -612,6 +621,32 @@ func (x *Index) Lookup(hashes []kvblock.Hash, replicas []int, depths []int) {
 			}
 		}
 	}
+}
+
+// walkEach is Lookup without the shared table: each candidate's own table,
+// block by block.
+func (x *Index) walkEach(hashes []kvblock.Hash, replicas []int, depths []int) {
+	for i, r := range replicas {
+		d := 0
+		if p := x.get(r); p != nil {
+			for d < len(hashes) && p.lookup(hashes[d]) != nilNode {
+				d++
+			}
+		}
+		depths[i] = d
+	}
+	x.countExtra(depths)
+}
+
+// countExtra adds to adapt's window the probes that walking each candidate
+// for these depths costs beyond one walk of the shared table.
+func (x *Index) countExtra(depths []int) {
+	var sum, deepest int
+	for _, d := range depths {
+		sum += d + 1
+		deepest = max(deepest, d)
+	}
+	x.bg.extra += int64(sum - min(sum, deepest+1))
 }
 
 // walk sets d[b] for every bit b of mask to the number of leading blocks of

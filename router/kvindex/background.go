@@ -55,10 +55,15 @@ type background struct {
 	// The current window of adapt: Lookups so far, changes the shared
 	// table had (or would have had) to make, and the probes that walking
 	// each candidate's table costs beyond one walk of the shared table.
-	lookups        int
-	changes, extra int64
-	window         int  // Lookups per decision (adaptWindow; tests change it)
-	alternate      bool // tests: switch at every window, whatever the counts
+	// changes is counted by the worker during a job, on a cache line of its
+	// own: the caller polls the fields around it meanwhile.
+	lookups   int
+	extra     int64
+	window    int  // Lookups per decision (adaptWindow; tests change it)
+	alternate bool // tests: switch at every window, whatever the counts
+	_         [64]byte
+	changes   int64
+	_         [56]byte
 }
 
 // adaptWindow is the Lookups over which adapt weighs the two ways.

@@ -28,6 +28,8 @@ const nilBlock = int32(-1)
 // neighbours. The queue is compacted when it fills its 4x-the-blocks buffer.
 type pool struct {
 	blocks []block
+	// sink keeps alloc's loads ahead from being compiled away.
+	sink   uint32
 	queue  []int32 // the free queue: queue[qhead:] (capacity fixed)
 	qhead  int
 	nfree  int
@@ -145,11 +147,19 @@ func (p *pool) touch(id int32) {
 	b.ref++
 }
 
+// allocAhead is how far ahead alloc loads the blocks to come.
+const allocAhead = 4
+
 // alloc takes the least recently freed block, evicting its cached hash.
 // The caller has checked nfree > 0.
 func (p *pool) alloc() int32 {
 	id := p.front()
 	p.qhead++
+	if i := p.qhead + allocAhead; i < len(p.queue) {
+		// Load a block that a later allocation will take, so that its
+		// cache miss overlaps this one's: a step allocates runs of them.
+		p.sink += uint32(p.blocks[p.queue[i]].qpos)
+	}
 	p.unlink(id)
 	b := &p.blocks[id]
 	if b.hashed {

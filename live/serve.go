@@ -124,6 +124,10 @@ func (s *Server) serveAdmin(errs chan<- error) (*http.Server, error) {
 	return admin, nil
 }
 
+// Logger is the process log the server writes to (Deps.Logger), for the
+// program that runs it to log beside it.
+func (s *Server) Logger() *slog.Logger { return s.log }
+
 // Addrs returns the addresses Serve listens on (nil until it does; admin
 // nil without admin_listen).
 func (s *Server) Addrs() (client, admin net.Addr) {

@@ -72,7 +72,7 @@ leader-elected and its readiness is not leader-gated: run one replica.`,
 				fmt.Fprintf(stdout, "%s: ok\n%s", path, cfg.Summary())
 				return nil
 			}
-			return serveUntilSignal(cmd.Context(), cfg, s.ServeEPP)
+			return serveUntilSignal(cmd.Context(), cfg, s.Logger(), s.ServeEPP)
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "YAML configuration, live's with its epp section (required)")

@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/inferrail/inferrail/internal/procs"
 	"github.com/inferrail/inferrail/live"
 	"github.com/inferrail/inferrail/live/config"
 )
@@ -64,7 +67,7 @@ that need a restart are reported (docs/hot-reload.md).`,
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			go s.ReloadOn(ctx, hup)
-			return serveUntilSignal(ctx, cfg, s.Serve)
+			return serveUntilSignal(ctx, cfg, s.Logger(), s.Serve)
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "YAML configuration (required)")
@@ -98,9 +101,26 @@ func newLiveServer(path string, stderr io.Writer) (*config.Config, *live.Server,
 // SIGINT or SIGTERM, which drains; a second one cuts the drain delay short.
 // A proxy's heap is small and its tail latency suffers from collections:
 // it collects four times less often than Go's default unless GOGC says.
-func serveUntilSignal(parent context.Context, cfg *config.Config, serve func(ctx context.Context, hurry <-chan struct{}) error) error {
+// With procs: adaptive (and no GOMAXPROCS in the environment) it runs on as
+// few processors as its load needs (internal/procs).
+func serveUntilSignal(parent context.Context, cfg *config.Config, log *slog.Logger, serve func(ctx context.Context, hurry <-chan struct{}) error) error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
+	}
+	if cfg.Procs == "adaptive" && os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) > 1 {
+		pctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- procs.Run(pctx, procs.Config{Max: runtime.GOMAXPROCS(0)}, func(c procs.Change) {
+				log.Debug("processors", "from", c.From, "to", c.To, "cpu_cores", c.Sample.CPU, "wait_p99_ms", float64(c.Sample.WaitP99)/1e6)
+			})
+		}()
+		defer func() {
+			stop()
+			if err := <-done; err != nil {
+				log.Warn("adaptive processors", "error", err.Error())
+			}
+		}()
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

@@ -122,6 +122,15 @@ type Config struct {
 	// Pprof serves Go's profiles at /debug/pprof/ on the admin listener.
 	// Default false.
 	Pprof bool `yaml:"pprof"`
+	// Procs is how many processors (GOMAXPROCS) the proxy runs Go code
+	// on: "fixed" every one, as Go sets it; "adaptive" as few as its load
+	// needs (one while it is light: an idle processor costs a thread
+	// wake-up and a spin for every connection event) and every one the
+	// container allows as soon as it needs more: less CPU per request, a
+	// longer tail at light load (README). A GOMAXPROCS environment
+	// variable fixes it in either case. Read at start only. Default
+	// "fixed".
+	Procs string `yaml:"procs"`
 	// Log configures the process log and the access log.
 	Log Log `yaml:"log"`
 	// Retry is what happens when a try fails before the first response byte.
@@ -682,6 +691,7 @@ func Default() Config {
 		MaxConcurrentStreams: 100,
 		MaxInflightBodyBytes: GiB,
 		ResponseBufferBytes:  MiB,
+		Procs:                "fixed",
 		Log:                  Log{Format: "text", Level: "info", AccessSample: 1},
 		Retry:                Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 		Health: Health{

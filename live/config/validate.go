@@ -192,6 +192,9 @@ func (c *Config) Validate() error {
 		k.fail("max_inflight_body_bytes", "must be at least max_body_bytes (%v), or no body of that size is ever taken, got %v", c.MaxBodyBytes, c.MaxInflightBodyBytes)
 	}
 	k.size("response_buffer_bytes", c.ResponseBufferBytes)
+	if c.Procs != "adaptive" && c.Procs != "fixed" {
+		k.fail("procs", "must be adaptive or fixed, got %q", c.Procs)
+	}
 	k.tls("tls", c.TLS)
 	k.tls("admin_tls", c.AdminTLS)
 	if c.AdminTokenFile != "" {

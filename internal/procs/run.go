@@ -1,0 +1,137 @@
+package procs
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"runtime/metrics"
+	"syscall"
+	"time"
+)
+
+// Change is one decision that changed the Ps, for a log line.
+type Change struct {
+	From, To int
+	Sample   Sample
+}
+
+// Run samples the process every cfg.Interval and sets GOMAXPROCS to what a
+// Controller decides, from cfg.Max on, until ctx ends; then it sets
+// GOMAXPROCS back to cfg.Max. onChange, when not nil, is called after each
+// change. Run changes process-wide state: only a program's main should
+// call it, once.
+func Run(ctx context.Context, cfg Config, onChange func(Change)) error {
+	s, err := newProcessSampler()
+	if err != nil {
+		return err
+	}
+	return run(ctx, cfg, s.sample, runtime.GOMAXPROCS, onChange)
+}
+
+// run is Run with the process's sampler and setter given.
+func run(ctx context.Context, cfg Config, sample func() Sample, set func(int) int, onChange func(Change)) error {
+	c, err := New(cfg, cfg.Max)
+	if err != nil {
+		return err
+	}
+	cfg = c.cfg
+	set(cfg.Max)
+	defer set(cfg.Max)
+	t := time.NewTicker(cfg.Interval)
+	defer t.Stop()
+	sample() // the first interval starts now
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		s := sample()
+		from := c.Procs()
+		if to := c.Step(s); to != from {
+			set(to)
+			if onChange != nil {
+				onChange(Change{From: from, To: to, Sample: s})
+			}
+		}
+	}
+}
+
+// schedLatencies is the runtime's histogram of the time goroutines spent
+// runnable before they ran.
+const schedLatencies = "/sched/latencies:seconds"
+
+// processSampler measures this process: CPU time from getrusage, waits for
+// a P from the runtime's scheduler histogram, each as the change since the
+// previous call.
+type processSampler struct {
+	m       []metrics.Sample
+	last    []uint64
+	lastCPU time.Duration
+	lastAt  time.Time
+}
+
+func newProcessSampler() (*processSampler, error) {
+	m := []metrics.Sample{{Name: schedLatencies}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil, fmt.Errorf("procs: this Go runtime has no %s histogram", schedLatencies)
+	}
+	return &processSampler{m: m}, nil
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (p *processSampler) sample() Sample {
+	now, cpu := time.Now(), processCPU()
+	metrics.Read(p.m)
+	h := p.m[0].Value.Float64Histogram()
+	var s Sample
+	if !p.lastAt.IsZero() {
+		if wall := now.Sub(p.lastAt); wall > 0 {
+			s.CPU = float64(cpu-p.lastCPU) / float64(wall)
+		}
+		s.WaitP99 = p99(h.Counts, p.last, h.Buckets)
+	}
+	p.lastAt, p.lastCPU = now, cpu
+	p.last = append(p.last[:0], h.Counts...)
+	return s
+}
+
+// p99 is the 99th percentile of the counts added since last (a histogram
+// with len(counts)+1 bucket bounds in seconds): the upper bound of the
+// bucket it falls in, or its lower bound when that is infinite.
+func p99(counts, last []uint64, bounds []float64) time.Duration {
+	var total uint64
+	for i, n := range counts {
+		if i < len(last) {
+			n -= last[i]
+		}
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(0.99 * float64(total)))
+	var seen uint64
+	for i, n := range counts {
+		if i < len(last) {
+			n -= last[i]
+		}
+		if seen += n; seen >= rank {
+			b := bounds[i+1]
+			if math.IsInf(b, 1) {
+				b = bounds[i]
+			}
+			return time.Duration(b * float64(time.Second))
+		}
+	}
+	return 0
+}

@@ -120,7 +120,7 @@ func (st *eppStream) release() {
 		st.in.m.abort(st.a, false)
 	}
 	if st.first != nil && st.first.submitted {
-		st.s.met.queueWait(st.in.m.name, st.first.queued)
+		st.s.met.queueWait(st.in.m, st.first.queued)
 		st.ar.queued = st.first.queued
 	}
 	st.giveBody()
@@ -389,7 +389,7 @@ func (st *eppStream) route() error {
 	decided := time.Now()
 	d := m.submit(a, in.req)
 	st.took = time.Since(decided)
-	s.met.decisionTime(m.name, st.took)
+	s.met.decisionTime(m, st.took)
 	if e := s.wait(st.ctx, st.gone, in, a, d); e != nil {
 		return st.reject(e)
 	}
@@ -658,7 +658,7 @@ func (st *eppStream) endResponse() {
 	if out, cached := s.learn(st.in, st.a, ans); out >= 0 {
 		st.ar.outputTokens, st.ar.cachedTokens = out, cached
 	}
-	s.met.outcome(m.name, "ok")
+	s.met.ok(m)
 }
 
 // streamEnded ends in the core a request whose stream ended before its

@@ -108,7 +108,7 @@ func (s *Server) parse(h http.Header, body []byte, chat bool) (*inbound, *apiErr
 func (s *Server) weigh(ctx context.Context, in *inbound, h http.Header) {
 	m, f := in.m, in.f
 	ids, outcome := s.tokenize(ctx, m, in.chat, in.body, f)
-	s.met.tokenized(m.name, outcome)
+	s.met.tokenized(m, outcome)
 	in.ids = ids
 	in.salt = m.salt
 	in.ownSalt = f.CacheSalt != nil && *f.CacheSalt != ""
@@ -233,7 +233,7 @@ func (s *Server) learn(in *inbound, a *attempt, ans *answer) (output, cached int
 		}
 	}
 	if in.ids != nil {
-		s.met.served(m.name, len(in.ids), max(cached, 0), a.dec.PredictedCachedTokens)
+		s.met.served(m, len(in.ids), max(cached, 0), a.dec.PredictedCachedTokens)
 	}
 	m.finish(a, hashes, u)
 	return output, cached

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/inferrail/inferrail/engine/server"
@@ -122,6 +123,25 @@ func TestTokenCountersAndDepartedReplicas(t *testing.T) {
 	g.met.decision(m, ra)
 	if n := count(g.met.ttftH) + count(g.met.durationH) + count(g.met.decisions); n != 0 {
 		t.Fatalf("%d series came back after the replica left", n)
+	}
+	// Nor does one whose series were never resolved before it left.
+	rz := &replica{name: "z"}
+	g.met.forget(m.name, "z", rz)
+	g.met.decision(m, rz)
+	if n := count(g.met.decisions); n != 0 {
+		t.Fatalf("%d series of a replica that left before its first request", n)
+	}
+	// A reload's policy labels the observations after it.
+	rb := &replica{name: "b"}
+	before := testutil.ToFloat64(g.met.decisions.WithLabelValues(m.name, m.policyName(), "b"))
+	p2 := "round_robin"
+	m.reloaded.Store(&p2)
+	g.met.decision(m, rb)
+	if got := testutil.ToFloat64(g.met.decisions.WithLabelValues(m.name, "round_robin", "b")); got != 1 {
+		t.Fatalf("decisions under the reloaded policy %v, want 1", got)
+	}
+	if after := testutil.ToFloat64(g.met.decisions.WithLabelValues(m.name, m.policy, "b")); after != before {
+		t.Fatalf("decisions under the old policy went from %v to %v", before, after)
 	}
 }
 

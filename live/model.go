@@ -27,7 +27,8 @@ type Encoder interface {
 }
 
 // replica is one upstream engine as the proxy reaches it. Its fields never
-// change once it is registered; everything the gateway knows of its state
+// change once it is registered (but for the marks below, each guarded as it
+// says); everything the gateway knows of its state
 // (counters, caps, health, reports, removal) is in the model's core.
 type replica struct {
 	idx      int // the core's index
@@ -48,6 +49,9 @@ type replica struct {
 	// forgotten: its metric series were dropped (metrics.forget; guarded
 	// by metrics.fmu): no observation brings them back.
 	forgotten bool
+	// series are its metric series, resolved once per policy
+	// (metrics.series).
+	series atomic.Pointer[replicaSeries]
 
 	// What the log last said of the replica (guarded by the model's mu),
 	// so each change is logged once.
@@ -109,6 +113,8 @@ type model struct {
 	// pdTimeout bounds a remote prefill (pd.prefill_timeout; a reload
 	// sets it), in nanoseconds.
 	pdTimeout atomic.Int64
+	// series are its metric series, resolved once (metrics.model).
+	series atomic.Pointer[modelSeries]
 
 	mu      sync.Mutex
 	core    *gateway.Core

@@ -135,7 +135,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		m.abort(a, false)
 		if a.submitted {
-			s.met.queueWait(m.name, a.queued)
+			s.met.queueWait(m, a.queued)
 		}
 		ar.queued, ar.predicted = a.queued, a.dec.PredictedCachedTokens
 	}()
@@ -143,7 +143,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	decided := time.Now()
 	d := m.submit(a, in.req)
 	took := time.Since(decided) // the core's decision (the lock's wait included)
-	s.met.decisionTime(m.name, took)
+	s.met.decisionTime(m, took)
 	e := s.wait(ctx, r.Context(), in, a, d)
 	endRoute(rsp, in, a, d, e, took)
 	if e != nil {
@@ -238,7 +238,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		decided = time.Now()
 		d = m.retry(a, fault)
 		took = time.Since(decided)
-		s.met.decisionTime(m.name, took)
+		s.met.decisionTime(m, took)
 		if d.Kind == gateway.Rejected && d.Reason == gateway.ReasonNoReplica {
 			// Every replica was tried.
 			endRoute(rsp, in, a, d, &apiError{outcome: "all_tried"}, took)

@@ -649,7 +649,8 @@ func (s *Server) settle(in *inbound, a *attempt, t *try, ans *answer, whole bool
 		if out, cached := s.learn(in, a, ans); out >= 0 {
 			ar.outputTokens, ar.cachedTokens, ar.cachedKnown = out, cached, ans != nil && ans.cached >= 0
 		}
-		s.outcomeOf(ar, m.name, "ok")
+		s.met.ok(m)
+		ar.outcome = "ok"
 	default:
 		// A client error the engine answered (or an empty answer): the
 		// replica is fine, the request left nothing cached.

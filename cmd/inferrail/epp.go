@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newEPPCmd(stdout, stderr io.Writer) *cobra.Command {
+func newEPPCmd(stdout, stderr io.Writer, keepAwake func() error) *cobra.Command {
 	var path string
 	var check bool
 	cmd := &cobra.Command{
@@ -60,7 +60,7 @@ leader-elected and its readiness is not leader-gated: run one replica.`,
   #   failure_mode_allow: false`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, s, err := newLiveServer(path, stderr)
+			cfg, s, err := newLiveServer(path, stderr, serving(check, keepAwake))
 			if err != nil {
 				return err
 			}

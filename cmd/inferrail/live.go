@@ -19,7 +19,7 @@ import (
 	"github.com/inferrail/inferrail/live/config"
 )
 
-func newLiveCmd(stdout, stderr io.Writer) *cobra.Command {
+func newLiveCmd(stdout, stderr io.Writer, keepAwake func() error) *cobra.Command {
 	var path string
 	var check, watch bool
 	cmd := &cobra.Command{
@@ -47,7 +47,7 @@ that need a restart are reported (docs/hot-reload.md).`,
   curl -s 127.0.0.1:9090/metrics | grep inferrail_requests_total`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, s, err := newLiveServer(path, stderr)
+			cfg, s, err := newLiveServer(path, stderr, serving(check, keepAwake))
 			if err != nil {
 				return err
 			}
@@ -77,8 +77,12 @@ that need a restart are reported (docs/hot-reload.md).`,
 }
 
 // newLiveServer loads the configuration at path and builds the server that
-// live and epp run (every error is bad input: exit code 2).
-func newLiveServer(path string, stderr io.Writer) (*config.Config, *live.Server, error) {
+// live and epp run (every error is bad input: exit code 2). With sysmon:
+// awake and a keepAwake, it first has the program executed again with Go's
+// runtime monitor kept awake (internal/procs), before the server opens
+// anything; keepAwake returns only when it did not (nothing was needed,
+// or it could not: then the proxy runs on, as Go runs it, and says so).
+func newLiveServer(path string, stderr io.Writer, keepAwake func() error) (*config.Config, *live.Server, error) {
 	if path == "" {
 		return nil, nil, usagef("--config is required (see examples/live.yaml)")
 	}
@@ -90,11 +94,24 @@ func newLiveServer(path string, stderr io.Writer) (*config.Config, *live.Server,
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
+	if keepAwake != nil && cfg.Sysmon == "awake" {
+		if err := keepAwake(); err != nil {
+			logger.Warn("sysmon: awake not applied: the runtime monitor runs as Go runs it", "error", err.Error())
+		}
+	}
 	s, err := live.New(cfg, live.Deps{Notes: stderr, Logger: logger, Version: version(), ConfigPath: path})
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
 	return cfg, s, nil
+}
+
+// serving is keepAwake for a command that serves, nil for --check.
+func serving(check bool, keepAwake func() error) func() error {
+	if check {
+		return nil
+	}
+	return keepAwake
 }
 
 // serveUntilSignal runs serve (live's Serve or ServeEPP) until the first

@@ -8,10 +8,12 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/inferrail/inferrail/internal/procs"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr, procs.KeepMonitorAwake))
 }
 
 // usageError marks bad input: the process exits with code 2.
@@ -22,10 +24,17 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-// run executes the CLI and returns the process exit code: 0 on success, 2 for
-// bad input, 1 for any other failure.
+// run executes the CLI in this process, as tests do, and returns the
+// process exit code: 0 on success, 2 for bad input, 1 for any other failure.
 func run(args []string, stdout, stderr io.Writer) int {
-	root := newRootCmd(stdout, stderr)
+	return execute(args, stdout, stderr, nil)
+}
+
+// execute is run with what only main gives: keepAwake, which live and epp
+// call before they open anything (with sysmon: awake) to execute the
+// program again with Go's runtime monitor kept awake.
+func execute(args []string, stdout, stderr io.Writer, keepAwake func() error) int {
+	root := newRootCmdWith(stdout, stderr, keepAwake)
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {
@@ -44,7 +53,9 @@ func oneLine(err error) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 }
 
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command { return newRootCmdWith(stdout, stderr, nil) }
+
+func newRootCmdWith(stdout, stderr io.Writer, keepAwake func() error) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "inferrail",
 		Short: "KV-cache-aware routing for LLM inference fleets, and the simulator that proves it",
@@ -70,8 +81,8 @@ runs as a production proxy (live) in front of real engines, or of mock ones
 	root.Version = version()
 	root.AddCommand(newSimCmd(stdout, stderr), newCompareCmd(stdout, stderr), newCapacityCmd(stdout, stderr), newTraceCmd(stdout, stderr),
 		newEngineCmd(stdout, stderr), newBenchCmd(stdout, stderr), newCalibrateCmd(stdout, stderr),
-		newTokenizeCmd(stdout, stderr), newLiveCmd(stdout, stderr), newVersionCmd(stdout))
-	root.AddCommand(newEPPCmd(stdout, stderr))
+		newTokenizeCmd(stdout, stderr), newLiveCmd(stdout, stderr, keepAwake), newVersionCmd(stdout))
+	root.AddCommand(newEPPCmd(stdout, stderr, keepAwake))
 	root.AddCommand(newFidelityCmd(stdout, stderr))
 	root.AddCommand(newKeysCmd(stdout, stderr), newUsageCmd(stdout))
 	root.AddCommand(newExplainCmd(stdout))

@@ -131,6 +131,17 @@ type Config struct {
 	// variable fixes it in either case. Read at start only. Default
 	// "fixed".
 	Procs string `yaml:"procs"`
+	// Sysmon is how Go's runtime monitor runs: "awake" keeps it from the
+	// deep sleep it takes while every processor is idle (the proxy executes
+	// itself again once at start with GODEBUG=schedtrace=2147483647 added,
+	// which keeps it so; idle, it then wakes every 10 ms); "go" leaves it
+	// as Go runs it: woken by the first system call after each idle
+	// moment, it then checks every 20 µs for a millisecond, which costs a
+	// proxy at a few hundred to a few thousand requests a second about
+	// three context switches a request (README). A GODEBUG in the
+	// environment that sets schedtrace is left as it is. Read at start
+	// only. Default "awake".
+	Sysmon string `yaml:"sysmon"`
 	// Log configures the process log and the access log.
 	Log Log `yaml:"log"`
 	// Retry is what happens when a try fails before the first response byte.
@@ -692,6 +703,7 @@ func Default() Config {
 		MaxInflightBodyBytes: GiB,
 		ResponseBufferBytes:  MiB,
 		Procs:                "fixed",
+		Sysmon:               "awake",
 		Log:                  Log{Format: "text", Level: "info", AccessSample: 1},
 		Retry:                Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 		Health: Health{

@@ -195,6 +195,9 @@ func (c *Config) Validate() error {
 	if c.Procs != "adaptive" && c.Procs != "fixed" {
 		k.fail("procs", "must be adaptive or fixed, got %q", c.Procs)
 	}
+	if c.Sysmon != "awake" && c.Sysmon != "go" {
+		k.fail("sysmon", "must be awake or go, got %q", c.Sysmon)
+	}
 	k.tls("tls", c.TLS)
 	k.tls("admin_tls", c.AdminTLS)
 	if c.AdminTokenFile != "" {

@@ -109,6 +109,7 @@ func TestValidateRules(t *testing.T) {
 		{"first_byte_timeout negative", func(c *Config) { c.FirstByteTimeout = -time.Second }, "first_byte_timeout", "positive"},
 		{"stream_idle_timeout zero", func(c *Config) { c.StreamIdleTimeout = 0 }, "stream_idle_timeout", "positive"},
 		{"procs unknown", func(c *Config) { c.Procs = "4" }, "procs", "adaptive or fixed"},
+		{"sysmon unknown", func(c *Config) { c.Sysmon = "asleep" }, "sysmon", "awake or go"},
 		{"drain_delay negative", func(c *Config) { c.DrainDelay = -time.Second }, "drain_delay", "0 or a positive"},
 		{"per client over total", func(c *Config) { c.MaxConnections, c.MaxConnectionsPerClient = 10, 20 }, "max_connections_per_client", "must not exceed max_connections (10)"},
 		{"per client negative", func(c *Config) { c.MaxConnectionsPerClient = -1 }, "max_connections_per_client", "from 0"},

@@ -67,7 +67,7 @@ func readFields(body []byte) (fields, error) {
 		if err != nil {
 			return f, err
 		}
-		if err := f.set(string(key), body[vStart:vEnd], vStart, vEnd); err != nil {
+		if err := f.set(key, body[vStart:vEnd], vStart, vEnd); err != nil {
 			return f, err
 		}
 		i = skipSpace(body, vEnd)
@@ -82,7 +82,10 @@ func readFields(body []byte) (fields, error) {
 	}
 }
 
-func (f *fields) set(key string, raw []byte, start, end int) error {
+// set keeps raw when key is one the proxy reads. key stays bytes: a switch
+// on its string conversion does not allocate, a string argument would (once
+// per key of every body).
+func (f *fields) set(key, raw []byte, start, end int) error {
 	str := func(dst **string) error {
 		if bytes.Equal(raw, []byte("null")) {
 			*dst = nil
@@ -97,7 +100,7 @@ func (f *fields) set(key string, raw []byte, start, end int) error {
 		*dst = &s
 		return nil
 	}
-	switch key {
+	switch string(key) {
 	case "model":
 		f.modelStart, f.modelEnd = start, end
 		return str(&f.Model)

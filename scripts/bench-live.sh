@@ -9,7 +9,8 @@
 # 50,000 requests through live with its resident memory before and after
 # (RATES="" and SOAK=0 skip the first and the last, COSTS=0 the traces and keys
 # parts, RECORD=0 the recording part; LIVE_GOMAXPROCS=N sets GOMAXPROCS in
-# live's environment, LIVE_PROCS=adaptive live's procs setting). Engines use the smallest profile costs, so
+# live's environment, LIVE_PROCS=fixed live's procs setting, adaptive by default;
+# LIVE_SYSMON=go live's sysmon setting, awake by default). Engines use the smallest profile costs, so
 # latency is almost all network and proxy. Results: $OUT/results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,8 @@ admin_listen: 127.0.0.1:19090
 drain_delay: 0s            # no load balancer to wait for
 log: {access_sample: 0}   # as nginx's access_log off below
 pprof: true
-procs: ${LIVE_PROCS:-fixed}
+procs: ${LIVE_PROCS:-adaptive}
+sysmon: ${LIVE_SYSMON:-awake}
 models:
   - name: inferrail-sim
     policy: cost_model

@@ -16,4 +16,9 @@
 // twice as long. Run (run.go) samples the process (getrusage and the
 // runtime's /sched/latencies:seconds) every Config.Interval and applies
 // Step's answer with runtime.GOMAXPROCS.
+//
+// KeepMonitorAwake (monitor.go) is the other half: it executes the program
+// again with GODEBUG=schedtrace at its longest period, which keeps Go's
+// runtime monitor from the deep sleep that costs a lightly loaded server a
+// few context switches per request (monitor.go says why).
 package procs

@@ -87,7 +87,7 @@ func TestDefaultValues(t *testing.T) {
 		{"predicted_cached_header", d.PredictedCachedHeader, false},
 		{"forward_client_auth", d.ForwardClientAuth, false},
 		{"pprof", d.Pprof, false},
-		{"procs", d.Procs, "fixed"},
+		{"procs", d.Procs, "adaptive"},
 		{"sysmon", d.Sysmon, "awake"},
 		{"log", d.Log, Log{"text", "info", 1}},
 		{"decision_log", d.DecisionLog, DecisionLog{"", 0.01, 4096}},
@@ -161,7 +161,7 @@ response_buffer_bytes: 64KiB
 predicted_cached_header: true
 forward_client_auth: true
 pprof: true
-procs: adaptive
+procs: fixed
 sysmon: go
 log: {format: json, level: debug, access_sample: 0.5}
 decision_log: {path: ` + filepath.Join(logDir, "d.jsonl") + `, sample: 1, buffer: 1}
@@ -245,7 +245,7 @@ models:
 		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second, FirstByteTimeout: 4 * time.Second,
 		StreamIdleTimeout: 5 * time.Second, IdleTimeout: 6 * time.Second, DrainDelay: 0,
 		MaxConnections: 100, MaxConnectionsPerClient: 10, MaxConcurrentStreams: 7, MaxInflightBodyBytes: 2 * KiB, ResponseBufferBytes: 64 * KiB,
-		PredictedCachedHeader: true, ForwardClientAuth: true, Pprof: true, Procs: "adaptive", Sysmon: "go", Log: Log{"json", "debug", 0.5},
+		PredictedCachedHeader: true, ForwardClientAuth: true, Pprof: true, Procs: "fixed", Sysmon: "go", Log: Log{"json", "debug", 0.5},
 		Retry:       Retry{10, 0, time.Second},
 		Health:      Health{2 * time.Second, 2 * time.Second, "/ready", 5, 2 * time.Second, 2 * time.Second, 1, 9 * time.Second},
 		Scrape:      Scrape{time.Second, time.Millisecond, 1000, time.Second},

@@ -221,8 +221,13 @@ func (m *Model) CompletionAffix() (prefix, suffix []uint32) {
 // add_special_tokens=true: BOS for Mistral-7B and Mistral-Nemo, nothing for
 // Qwen2.5, Qwen3 and GPT-2. builtin:sim adds nothing.
 func (m *Model) EncodeCompletion(prompt string) []uint32 {
-	return m.AppendCompletion(nil, prompt)
+	return m.AppendCompletion(make([]uint32, 0, idsFor(len(prompt))+len(m.prefix)+len(m.suffix)), prompt)
 }
+
+// idsFor is the room for the ids of n bytes of text: one id per four bytes
+// (English with BPE; builtin:sim takes seven), so that a prompt's ids take
+// one allocation, not a doubling series of them.
+func idsFor(n int) int { return n/4 + 8 }
 
 // AppendCompletion appends EncodeCompletion's ids to dst.
 func (m *Model) AppendCompletion(dst []uint32, prompt string) []uint32 {

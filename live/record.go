@@ -84,6 +84,7 @@ type trafficRecorder struct {
 	last     int64  // the latest arrival handed out, Unix ns
 	closed   bool
 	ch       chan *recRow
+	kick     chan struct{} // ch is half full: drain it now
 	stop     chan struct{}
 	done     chan struct{}
 
@@ -224,7 +225,7 @@ func buildRecorder(c config.Record, version string, fleet func() (map[string][]s
 	r := &trafficRecorder{
 		cfg: c, stem: strings.TrimSuffix(c.Path, ".parquet"), keys: keys, version: version, fleet: fleet, log: log,
 		written: met.recordWritten, files: met.recordFiles, dropped: map[string]prometheus.Counter{},
-		ch: make(chan *recRow, c.Buffer), stop: make(chan struct{}), done: make(chan struct{}),
+		ch: make(chan *recRow, c.Buffer), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	r.pool.New = func() any { return new(recRow) }
 	for _, reason := range []string{"buffer_full", "write_error", "shutdown"} {
@@ -305,6 +306,12 @@ func (r *trafficRecorder) end(tok recToken, reqID string, in *inbound, ar *acces
 	select {
 	case r.ch <- row:
 		r.mu.Unlock()
+		if len(r.ch) >= cap(r.ch)/2 {
+			select {
+			case r.kick <- struct{}{}:
+			default:
+			}
+		}
 	default:
 		r.arrived(tok.idx)
 		r.mu.Unlock()
@@ -395,29 +402,47 @@ func (r *trafficRecorder) tickEvery() time.Duration {
 	return min(max(min(r.cfg.FlushInterval, r.cfg.RotateInterval)/4, 10*time.Millisecond), time.Second)
 }
 
+// recDrainEvery is how often the writer takes the rows sent to it. It never
+// waits on the channel itself, so sending a row never readies it: a
+// wake-up per request was 2.5% of the proxy's CPU at 1,000 req/s (half of
+// what recording cost). A channel half full wakes it at once (kick), so
+// record.buffer bounds the rows waiting as before.
+const recDrainEvery = 20 * time.Millisecond
+
 // run is the writer goroutine.
 func (r *trafficRecorder) run() {
 	defer close(r.done)
 	tick := time.NewTicker(r.tickEvery())
 	defer tick.Stop()
+	drain := time.NewTicker(recDrainEvery)
+	defer drain.Stop()
 	for {
 		select {
-		case row := <-r.ch:
-			r.accept(row)
-			r.writeReady(false)
+		case <-drain.C:
+			r.drain()
+		case <-r.kick:
+			r.drain()
 		case now := <-tick.C:
-			r.writeReady(false)
+			r.drain()
 			r.maintain(now)
 		case <-r.stop:
 			// No row is sent once stop is closed: take what is queued.
-			for len(r.ch) > 0 {
-				r.accept(<-r.ch)
-			}
+			r.drain()
 			r.writeReady(true)
 			r.closeFile()
 			return
 		}
 	}
+}
+
+// drain accepts the rows sent so far, each as it came (writing what it
+// makes ready, so that no more than record.buffer are ever held).
+func (r *trafficRecorder) drain() {
+	for n := len(r.ch); n > 0; n-- {
+		r.accept(<-r.ch)
+		r.writeReady(false)
+	}
+	r.writeReady(false)
 }
 
 // accept turns a row into a record, held until it can be written in order.

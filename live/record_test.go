@@ -250,11 +250,13 @@ func TestRecordDropsWhenSinkIsSlow(t *testing.T) {
 		const n = 500
 		began := time.Now()
 		recordOne(r, 1, began, testPrompt(32, 16, 0), "ok")
-		synctest.Wait() // the writer holds that row, stuck starting its file
+		time.Sleep(recDrainEvery) // the writer takes it at its next drain
+		synctest.Wait()           // and holds it, stuck starting its file
+		sent := time.Now()
 		for i := 1; i < n; i++ {
 			recordOne(r, i+1, began, testPrompt(32, 16, uint32(i)), "ok")
 		}
-		if d := time.Since(began); d != 0 {
+		if d := time.Since(sent); d != 0 {
 			t.Fatalf("the request path waited %v", d)
 		}
 		dropped := testutil.ToFloat64(met.recordDropped.WithLabelValues("buffer_full"))
@@ -277,6 +279,38 @@ func TestRecordDropsWhenSinkIsSlow(t *testing.T) {
 		recordOne(r, n+1, time.Now(), testPrompt(32, 16, 1), "ok")
 		if testutil.ToFloat64(met.recordDropped.WithLabelValues("shutdown")) != 0 {
 			t.Fatal("a request that began after close was counted")
+		}
+	})
+}
+
+// The writer takes rows every recDrainEvery, not one by one as they are
+// sent (a send that readied it cost the request path a wake-up), and at
+// once when the buffer is half full, so the buffer still bounds what waits.
+func TestRecordWriterDrainsInBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := recordConfig(t.TempDir())
+		c.Buffer = 10
+		r, _ := testRecorder(t, c, nil)
+		defer r.close()
+		began := time.Now()
+		for i := 1; i <= 4; i++ {
+			recordOne(r, i, began, testPrompt(32, 16, uint32(i)), "ok")
+		}
+		synctest.Wait()
+		if n := len(r.ch); n != 4 {
+			t.Fatalf("%d rows waiting after 4 sends, want 4: the writer took them one by one", n)
+		}
+		time.Sleep(recDrainEvery)
+		synctest.Wait()
+		if n := len(r.ch); n != 0 {
+			t.Fatalf("%d rows waiting after a drain interval, want 0", n)
+		}
+		for i := 5; i <= 9; i++ { // the fifth fills half the buffer
+			recordOne(r, i, time.Now(), testPrompt(32, 16, uint32(i)), "ok")
+		}
+		synctest.Wait()
+		if n := len(r.ch); n != 0 {
+			t.Fatalf("%d rows waiting with the buffer half full, want 0: no kick", n)
 		}
 	})
 }

@@ -32,7 +32,7 @@ fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 make -s build
 mkdir -p "$OUT"
-rm -f "$OUT"/*.cpu
+rm -f "$OUT"/*.cpu "$OUT"/*.cs
 cleanup_extra() { [ -f "$TMP/nginx.pid" ] && kill "$(cat "$TMP/nginx.pid" 2>/dev/null)" 2>/dev/null || true; }
 # shellcheck source=scripts/live-lib.sh
 . scripts/live-lib.sh
@@ -108,6 +108,18 @@ ticks() {
 	done
 	echo "$t"
 }
+# Context switches (voluntary and not) of a set of processes' threads, from
+# /proc: each costs a proxy a trip through the kernel's scheduler.
+switches() {
+	local t=0 p f
+	for p in "$@"; do
+		for f in /proc/"$p"/task/*/status; do
+			[ -r "$f" ] || continue
+			t=$((t + $(awk '/ctxt_switches/ {s += $2} END {print s + 0}' "$f" 2>/dev/null || echo 0)))
+		done
+	done
+	echo "$t"
+}
 # nginx's master and its workers (whose command lines do not name the conf).
 nginx_pids() {
 	local m
@@ -118,11 +130,13 @@ HZ=$(getconf CLK_TCK)
 run() { # name url rate requests [pids to charge the CPU of]
 	local name=$1 url=$2 rate=$3 n=$4
 	shift 4
-	local before
+	local before cs
 	before=$(ticks "$@")
+	cs=$(switches "$@")
 	$BIN bench --base-url "$url" "${WL[@]}" --rate "$rate" --requests "$n" --timeout 30s --json 2>/dev/null >"$OUT/$name-$rate.json"
 	if [ $# -gt 0 ]; then
 		echo $(( ($(ticks "$@") - before) * 1000000 / HZ / n )) >"$OUT/$name-$rate.cpu"
+		python3 -c "print(f'{($(switches "$@") - $cs) / $n:.2f}')" >"$OUT/$name-$rate.cs"
 	fi
 }
 summarise() { # name rate
@@ -138,8 +152,8 @@ DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 	echo
 	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and 16-token answers, 3 near-zero-cost engines); overhead = through the proxy minus direct."
 	echo
-	echo "| rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$OUT/results.md"
 for rate in $RATES; do
 	n=$((rate * SECONDS_PER_RUN))
@@ -153,9 +167,10 @@ for rate in $RATES; do
 		read -r t50 t99 e50 e99 ok failed <<<"$(summarise $path "$rate")"
 		a50=$(python3 -c "print(f'{$t50 - $d50:.3f}')")
 		a99=$(python3 -c "print(f'{$t99 - $d99:.3f}')")
-		cpu=-
+		cpu=- cs=-
 		[ -f "$OUT/$path-$rate.cpu" ] && cpu=$(cat "$OUT/$path-$rate.cpu")
-		echo "| $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu |" >>"$OUT/results.md"
+		[ -f "$OUT/$path-$rate.cs" ] && cs=$(cat "$OUT/$path-$rate.cs")
+		echo "| $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu | $cs |" >>"$OUT/results.md"
 	done
 done
 

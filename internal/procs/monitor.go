@@ -18,7 +18,8 @@ import (
 // deep sleep when GODEBUG sets schedtrace (so that it can print a trace on
 // time); with the longest period schedtrace takes, it prints at most once
 // in 24.8 days of the machine's uptime, and the monitor, awake, backs off
-// to one check every 10 ms while nothing needs it.
+// to one check every 10 ms while nothing needs it. The setting's one other
+// effect: a fatal error's report starts with the scheduler's state.
 
 // MonitorSetting is the GODEBUG setting that keeps the runtime monitor
 // awake: schedtrace with its longest period (2^31-1 ms).

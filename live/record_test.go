@@ -250,7 +250,7 @@ func TestRecordDropsWhenSinkIsSlow(t *testing.T) {
 		const n = 500
 		began := time.Now()
 		recordOne(r, 1, began, testPrompt(32, 16, 0), "ok")
-		time.Sleep(recDrainEvery) // the writer takes it at its next drain
+		time.Sleep(r.tickEvery()) // the writer takes it at its next tick
 		synctest.Wait()           // and holds it, stuck starting its file
 		sent := time.Now()
 		for i := 1; i < n; i++ {
@@ -283,34 +283,37 @@ func TestRecordDropsWhenSinkIsSlow(t *testing.T) {
 	})
 }
 
-// The writer takes rows every recDrainEvery, not one by one as they are
-// sent (a send that readied it cost the request path a wake-up), and at
-// once when the buffer is half full, so the buffer still bounds what waits.
+// The writer takes rows in batches, not one by one as they are sent (a send
+// that readied it cost the request path a wake-up): at each tick, when
+// recBatch wait, and at once when the buffer is half full, so the buffer
+// still bounds what waits.
 func TestRecordWriterDrainsInBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := recordConfig(t.TempDir())
-		c.Buffer = 10
-		r, _ := testRecorder(t, c, nil)
-		defer r.close()
-		began := time.Now()
-		for i := 1; i <= 4; i++ {
-			recordOne(r, i, began, testPrompt(32, 16, uint32(i)), "ok")
-		}
-		synctest.Wait()
-		if n := len(r.ch); n != 4 {
-			t.Fatalf("%d rows waiting after 4 sends, want 4: the writer took them one by one", n)
-		}
-		time.Sleep(recDrainEvery)
-		synctest.Wait()
-		if n := len(r.ch); n != 0 {
-			t.Fatalf("%d rows waiting after a drain interval, want 0", n)
-		}
-		for i := 5; i <= 9; i++ { // the fifth fills half the buffer
-			recordOne(r, i, time.Now(), testPrompt(32, 16, uint32(i)), "ok")
-		}
-		synctest.Wait()
-		if n := len(r.ch); n != 0 {
-			t.Fatalf("%d rows waiting with the buffer half full, want 0: no kick", n)
+		for _, c := range []struct {
+			buffer, sends, kickAt int // kickAt: the send that wakes it
+		}{{1000, 3 * recBatch, recBatch}, {10, 9, 5}} {
+			cfg := recordConfig(t.TempDir())
+			cfg.Buffer = c.buffer
+			r, _ := testRecorder(t, cfg, nil)
+			for i := 1; i <= c.sends; i++ {
+				recordOne(r, i, time.Now(), testPrompt(32, 16, uint32(i)), "ok")
+				synctest.Wait()
+				want := i
+				if i >= c.kickAt {
+					want = (i - c.kickAt) % c.kickAt
+				}
+				if n := len(r.ch); n != want {
+					t.Fatalf("buffer %d: %d rows waiting after %d sends, want %d", c.buffer, n, i, want)
+				}
+			}
+			if len(r.ch) > 0 {
+				time.Sleep(r.tickEvery())
+				synctest.Wait()
+				if n := len(r.ch); n != 0 {
+					t.Fatalf("buffer %d: %d rows waiting after a tick, want 0", c.buffer, n)
+				}
+			}
+			r.close()
 		}
 	})
 }

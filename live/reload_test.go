@@ -558,8 +558,10 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the reload on SIGHUP", 5*time.Second, func() bool { return g.policyNow() == "random" })
-	if n := testutil.ToFloat64(g.met.reloads.WithLabelValues("ok")); n != 1 {
+	// The policy is swapped before the reload is counted: wait for both.
+	reloads := func() float64 { return testutil.ToFloat64(g.met.reloads.WithLabelValues("ok")) }
+	waitUntil(t, "the reload on SIGHUP", 5*time.Second, func() bool { return g.policyNow() == "random" && reloads() >= 1 })
+	if n := reloads(); n != 1 {
 		t.Fatalf("%v reloads", n)
 	}
 }

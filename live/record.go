@@ -84,7 +84,7 @@ type trafficRecorder struct {
 	last     int64  // the latest arrival handed out, Unix ns
 	closed   bool
 	ch       chan *recRow
-	kick     chan struct{} // ch is half full: drain it now
+	kick     chan struct{} // recBatch rows wait in ch, or it is half full: drain it now
 	stop     chan struct{}
 	done     chan struct{}
 
@@ -436,11 +436,14 @@ func (r *trafficRecorder) run() {
 // drain accepts the rows sent so far, each as it came (writing what it
 // makes ready, so that no more than record.buffer are ever held).
 func (r *trafficRecorder) drain() {
-	for n := len(r.ch); n > 0; n-- {
+	n := len(r.ch)
+	for range n {
 		r.accept(<-r.ch)
 		r.writeReady(false)
 	}
-	r.writeReady(false)
+	if n == 0 {
+		r.writeReady(false) // the watermark may have moved on
+	}
 }
 
 // accept turns a row into a record, held until it can be written in order.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Gateway overhead, side by side in one run against the same three engines:
 # inferrail bench straight to the engines (round robin, client side),
-# through inferrail live (cost_model, edge tokenization and the KV index on)
-# and through nginx (a plain round-robin proxy, Debian's nginx-light), at
+# through inferrail live (cost_model, edge tokenization and the KV index on),
+# through nginx (a plain round-robin proxy, Debian's nginx-light) and through
+# scripts/baseline-proxy (the least a Go net/http proxy does; go-raw: the same
+# with a loop of its own on each connection instead of net/http), at
 # 1,000 and 3,000 req/s; then tracing's cost (live with traces sampled at
 # 0.1 against live without, alternately, at 1,000 req/s), and the cost of
 # keys and limits the same way, and of recording (record:); then a soak of
@@ -93,6 +95,12 @@ http {
 NGINX
 "$NGINX" -c "$TMP/nginx.conf" -p "$TMP" -g 'daemon off;' &
 PIDS+=($!)
+go build -o "$TMP/baseline-proxy" ./scripts/baseline-proxy
+"$TMP/baseline-proxy" -listen 127.0.0.1:19084 http://127.0.0.1:19001 http://127.0.0.1:19002 http://127.0.0.1:19003 2>"$TMP/baseline.log" &
+BASELINE_PID=$!
+"$TMP/baseline-proxy" -raw -listen 127.0.0.1:19085 http://127.0.0.1:19001 http://127.0.0.1:19002 http://127.0.0.1:19003 2>"$TMP/baseline-raw.log" &
+RAW_PID=$!
+PIDS+=($BASELINE_PID $RAW_PID)
 sleep 2
 
 # Short prompts (about 256 tokens) and 16-token answers: what is measured is
@@ -162,8 +170,10 @@ for rate in $RATES; do
 	run live http://127.0.0.1:19080 "$rate" "$n" "$LIVE"
 	# shellcheck disable=SC2046
 	run nginx http://127.0.0.1:19081 "$rate" "$n" $(nginx_pids)
+	run go-baseline http://127.0.0.1:19084 "$rate" "$n" "$BASELINE_PID"
+	run go-raw http://127.0.0.1:19085 "$rate" "$n" "$RAW_PID"
 	read -r d50 d99 _ _ _ _ <<<"$(summarise direct "$rate")"
-	for path in direct live nginx; do
+	for path in direct live nginx go-baseline go-raw; do
 		read -r t50 t99 e50 e99 ok failed <<<"$(summarise $path "$rate")"
 		a50=$(python3 -c "print(f'{$t50 - $d50:.3f}')")
 		a99=$(python3 -c "print(f'{$t99 - $d99:.3f}')")

@@ -350,6 +350,13 @@ func (c *Config) TierLoadTime(cpuBlocks, diskBlocks int) time.Duration {
 	return nanoseconds(ns)
 }
 
+// LowerTierBlocks is what a replica of this engine holds in its lower KV
+// tiers (CPU and disk, every data-parallel rank's), in blocks: the capacity
+// a router's tier index gives each replica; 0 without tiers.
+func (c *Config) LowerTierBlocks() int {
+	return (c.KVTiers.CPUBlocks + c.KVTiers.DiskBlocks) * c.Ranks()
+}
+
 // TierLoadNsPerToken is the time to load one token's KV back from the CPU
 // tier, in nanoseconds (kv_bytes_per_token over the tier's GB/s, unrounded),
 // for a router that prices tier hits; 0 without a CPU tier.

@@ -297,7 +297,7 @@ func (c *Config) gatewayConfig(ledger gateway.Ledger) gateway.Config {
 		},
 		Index:          c.Index,
 		SpeculationTTL: c.SpeculationTTL,
-		TierBlocks:     (c.Engine.KVTiers.CPUBlocks + c.Engine.KVTiers.DiskBlocks) * c.Engine.Ranks(),
+		TierBlocks:     c.Engine.LowerTierBlocks(),
 	}
 	g.ShadowPolicy = c.ShadowPolicy
 	g.Admission = c.Admission

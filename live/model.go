@@ -227,9 +227,14 @@ func gatewayConfig(c *config.Config, mc *config.Model, ec engine.Config) gateway
 			Profile:             ec.Latency,
 			MaxNumBatchedTokens: ec.MaxNumBatchedTokens,
 			SessionAffinity:     mc.SessionAffinity,
+			TierLoadNsPerToken:  ec.TierLoadNsPerToken(),
 		},
 		Index:          router.IndexMode(mc.Index),
 		SpeculationTTL: 2 * time.Second,
+		// The engines' lower KV tiers (the profile's kv_tiers): the index
+		// credits a prompt's blocks offloaded there, and cost_model prices
+		// their load back, as in the simulator.
+		TierBlocks: ec.LowerTierBlocks(),
 		// The index's assumption until an engine reports its capacity;
 		// admission assumes nothing (its capacity is the configured one,
 		// else the engine's report).

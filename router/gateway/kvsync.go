@@ -50,9 +50,19 @@ func FromEngine(ev engine.KVEvent) KVEvent {
 // kvTranslator maps one replica's engine block ids to the core's hashes:
 // own for the GPU's blocks, tier for the lower tiers' (a block may be in
 // both, and leaves each on its own).
+//
+// A block stored in a lower tier is one the GPU held (an engine offloads
+// what it computed; vLLM's hashes name content, the same in every medium),
+// and offloading events carry no parent (vLLM's carry no tokens either): it
+// takes the hash its engine id has on the GPU or in another tier, or had
+// until a removal earlier in the same batch (an engine that offloads a
+// block as it evicts it sends the removal first); an id never placed is
+// skipped. A lower tier's event that names a parent is placed from its
+// tokens, as a GPU block is.
 type kvTranslator struct {
 	own  map[uint64]kvblock.Hash
 	tier map[uint64]kvblock.Hash
+	gone map[uint64]kvblock.Hash // removed earlier in this batch
 }
 
 // translate turns events into engine events keyed by the core's hashes,
@@ -61,17 +71,26 @@ func (k *kvTranslator) translate(evs []KVEvent, salt kvblock.Hash, bs int, out [
 	if k.own == nil {
 		k.own = make(map[uint64]kvblock.Hash)
 		k.tier = make(map[uint64]kvblock.Hash)
+		k.gone = make(map[uint64]kvblock.Hash)
 	}
+	defer clear(k.gone)
 	for i := range evs {
 		e := &evs[i]
 		ids, medium := k.own, engine.MediumGPU
-		if e.Medium == engine.MediumCPU || e.Medium == engine.MediumDisk {
+		lower := e.Medium == engine.MediumCPU || e.Medium == engine.MediumDisk
+		if lower {
 			ids, medium = k.tier, e.Medium
 		}
 		switch e.Kind {
 		case engine.BlockStored:
 			if e.BlockSize != 0 && e.BlockSize != bs {
 				continue // a block size the model is not configured for
+			}
+			if lower && e.Own == nil && !e.HasParent {
+				if ours := k.known(e.Blocks); len(ours) > 0 {
+					out = append(out, engine.KVEvent{Kind: engine.BlockStored, BlockHashes: ours, BlockSize: bs, Medium: medium})
+				}
+				continue
 			}
 			if e.Own == nil && len(e.TokenIDs) != bs*len(e.Blocks) {
 				continue // cannot recompute
@@ -107,6 +126,9 @@ func (k *kvTranslator) translate(evs []KVEvent, salt kvblock.Hash, bs int, out [
 				if o, ok := ids[id]; ok {
 					ours = append(ours, o)
 					delete(ids, id)
+					if len(k.gone) < maxGone {
+						k.gone[id] = o
+					}
 				}
 			}
 			if len(ours) > 0 {
@@ -119,6 +141,32 @@ func (k *kvTranslator) translate(evs []KVEvent, salt kvblock.Hash, bs int, out [
 		}
 	}
 	return out
+}
+
+// maxGone bounds the removals of one batch a lower tier's store may refer
+// back to.
+const maxGone = 1 << 16
+
+// known places a lower tier's stored blocks by the hashes their engine ids
+// have already (on the GPU, in a tier, or until a removal earlier in the
+// batch), records them in the tier's map and returns them; an id never
+// placed is skipped (without a parent it cannot be).
+func (k *kvTranslator) known(blocks []uint64) []kvblock.Hash {
+	var ours []kvblock.Hash
+	for _, id := range blocks {
+		h, ok := k.own[id]
+		if !ok {
+			h, ok = k.tier[id]
+		}
+		if !ok {
+			h, ok = k.gone[id]
+		}
+		if ok {
+			k.tier[id] = h
+			ours = append(ours, h)
+		}
+	}
+	return ours
 }
 
 func (k *kvTranslator) reset() {

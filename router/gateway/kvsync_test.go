@@ -211,3 +211,42 @@ func TestKVEventsByMedium(t *testing.T) {
 		t.Fatalf("block 0 back on the GPU, block 1 on the CPU: %+v", cands)
 	}
 }
+
+// An offloaded block's CPU event names no parent and, from vLLM, no tokens:
+// it takes the hash its engine id has on the GPU (vLLM offloads before it
+// evicts), or had until a removal earlier in the same batch (the simulated
+// engine evicts, then offloads). An id the core never placed is skipped,
+// and a removal does not reach past its batch.
+func TestKVEventsOffloadedBlocks(t *testing.T) {
+	cfg := testConfig("round_robin")
+	cfg.Router.Index = router.IndexEvents
+	cfg.Router.TierBlocks = 100
+	tokens, _ := kvTokens(newCore(t, cfg, 1, ReplicaConfig{}))
+	views := []router.Replica{{Candidate: router.Candidate{Replica: 0, Name: "r0"}, Healthy: true, Models: []string{testModel}}}
+	cpu := func(ids ...uint64) KVEvent {
+		return KVEvent{Kind: engine.BlockStored, Blocks: ids, Medium: engine.MediumCPU}
+	}
+	gone := KVEvent{Kind: engine.BlockRemoved, Blocks: []uint64{1001, 1002}}
+	for _, tc := range []struct {
+		name    string
+		batches [][]KVEvent
+		tier    int // tokens the tier index should hold of the prompt
+	}{
+		{"offloaded before evicted", [][]KVEvent{{stored(tokens[:32], 0, false, 1001, 1002)}, {cpu(1001, 1002)}, {gone}}, 32},
+		{"evicted then offloaded, one batch", [][]KVEvent{{stored(tokens[:32], 0, false, 1001, 1002)}, {gone, cpu(1001, 1002)}}, 32},
+		{"evicted, offloaded in a later batch", [][]KVEvent{{stored(tokens[:32], 0, false, 1001, 1002)}, {gone}, {cpu(1001, 1002)}}, 0},
+		{"never on the GPU", [][]KVEvent{{cpu(1001, 1002)}}, 0},
+		{"one known, one not", [][]KVEvent{{stored(tokens[:16], 0, false, 1001)}, {cpu(1001, 1002)}, {gone}}, 16},
+	} {
+		c := newCore(t, cfg, 1, ReplicaConfig{})
+		_, ours := kvTokens(c)
+		for _, b := range tc.batches {
+			c.KVEvents(0, 0, b)
+		}
+		req := &router.Request{Model: testModel, PromptTokens: 64, BlockHashes: ours}
+		cands := c.Router().Candidates(0, req, views, nil)
+		if len(cands) != 1 || cands[0].PredictedCachedTokens != 0 || cands[0].PredictedTierTokens != tc.tier {
+			t.Fatalf("%s: %+v, want %d tier tokens and none on the GPU", tc.name, cands, tc.tier)
+		}
+	}
+}

@@ -45,6 +45,11 @@ const (
 	// eppLB is the metadata namespace of the pick and of the served
 	// endpoint.
 	eppLB = "envoy.lb"
+	// eppPrefiller names, for a request the core disaggregated (P/D), its
+	// prefill replica's ip:port, for llm-d's routing sidecar on the decode
+	// pod (pkg/sidecar/proxy): it sends the prompt there first (max_tokens
+	// 1), then decodes with the KV it gets back.
+	eppPrefiller = "x-prefiller-host-port"
 	// eppServed is the envoy.lb key Envoy sets to the endpoint that served
 	// the request (a retry may have used another).
 	eppServed = "x-gateway-destination-endpoint-served"

@@ -393,11 +393,6 @@ func (st *eppStream) route() error {
 	if e := s.wait(st.ctx, st.gone, in, a, d); e != nil {
 		return st.reject(e)
 	}
-	if a.pre != nil {
-		// The endpoint picker only picks: nothing here runs a remote
-		// prefill, so the request prefills where it decodes.
-		m.prefillFailed(a, false)
-	}
 	st.rep = a.rep
 	s.met.decision(m, a.rep)
 	s.logDecision(st.reqID, m, &in.req, a, st.took)
@@ -405,11 +400,21 @@ func (st *eppStream) route() error {
 	ep := endpointOf(a.rep)
 
 	set := []*corev3.HeaderValueOption{setHeader(eppDestination, ep)}
+	var remove []string
+	if a.pre != nil {
+		// P/D: the decode pod's routing sidecar (llm-d's) runs the
+		// prefill there; the decode replica's first byte says it is done.
+		set = append(set, setHeader(eppPrefiller, endpointOf(a.pre)))
+		st.ar.prefill = a.pre.name
+	} else {
+		// A client's own value would send its prompt where it chooses.
+		remove = []string{eppPrefiller}
+	}
 	rewritten := len(in.body) != len(st.body) || (len(in.body) > 0 && &in.body[0] != &st.body[0])
 	if rewritten {
 		set = append(set, setHeader("content-length", strconv.Itoa(len(in.body))))
 	}
-	common := &extProcPb.CommonResponse{HeaderMutation: &extProcPb.HeaderMutation{SetHeaders: set}, ClearRouteCache: true}
+	common := &extProcPb.CommonResponse{HeaderMutation: &extProcPb.HeaderMutation{SetHeaders: set, RemoveHeaders: remove}, ClearRouteCache: true}
 	meta := &structpb.Struct{Fields: map[string]*structpb.Value{
 		eppLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{eppDestination: structpb.NewStringValue(ep)}}),
 	}}
@@ -550,6 +555,11 @@ func (st *eppStream) onResponseHeaders(msg *extProcPb.ProcessingRequest, h *extP
 	case st.ended:
 		// Let go in the core (served elsewhere): only passed on.
 	case st.status == http.StatusOK:
+		if st.a.pre != nil {
+			m.prefillDone(st.a)
+			s.met.pd(m.name, "remote")
+			st.ar.pd = "remote"
+		}
 		m.firstByte(st.a)
 		st.ans = answerOf(st.in, strings.HasPrefix(ctype, "text/event-stream"))
 	case st.status >= 500:
@@ -601,6 +611,11 @@ func (st *eppStream) served(ep string) {
 		return
 	}
 	st.a = m.moveTo(st.a, st.in.req, r)
+	if st.a.pre != nil {
+		// Served elsewhere, with no prefill replica named to it: it
+		// prefilled where it decoded.
+		m.prefillFailed(st.a, false)
+	}
 	if st.a.rep == nil {
 		st.rep = nil
 		st.ended = true

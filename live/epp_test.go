@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,6 +119,10 @@ type eppPick struct {
 	body          []byte
 	contentLength string
 	clearCache    bool
+	// prefiller is the x-prefiller-host-port header set, if any; removed
+	// the headers removed.
+	prefiller string
+	removed   []string
 }
 
 // eppCall is one ext_proc stream.
@@ -263,8 +268,11 @@ func (c *eppCall) readPick() {
 				}
 			case "content-length":
 				c.pick.contentLength = string(h.GetHeader().GetRawValue())
+			case eppPrefiller:
+				c.pick.prefiller = string(h.GetHeader().GetRawValue())
 			}
 		}
+		c.pick.removed = append(c.pick.removed, common.GetHeaderMutation().GetRemoveHeaders()...)
 		c.pick.clearCache = c.pick.clearCache || common.GetClearRouteCache()
 		if md := resp.GetDynamicMetadata(); md != nil {
 			c.pick.meta = md.GetFields()[eppLB].GetStructValue().GetFields()[eppDestination].GetStringValue()
@@ -1184,4 +1192,82 @@ func TestEPPWaitsBounded(t *testing.T) {
 	if outcome(e.Server, "timeout") != 1 {
 		t.Fatal("the timeout was not counted")
 	}
+}
+
+// P/D through the picker: when the core disaggregates a request, the pick
+// names the decode replica and, in x-prefiller-host-port, the prefill
+// replica, for llm-d's routing sidecar on the decode pod; the decode
+// replica's first byte ends the prefill in the core (counted remote). A
+// request the core does not disaggregate has a client's own
+// x-prefiller-host-port removed.
+func TestEPPPrefillForTheSidecar(t *testing.T) {
+	pre := newUpstream(t, server.Config{Engine: testEngineConfig()})
+	dec := newUpstream(t, server.Config{Engine: testEngineConfig()})
+	c := eppConfig(t, pre, dec)
+	c.Models[0].Replicas[0].Role, c.Models[0].Replicas[1].Role = "prefill", "decode"
+	for _, decider := range []string{"always", "never"} {
+		c.Models[0].PD.Decider = decider
+		e := startEPP(t, c, Deps{}, eppOptions{})
+		for i, mode := range []procmode.ProcessingMode_BodySendMode{procmode.ProcessingMode_FULL_DUPLEX_STREAMED, procmode.ProcessingMode_BUFFERED} {
+			call := e.open(t, envoyReq{path: "/v1/completions", body: completionBody("", words(10+1000*i, 64), 4, true), reqMode: mode,
+				header: map[string]string{eppPrefiller: "10.9.9.9:8000"}})
+			if call.pick.endpoint != hostOf(dec.url()) {
+				t.Fatalf("%s, mode %v: picked %q, want the decode replica %s", decider, mode, call.pick.endpoint, hostOf(dec.url()))
+			}
+			switch decider {
+			case "always":
+				if call.pick.prefiller != hostOf(pre.url()) {
+					t.Fatalf("disaggregated, mode %v: x-prefiller-host-port %q, want the prefill replica %s", mode, call.pick.prefiller, hostOf(pre.url()))
+				}
+			case "never":
+				if call.pick.prefiller != "" || !slices.Contains(call.pick.removed, eppPrefiller) {
+					t.Fatalf("not disaggregated, mode %v: x-prefiller-host-port %q set, removed %v; the client's own must go", mode, call.pick.prefiller, call.pick.removed)
+				}
+			}
+			call.serve()
+		}
+		waitUntil(t, "the picker idle", 5*time.Second, func() bool { return idle(e.Server) })
+		want := map[string]float64{"always": 2, "never": 0}[decider]
+		if got := pdOutcome(e.Server, "remote"); got != want {
+			t.Fatalf("%s: %v requests counted prefilled remotely, want %v", decider, got, want)
+		}
+		e.stop()
+	}
+	// The decode replica fails (the sidecar's prefill or its own): the
+	// request's prefill ends with it in the core, nothing held, nothing
+	// counted remote.
+	bad := newUpstream(t, server.Config{Engine: testEngineConfig(), Faults: server.Faults{ErrorRate: 1}})
+	c = eppConfig(t, pre, bad)
+	c.Models[0].Replicas[0].Role, c.Models[0].Replicas[1].Role = "prefill", "decode"
+	c.Models[0].PD.Decider = "always"
+	c.Retry.Attempts = 1
+	e := startEPP(t, c, Deps{}, eppOptions{})
+	call := e.open(t, envoyReq{path: "/v1/completions", body: completionBody("", words(5000, 64), 4, true)})
+	if call.pick.prefiller != hostOf(pre.url()) {
+		t.Fatalf("x-prefiller-host-port %q, want %s", call.pick.prefiller, hostOf(pre.url()))
+	}
+	call.serve()
+	waitUntil(t, "the picker idle after a failed decode", 5*time.Second, func() bool { return idle(e.Server) })
+	if got := pdOutcome(e.Server, "remote"); got != 0 {
+		t.Fatalf("a failed decode counted %v remote prefills", got)
+	}
+}
+
+// pdOutcome is inferrail_pd_requests_total{outcome} summed over models.
+func pdOutcome(s *Server, o string) float64 {
+	mfs, _ := s.met.reg.Gather()
+	n := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "inferrail_pd_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == o {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }

@@ -4,7 +4,8 @@
 # through inferrail live (cost_model, edge tokenization and the KV index on),
 # through nginx (a plain round-robin proxy, Debian's nginx-light) and through
 # scripts/baseline-proxy (the least a Go net/http proxy does; go-raw: the same
-# with a loop of its own on each connection instead of net/http), at
+# with a loop of its own on each connection instead of net/http; both with
+# live's runtime settings, BASELINE_ENV= for Go's defaults), at
 # 1,000 and 3,000 req/s; then tracing's cost (live with traces sampled at
 # 0.1 against live without, alternately, at 1,000 req/s), and the cost of
 # keys and limits the same way, and of recording (record:); then a soak of
@@ -96,9 +97,14 @@ NGINX
 "$NGINX" -c "$TMP/nginx.conf" -p "$TMP" -g 'daemon off;' &
 PIDS+=($!)
 go build -o "$TMP/baseline-proxy" ./scripts/baseline-proxy
-"$TMP/baseline-proxy" -listen 127.0.0.1:19084 http://127.0.0.1:19001 http://127.0.0.1:19002 http://127.0.0.1:19003 2>"$TMP/baseline.log" &
+# The baselines run with live's runtime settings at these loads: the
+# runtime monitor kept awake (sysmon: awake) and one processor (what procs:
+# adaptive picks here); BASELINE_ENV= runs them with Go's defaults.
+BASELINE_ENV=${BASELINE_ENV-"GODEBUG=schedtrace=2147483647 GOMAXPROCS=1"}
+# shellcheck disable=SC2086
+env $BASELINE_ENV "$TMP/baseline-proxy" -listen 127.0.0.1:19084 http://127.0.0.1:19001 http://127.0.0.1:19002 http://127.0.0.1:19003 2>"$TMP/baseline.log" &
 BASELINE_PID=$!
-"$TMP/baseline-proxy" -raw -listen 127.0.0.1:19085 http://127.0.0.1:19001 http://127.0.0.1:19002 http://127.0.0.1:19003 2>"$TMP/baseline-raw.log" &
+env $BASELINE_ENV "$TMP/baseline-proxy" -raw -listen 127.0.0.1:19085 http://127.0.0.1:19001 http://127.0.0.1:19002 http://127.0.0.1:19003 2>"$TMP/baseline-raw.log" &
 RAW_PID=$!
 PIDS+=($BASELINE_PID $RAW_PID)
 sleep 2

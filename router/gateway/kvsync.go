@@ -73,7 +73,11 @@ func (k *kvTranslator) translate(evs []KVEvent, salt kvblock.Hash, bs int, out [
 		k.tier = make(map[uint64]kvblock.Hash)
 		k.gone = make(map[uint64]kvblock.Hash)
 	}
-	defer clear(k.gone)
+	defer func() {
+		if len(k.gone) > 0 {
+			clear(k.gone)
+		}
+	}()
 	for i := range evs {
 		e := &evs[i]
 		ids, medium := k.own, engine.MediumGPU
@@ -172,4 +176,5 @@ func (k *kvTranslator) known(blocks []uint64) []kvblock.Hash {
 func (k *kvTranslator) reset() {
 	clear(k.own)
 	clear(k.tier)
+	clear(k.gone)
 }

@@ -532,7 +532,13 @@ func (x *Index) warm(p *replica, hashes []kvblock.Hash) {
 	if len(rs) == 0 && !shared {
 		return
 	}
-	ss, smask := x.shared.slots, x.shared.mask
+	// In a job, the caller may be resizing the shared table: its header
+	// is not to be read here at all.
+	var ss []entry
+	var smask uint64
+	if shared {
+		ss, smask = x.shared.slots, x.shared.mask
+	}
 	var acc uint64
 	for i := range hashes {
 		lo := hashes[i].Lo

@@ -102,9 +102,9 @@ go build -o "$TMP/baseline-proxy" ./scripts/baseline-proxy
 # adaptive picks here); BASELINE_ENV= runs them with Go's defaults.
 BASELINE_ENV=${BASELINE_ENV-"GODEBUG=schedtrace=2147483647 GOMAXPROCS=1"}
 # shellcheck disable=SC2086
-env $BASELINE_ENV "$TMP/baseline-proxy" -listen 127.0.0.1:19084 http://127.0.0.1:19001 http://127.0.0.1:19002 http://127.0.0.1:19003 2>"$TMP/baseline.log" &
+env $BASELINE_ENV "$TMP/baseline-proxy" -listen 127.0.0.1:19087 http://127.0.0.1:19001 http://127.0.0.1:19002 http://127.0.0.1:19003 2>"$TMP/baseline.log" &
 BASELINE_PID=$!
-env $BASELINE_ENV "$TMP/baseline-proxy" -raw -listen 127.0.0.1:19085 http://127.0.0.1:19001 http://127.0.0.1:19002 http://127.0.0.1:19003 2>"$TMP/baseline-raw.log" &
+env $BASELINE_ENV "$TMP/baseline-proxy" -raw -listen 127.0.0.1:19088 http://127.0.0.1:19001 http://127.0.0.1:19002 http://127.0.0.1:19003 2>"$TMP/baseline-raw.log" &
 RAW_PID=$!
 PIDS+=($BASELINE_PID $RAW_PID)
 sleep 2
@@ -176,8 +176,8 @@ for rate in $RATES; do
 	run live http://127.0.0.1:19080 "$rate" "$n" "$LIVE"
 	# shellcheck disable=SC2046
 	run nginx http://127.0.0.1:19081 "$rate" "$n" $(nginx_pids)
-	run go-baseline http://127.0.0.1:19084 "$rate" "$n" "$BASELINE_PID"
-	run go-raw http://127.0.0.1:19085 "$rate" "$n" "$RAW_PID"
+	run go-baseline http://127.0.0.1:19087 "$rate" "$n" "$BASELINE_PID"
+	run go-raw http://127.0.0.1:19088 "$rate" "$n" "$RAW_PID"
 	read -r d50 d99 _ _ _ _ <<<"$(summarise direct "$rate")"
 	for path in direct live nginx go-baseline go-raw; do
 		read -r t50 t99 e50 e99 ok failed <<<"$(summarise $path "$rate")"

@@ -14,8 +14,8 @@
 // It reads what bench sends and trusts it: a measuring tool for loopback,
 // never a server for untrusted clients.
 //
-//	baseline-proxy -listen 127.0.0.1:19084 http://127.0.0.1:19001 http://127.0.0.1:19002
-//	baseline-proxy -raw -listen 127.0.0.1:19085 http://127.0.0.1:19001
+//	baseline-proxy -listen 127.0.0.1:19087 http://127.0.0.1:19001 http://127.0.0.1:19002
+//	baseline-proxy -raw -listen 127.0.0.1:19088 http://127.0.0.1:19001
 package main
 
 import (
@@ -41,7 +41,7 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("baseline-proxy", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:19084", "address to serve on")
+	listen := fs.String("listen", "127.0.0.1:19087", "address to serve on")
 	raw := fs.Bool("raw", false, "serve with a loop of its own on each connection instead of net/http")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -408,7 +408,7 @@ func (st *eppStream) route() error {
 		st.ar.prefill = a.pre.name
 	} else {
 		// A client's own value would send its prompt where it chooses.
-		remove = []string{eppPrefiller}
+		remove = removePrefiller
 	}
 	rewritten := len(in.body) != len(st.body) || (len(in.body) > 0 && &in.body[0] != &st.body[0])
 	if rewritten {
@@ -713,6 +713,10 @@ func headerValue(hv *corev3.HeaderValue) string {
 
 // setHeader is a header mutation that replaces any value the header had:
 // a client cannot add an endpoint of its own to the pick.
+// removePrefiller is the header removal of every pick without a prefill
+// (shared, never written).
+var removePrefiller = []string{eppPrefiller}
+
 func setHeader(k, v string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{
 		Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(v)},

@@ -515,15 +515,21 @@ func idle(s *Server) bool {
 
 // outcome is inferrail_requests_total{outcome} summed over models.
 func outcome(s *Server, o string) float64 {
+	return counterSum(s, "inferrail_requests_total", "outcome", o)
+}
+
+// counterSum is counter family name summed over the series whose label
+// has value.
+func counterSum(s *Server, name, label, value string) float64 {
 	mfs, _ := s.met.reg.Gather()
 	n := 0.0
 	for _, mf := range mfs {
-		if mf.GetName() != "inferrail_requests_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == o {
+				if l.GetName() == label && l.GetValue() == value {
 					n += m.GetCounter().GetValue()
 				}
 			}
@@ -1255,19 +1261,5 @@ func TestEPPPrefillForTheSidecar(t *testing.T) {
 
 // pdOutcome is inferrail_pd_requests_total{outcome} summed over models.
 func pdOutcome(s *Server, o string) float64 {
-	mfs, _ := s.met.reg.Gather()
-	n := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "inferrail_pd_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == o {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
+	return counterSum(s, "inferrail_pd_requests_total", "outcome", o)
 }

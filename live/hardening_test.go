@@ -489,21 +489,7 @@ func TestDoneThenCloseIsSuccess(t *testing.T) {
 
 // outcomes reads inferrail_requests_total for an outcome.
 func (g *testGateway) outcomes(outcome string) float64 {
-	mfs, _ := g.met.reg.Gather()
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "inferrail_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
+	return counterSum(g.Server, "inferrail_requests_total", "outcome", outcome)
 }
 
 // 18: GET /v1/models/{id} (the SDKs' models.retrieve).

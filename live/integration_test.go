@@ -132,6 +132,23 @@ func freeTCPPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// publishingEngine starts an engine of ec whose KV events go out through a
+// ZMQ publisher of kc.
+func publishingEngine(t *testing.T, ec engine.Config, kc kvevents.Config) (*upstream, *kvevents.Publisher) {
+	t.Helper()
+	pub, err := kvevents.NewPublisher(context.Background(), kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	cfg := server.Config{Engine: ec}
+	cfg.Engine.EnableKVEvents = true
+	cfg.KVEvents = func(at time.Time, evs []engine.KVEvent, tokens func(kvblock.Hash) []uint32) {
+		pub.Publish(kvevents.Batch{TS: float64(at.UnixNano()) / 1e9, Events: kvevents.FromEngine(evs, tokens)})
+	}
+	return newUpstream(t, cfg), pub
+}
+
 func testEventFedIndex(t *testing.T, bind bool) {
 	mk := func() (*upstream, string) {
 		kc := kvevents.DefaultConfig()
@@ -139,20 +156,11 @@ func testEventFedIndex(t *testing.T, bind bool) {
 		if bind {
 			kc.Endpoint, kc.ForceBind = fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t)), false
 		}
-		pub, err := kvevents.NewPublisher(context.Background(), kc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { pub.Close() })
-		cfg := server.Config{Engine: testEngineConfig()}
-		cfg.Engine.EnableKVEvents = true
-		cfg.KVEvents = func(at time.Time, evs []engine.KVEvent, tokens func(kvblock.Hash) []uint32) {
-			pub.Publish(kvevents.Batch{TS: float64(at.UnixNano()) / 1e9, Events: kvevents.FromEngine(evs, tokens)})
-		}
+		u, pub := publishingEngine(t, testEngineConfig(), kc)
 		if bind {
-			return newUpstream(t, cfg), kc.Endpoint
+			return u, kc.Endpoint
 		}
-		return newUpstream(t, cfg), pub.Addr()
+		return u, pub.Addr()
 	}
 	ua, ea := mk()
 	ub, eb := mk()

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
-	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/engine/kvevents"
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/live/config"
@@ -35,29 +34,19 @@ func TestTierIndexFromProfile(t *testing.T) {
 				t.Fatalf("tiers %v, prompt %d: %v", tiers, i, err)
 			}
 		}
-		body, _ := json.Marshal(map[string]any{"model": "sim", "prompt": first, "max_tokens": 2})
-		status, b := explainCall(t, g, "", body, nil)
-		if status != 200 {
-			t.Fatalf("tiers %v: %d %s", tiers, status, b)
-		}
-		var ex gateway.Explanation
-		if err := json.Unmarshal(b, &ex); err != nil || len(ex.Candidates) != 1 {
-			t.Fatalf("tiers %v: %v: %s", tiers, err, b)
-		}
-		cand := ex.Candidates[0]
-		tierTokens, credited := cand.Term("tier_tokens")
-		load, _ := cand.Term("tier_load_ms")
+		// The tier_tokens term is there only when some are credited.
+		tierTokens, load, cached := explainTier(t, g, first)
 		if !tiers {
-			if credited {
-				t.Fatalf("no tiers in the profile, yet %v tier tokens: %s", tierTokens, b)
+			if tierTokens != 0 {
+				t.Fatalf("no tiers in the profile, yet %v tier tokens", tierTokens)
 			}
 			continue
 		}
-		if cand.PredictedCachedTokens >= 400 {
-			t.Fatalf("the first prompt is still predicted in the GPU cache (%d tokens): nothing was evicted: %s", cand.PredictedCachedTokens, b)
+		if cached >= 400 {
+			t.Fatalf("the first prompt is still predicted in the GPU cache (%d tokens): nothing was evicted", cached)
 		}
-		if !credited || tierTokens < 16 || load <= 0 {
-			t.Fatalf("evicted to the CPU tier, the first prompt should be credited tier tokens with a load time; got %v tokens, %v ms: %s", tierTokens, load, b)
+		if tierTokens < 16 || load <= 0 {
+			t.Fatalf("evicted to the CPU tier, the first prompt should be credited tier tokens with a load time; got %v tokens, %v ms", tierTokens, load)
 		}
 	}
 }
@@ -86,17 +75,8 @@ func TestTierIndexFromEvents(t *testing.T) {
 	ec.KVTiers = engine.KVTiers{CPUBlocks: 1024, CPULink: "pcie-gen4"}
 	kc := kvevents.DefaultConfig()
 	kc.EnableKVCacheEvents, kc.Endpoint, kc.ForceBind, kc.Topic = true, "tcp://127.0.0.1:0", true, "kv"
-	pub, err := kvevents.NewPublisher(context.Background(), kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close() })
-	sc := server.Config{Engine: ec}
-	sc.Engine.EnableKVEvents = true
-	sc.KVEvents = func(at time.Time, evs []engine.KVEvent, tokens func(kvblock.Hash) []uint32) {
-		pub.Publish(kvevents.Batch{TS: float64(at.UnixNano()) / 1e9, Events: kvevents.FromEngine(evs, tokens)})
-	}
-	c := testConfig(t, newUpstream(t, sc))
+	u, pub := publishingEngine(t, ec, kc)
+	c := testConfig(t, u)
 	c.Models[0].Profile = profileFile(t, ec)
 	c.Models[0].Index = config.IndexEvents
 	c.Models[0].Replicas[0].KVEvents, c.Models[0].Replicas[0].KVEventsTopic = pub.Addr(), "kv"

@@ -20,6 +20,7 @@ import (
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/engine/simtok"
+	"github.com/inferrail/inferrail/internal/h1"
 	"github.com/inferrail/inferrail/live/config"
 	"github.com/inferrail/inferrail/router/tokenize"
 )
@@ -161,7 +162,15 @@ func startGatewayDeps(t testing.TB, c *config.Config, deps Deps) *testGateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan struct{})
 	go func() { s.Run(ctx); close(runDone) }()
-	hs := &http.Server{Handler: s.Handler()}
+	// The client listener's server as Serve runs it without TLS: h1's
+	// loop, net/http's server for h2c.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	hs, err := h1.New(h1.Config{Handler: s.Handler(), Fallback: &http.Server{Handler: s.Handler(), Protocols: &protocols}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	go hs.Serve(ln)
 	tr := &http.Transport{MaxIdleConnsPerHost: 4096}
 	g := &testGateway{Server: s, base: "http://" + ln.Addr().String(), client: &http.Client{Transport: tr}}

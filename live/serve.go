@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferrail/inferrail/internal/h1"
 	"github.com/inferrail/inferrail/internal/netguard"
 	"github.com/inferrail/inferrail/live/config"
 )
@@ -50,12 +51,17 @@ func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
 		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: s.cfg.MaxConcurrentStreams},
 		ErrorLog: slogAdapter(s.log, "http server"),
 	}
+	front, err := s.front(hs, client)
+	if err != nil {
+		client.Close()
+		return err
+	}
 	errs := make(chan error, 2)
 	s.setAddr(&s.clientAddr, client.Addr())
-	go func() { errs <- serveOn(hs, client) }()
+	go func() { errs <- serveOn(front, client) }()
 	admin, err := s.serveAdmin(errs)
 	if err != nil {
-		hs.Close()
+		front.Close()
 		return err
 	}
 	if admin != nil {
@@ -68,7 +74,7 @@ func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
 	bgDone := make(chan error, 1)
 	go func() { bgDone <- s.Run(bgCtx) }()
 	closeAll := func() {
-		hs.Close()
+		front.Close()
 		if admin != nil {
 			admin.Close()
 		}
@@ -93,7 +99,7 @@ func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
-	if err := hs.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if err := front.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		s.log.Warn("shutdown", "error", err.Error())
 	}
 	closeAll()
@@ -120,7 +126,7 @@ func (s *Server) serveAdmin(errs chan<- error) (*http.Server, error) {
 	admin := &http.Server{Handler: s.AdminHandler(), Protocols: &ap, TLSConfig: al.tls, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
 		ErrorLog: slogAdapter(s.log, "admin server")}
 	s.setAddr(&s.adminAddr, al.Addr())
-	go func() { errs <- serveOn(admin, al) }()
+	go func() { errs <- serveOn(netHTTP{admin}, al) }()
 	return admin, nil
 }
 
@@ -154,13 +160,44 @@ type guarded struct {
 	tls *tls.Config
 }
 
-func serveOn(hs *http.Server, l guarded) error {
-	var err error
-	if l.tls != nil {
-		err = hs.ServeTLS(l, "", "")
-	} else {
-		err = hs.Serve(l)
+// httpServer is what serves a listener: h1's server or net/http's.
+type httpServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// netHTTP serves a listener with net/http's server, TLS when it has a
+// configuration.
+type netHTTP struct{ *http.Server }
+
+func (n netHTTP) Serve(l net.Listener) error {
+	if n.TLSConfig != nil {
+		return n.ServeTLS(l, "", "")
 	}
+	return n.Server.Serve(l)
+}
+
+// front is the client listener's server: without TLS, h1's connection
+// loop for HTTP/1 (net/http's server costs a third of the proxy's CPU at
+// high rates: README, overhead) with hs taking h2c connections; with TLS,
+// hs for everything (ALPN chooses h2 or HTTP/1.1 there).
+func (s *Server) front(hs *http.Server, l guarded) (httpServer, error) {
+	if l.tls != nil {
+		return netHTTP{hs}, nil
+	}
+	h, err := h1.New(h1.Config{
+		Handler: hs.Handler, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
+		Fallback: hs, ErrorLog: hs.ErrorLog,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("live: %w", err)
+	}
+	return h, nil
+}
+
+func serveOn(hs httpServer, l net.Listener) error {
+	err := hs.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -1,0 +1,28 @@
+// Package h1 serves HTTP/1.1 with a loop of its own on each connection, for
+// the proxy's hot path: net/http's parsers (http.ReadRequest) and its
+// handler interface (http.Handler, http.ResponseWriter, and
+// http.ResponseController's Flush, SetReadDeadline and SetWriteDeadline),
+// without net/http's server around them. A request is served in its
+// connection's goroutine, with no goroutine of its own and no background
+// read of the connection while the handler runs; that is what a request
+// costs net/http's server beyond the parse, about a third of the proxy's
+// CPU at 3,000 requests a second (see README, overhead).
+//
+// Start at Server: Serve runs it on a listener, Shutdown drains it, Close
+// ends it. What it keeps from net/http's server, and tests: header size cap
+// (431) and read_header/idle timeouts; the request checks net/http makes
+// (Host, header names and values, one chunked transfer coding only, one
+// Content-Length; 400, 501, 505, 417); 100 Continue sent when the handler
+// first reads a body that asks for it, never otherwise; a chunked request
+// body's connection closed after its answer (RFC 9112 §6.1); responses
+// framed by Content-Length (given, or counted when the handler ends before
+// 2 KiB), chunked, or by the connection's close for HTTP/1.0; pipelined
+// requests answered in turn; a request's context ends when the handler
+// returns, when a write to the client fails, and, while the handler waits
+// without having streamed (queued, or before a whole answer), when the
+// client closes the connection: a read of the connection is started for
+// that once the request is ClientGoneAfter old, as net/http starts one for
+// every request. panic(http.ErrAbortHandler) closes the connection without
+// a log line. An HTTP/2 connection (prior knowledge, h2c) is handed to
+// Fallback, a net/http server; TLS stays on net/http altogether.
+package h1

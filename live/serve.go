@@ -187,7 +187,7 @@ func (s *Server) front(hs *http.Server, l guarded) (httpServer, error) {
 		return netHTTP{hs}, nil
 	}
 	h, err := h1.New(h1.Config{
-		Handler: hs.Handler, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
+		Handler: hs.Handler, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout, WriteTimeout: s.cfg.WriteTimeout,
 		Fallback: hs, ErrorLog: hs.ErrorLog,
 	})
 	if err != nil {

@@ -12,7 +12,7 @@
 # 50,000 requests through live with its resident memory before and after
 # (RATES="" and SOAK=0 skip the first and the last, COSTS=0 the traces and keys
 # parts, RECORD=0 the recording part; LIVE_GOMAXPROCS=N sets GOMAXPROCS in
-# live's environment, LIVE_PROCS=fixed live's procs setting, adaptive by default;
+# live's environment, LIVE_ENV="K=V ..." more of it, LIVE_PROCS=fixed live's procs setting, adaptive by default;
 # LIVE_SYSMON=go live's sysmon setting, awake by default). Engines use the smallest profile costs, so
 # latency is almost all network and proxy. Results: $OUT/results.md.
 set -euo pipefail
@@ -60,7 +60,8 @@ models:
       - {name: b, url: "http://127.0.0.1:19002"}
       - {name: c, url: "http://127.0.0.1:19003"}
 YAML
-GOMAXPROCS=${LIVE_GOMAXPROCS:-} $BIN live --config "$TMP/live.yaml" 2>"$TMP/live.log" &
+# shellcheck disable=SC2086
+env GOMAXPROCS=${LIVE_GOMAXPROCS:-} ${LIVE_ENV:-} $BIN live --config "$TMP/live.yaml" 2>"$TMP/live.log" &
 LIVE=$!
 PIDS+=($LIVE)
 cat >"$TMP/nginx.conf" <<NGINX

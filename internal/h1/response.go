@@ -34,6 +34,9 @@ type response struct {
 	// readDeadline is the handler's last, which bounds the discard of a
 	// body it left unread.
 	readDeadline time.Time
+	// writeDeadline is the handler's last; without one the answer's end
+	// is bounded by WriteTimeout.
+	writeDeadline time.Time
 }
 
 func (w *response) Header() http.Header { return w.c.header }
@@ -252,10 +255,17 @@ func (w *response) Flush() { w.FlushError() }
 // SetReadDeadline and SetWriteDeadline are http.ResponseController's.
 func (w *response) SetReadDeadline(t time.Time) error {
 	w.readDeadline = t
-	return w.c.nc.SetReadDeadline(t)
+	c := w.c
+	c.mu.Lock()
+	c.readDeadline = true
+	c.mu.Unlock()
+	return c.nc.SetReadDeadline(t)
 }
 
-func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
+func (w *response) SetWriteDeadline(t time.Time) error {
+	w.writeDeadline = t
+	return w.c.setWriteDeadline(t)
+}
 
 // finish ends the answer after the handler returns; false: the connection
 // cannot carry another.
@@ -271,6 +281,9 @@ func (w *response) finish() bool {
 	}
 	if w.cl >= 0 && w.written < w.cl && !w.head && bodyAllowed(w.status) {
 		w.closeAfter = true // a short body: the client must not read on
+	}
+	if w.writeDeadline.IsZero() {
+		w.c.setWriteDeadline(time.Now().Add(w.c.srv.cfg.WriteTimeout))
 	}
 	if err := w.c.bw.Flush(); err != nil || w.err != nil {
 		return false

@@ -29,6 +29,14 @@ type Config struct {
 	// IdleTimeout closes a keep-alive connection that waits this long for
 	// its next request. Default 2m.
 	IdleTimeout time.Duration
+	// ReadTimeout bounds reading a request's body, from its header on,
+	// when its handler sets no read deadline of its own. Default 30s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds the server's own writes: an answer's end after
+	// its handler returns (when the handler left no write deadline), 100
+	// Continue, and refusals. Default 10s. The handler bounds its writes
+	// with http.ResponseController's SetWriteDeadline.
+	WriteTimeout time.Duration
 	// MaxHeaderBytes caps a request's line and headers; past it the
 	// answer is 431. Default 1 MiB (net/http's).
 	MaxHeaderBytes int
@@ -49,6 +57,8 @@ type Config struct {
 const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 10 * time.Second
 	DefaultMaxHeaderBytes    = 1 << 20
 	DefaultClientGoneAfter   = 50 * time.Millisecond
 	// maxDiscard is how much of a body its handler left unread is read
@@ -77,7 +87,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Handler == nil {
 		return nil, errors.New("h1: a handler is required")
 	}
-	if cfg.ReadHeaderTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ClientGoneAfter < 0 || cfg.MaxHeaderBytes < 0 {
+	if cfg.ReadHeaderTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0 || cfg.ClientGoneAfter < 0 || cfg.MaxHeaderBytes < 0 {
 		return nil, errors.New("h1: timeouts and the header cap must not be negative")
 	}
 	if cfg.ReadHeaderTimeout == 0 {
@@ -85,6 +95,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
 	}
 	if cfg.MaxHeaderBytes == 0 {
 		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
@@ -282,6 +298,8 @@ type conn struct {
 	header http.Header // the response's, reused request to request
 	hdr    []byte      // the response's header lines, from WriteHeader on
 	pre    []byte      // the response's body held back (response.pre)
+	// writeDeadline: a write deadline may be set on nc.
+	writeDeadline bool
 
 	// The running request's client-gone watch (watch.go).
 	mu       sync.Mutex
@@ -295,7 +313,9 @@ type conn struct {
 	bgDone   chan struct{}
 	hasByte  bool // the background read got a byte of the next request
 	byteBuf  [1]byte
-	timer    *time.Timer
+	// readDeadline: the handler set a read deadline of its own.
+	readDeadline bool
+	timer        *time.Timer
 }
 
 var errPreface = errors.New("h1: HTTP/2 preface")
@@ -364,7 +384,7 @@ func (c *conn) serve() {
 			c.refuse(code, msg)
 			return
 		}
-		c.nc.SetReadDeadline(time.Time{})
+		c.nc.SetReadDeadline(time.Now().Add(cfg.ReadTimeout)) // the body's
 		if !c.serveRequest(req) {
 			return
 		}
@@ -374,6 +394,13 @@ func (c *conn) serve() {
 // preface tells whether the connection opens with HTTP/2's preface. It
 // reads further only while what came so far matches it: an HTTP/1 request
 // differs by its second byte at the latest.
+func (c *conn) setWriteDeadline(t time.Time) error {
+	if !t.IsZero() {
+		c.writeDeadline = true
+	}
+	return c.nc.SetWriteDeadline(t)
+}
+
 func (c *conn) preface() bool {
 	const p = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 	for n := 1; n <= len(p); n++ {
@@ -441,7 +468,7 @@ func (c *conn) refuse(code int, msg string) {
 	if msg != "" {
 		text += ": " + msg
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.ReadHeaderTimeout))
+	c.setWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
 	fmt.Fprintf(c.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
 		code, http.StatusText(code), len(text), text)
 	c.bw.Flush()
@@ -471,6 +498,12 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	clear(c.header)
 	w := &response{c: c, req: req, cl: -1, head: req.Method == http.MethodHead, pre: c.pre[:0],
 		closeAfter: chunked || req.Close || !req.ProtoAtLeast(1, 1) || c.srv.closed.Load()}
+	body.w = w
+	if c.writeDeadline {
+		// The last answer's deadline must not cut this one.
+		c.nc.SetWriteDeadline(time.Time{})
+		c.writeDeadline = false
+	}
 	c.begin(cancel, noBody)
 	aborted := c.call(w, req)
 	c.end()
@@ -524,6 +557,7 @@ func (c *conn) call(w *response, req *http.Request) (panicked bool) {
 // body's end.
 type reqBody struct {
 	c            *conn
+	w            *response
 	rc           io.ReadCloser
 	cont         bool
 	sentContinue bool
@@ -538,8 +572,11 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	if b.cont && !b.sentContinue {
 		b.sentContinue = true
 		c := b.c
+		c.setWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
 		c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-		if err := c.bw.Flush(); err != nil {
+		err := c.bw.Flush()
+		c.setWriteDeadline(b.w.writeDeadline)
+		if err != nil {
 			b.err = err
 			return 0, err
 		}

@@ -17,7 +17,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 func (c *conn) begin(cancel func(), noBody bool) {
 	c.mu.Lock()
 	c.cancel = cancel
-	c.running, c.streamed, c.armed, c.bodyDone = true, false, false, noBody
+	c.running, c.streamed, c.armed, c.bodyDone, c.readDeadline = true, false, false, noBody, false
 	c.mu.Unlock()
 	if c.timer == nil {
 		c.timer = time.AfterFunc(c.srv.cfg.ClientGoneAfter, c.arm)
@@ -71,6 +71,11 @@ func (c *conn) startRead() {
 		return
 	}
 	c.reading = true
+	if !c.readDeadline {
+		// Only the body's deadline is on the connection, and the body
+		// is read: the watch waits as long as the request runs.
+		c.nc.SetReadDeadline(time.Time{})
+	}
 	c.bgDone = make(chan struct{})
 	go c.backgroundRead(c.bgDone)
 }

@@ -198,3 +198,34 @@ func TestServeTLSAndAdminToken(t *testing.T) {
 		t.Fatalf("pprof served without pprof: true (%d)", resp.StatusCode)
 	}
 }
+
+// Without TLS the client listener serves HTTP/1.1 with h1's loop and hands
+// h2c connections (prior knowledge) to net/http's server: both generate.
+func TestServeHTTP1AndH2C(t *testing.T) {
+	c := testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig()}))
+	c.DrainDelay = 0
+	_, base, _, stop := startServing(t, c)
+	defer stop()
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true)
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		proto  int
+	}{
+		{"http/1.1", &http.Client{Timeout: 10 * time.Second}, 1},
+		{"h2c", &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Protocols: &h2c}}, 2},
+	} {
+		for range 2 { // a second request on the same connection
+			resp, err := tc.client.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "hello there", "max_tokens": 4, "stream": true}`))
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.ProtoMajor != tc.proto || !strings.Contains(string(b), "data: [DONE]") {
+				t.Fatalf("%s: %s %d, %q", tc.name, resp.Proto, resp.StatusCode, b)
+			}
+		}
+	}
+}

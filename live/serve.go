@@ -178,17 +178,21 @@ func (n netHTTP) Serve(l net.Listener) error {
 	return n.Server.Serve(l)
 }
 
-// front is the client listener's server: without TLS, h1's connection
-// loop for HTTP/1 (net/http's server costs a third of the proxy's CPU at
-// high rates: README, overhead) with hs taking h2c connections; with TLS,
-// hs for everything (ALPN chooses h2 or HTTP/1.1 there).
+// front is the client listener's server: h1's connection loop for
+// HTTP/1 (net/http's server costs more CPU a request: README, overhead),
+// with TLS when configured, and hs for HTTP/2 (h2 chosen by ALPN, or h2c).
 func (s *Server) front(hs *http.Server, l guarded) (httpServer, error) {
 	if l.tls != nil {
-		return netHTTP{hs}, nil
+		// net/http's server speaks h2 over a connection handed to it only
+		// when its configuration offers h2.
+		tc := l.tls.Clone()
+		tc.NextProtos = []string{"h2", "http/1.1"}
+		hs.TLSConfig = tc
 	}
 	h, err := h1.New(h1.Config{
-		Handler: hs.Handler, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout, WriteTimeout: s.cfg.WriteTimeout,
-		Fallback: hs, ErrorLog: hs.ErrorLog,
+		Handler: hs.Handler, TLSConfig: l.tls, Fallback: hs,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout, ReadTimeout: s.cfg.ReadTimeout, WriteTimeout: s.cfg.WriteTimeout,
+		ErrorLog: hs.ErrorLog,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("live: %w", err)

@@ -3,6 +3,7 @@ package h1
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -45,8 +46,14 @@ type Config struct {
 	// closing it (which ends the request's context). Default 50ms; a
 	// failed write ends the context at once whatever its age.
 	ClientGoneAfter time.Duration
-	// Fallback, when set, serves connections that open with HTTP/2's
-	// preface (h2c with prior knowledge); without it they get 505.
+	// TLSConfig, when set, makes every connection TLS: its handshake is
+	// bounded by ReadHeaderTimeout, and ALPN offers h2 (served by
+	// Fallback, when set) and http/1.1 (served here).
+	TLSConfig *tls.Config
+	// Fallback, when set, serves the connections that speak HTTP/2: h2
+	// chosen by ALPN, or h2c (prior knowledge) without TLS; without it
+	// h2 is not offered and h2c gets 505. With TLS, its TLSConfig must
+	// offer h2 in NextProtos: net/http's server speaks HTTP/2 only then.
 	Fallback *http.Server
 	// ErrorLog gets a line per handler panic (but ErrAbortHandler's) and
 	// per misuse of a ResponseWriter; nil: the log package's default.
@@ -110,6 +117,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.ErrorLog == nil {
 		cfg.ErrorLog = log.Default()
+	}
+	if cfg.TLSConfig != nil {
+		tc := cfg.TLSConfig.Clone()
+		tc.NextProtos = []string{"http/1.1"}
+		if cfg.Fallback != nil {
+			tc.NextProtos = []string{"h2", "http/1.1"}
+		}
+		cfg.TLSConfig = tc
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, baseCtx: ctx, cancel: cancel, listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
@@ -197,7 +212,7 @@ func (s *Server) Close() error {
 	s.stop()
 	s.mu.Lock()
 	for c := range s.conns {
-		c.nc.Close()
+		c.raw.Close()
 	}
 	s.mu.Unlock()
 	s.cancel()
@@ -228,14 +243,14 @@ func (s *Server) closeIdle() int {
 	defer s.mu.Unlock()
 	for c := range s.conns {
 		if c.idle.Load() {
-			c.nc.Close()
+			c.raw.Close()
 		}
 	}
 	return len(s.conns)
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
-	c := &conn{srv: s, nc: nc, remote: nc.RemoteAddr().String(), header: make(http.Header)}
+	c := &conn{srv: s, raw: nc, nc: nc, remote: nc.RemoteAddr().String(), header: make(http.Header)}
 	c.cr.c, c.cr.remain = c, -1
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(&c.cr)
@@ -287,8 +302,12 @@ func (s *Server) dateHeader(now time.Time) []byte {
 
 // conn is one client connection and the request it is serving.
 type conn struct {
-	srv    *Server
+	srv *Server
+	raw net.Conn // as accepted: what Shutdown and Close close
+	// nc is what the connection's goroutine reads and writes: raw, or
+	// TLS over it.
 	nc     net.Conn
+	tls    *tls.ConnectionState
 	remote string
 	cr     connReader
 	br     *bufio.Reader
@@ -336,6 +355,7 @@ func (c *conn) serve() {
 		c.srv.forget(c)
 		if !handedOff {
 			c.nc.Close()
+			c.raw.Close()
 			c.br.Reset(nil)
 			readers.Put(c.br)
 		}
@@ -343,6 +363,22 @@ func (c *conn) serve() {
 		writers.Put(c.bw)
 	}()
 	cfg := &c.srv.cfg
+	if cfg.TLSConfig != nil {
+		tc := tls.Server(c.raw, cfg.TLSConfig)
+		c.raw.SetDeadline(time.Now().Add(cfg.ReadHeaderTimeout))
+		if err := tc.HandshakeContext(c.srv.baseCtx); err != nil {
+			c.srv.logf("h1: TLS handshake error from %s: %v", c.remote, err)
+			return
+		}
+		c.raw.SetDeadline(time.Time{})
+		st := tc.ConnectionState()
+		if st.NegotiatedProtocol == "h2" && cfg.Fallback != nil {
+			c.srv.forget(c)
+			handedOff = c.srv.handoff.give(tc)
+			return
+		}
+		c.nc, c.tls = tc, &st
+	}
 	for first := true; ; first = false {
 		c.idle.Store(true)
 		if c.srv.closed.Load() {
@@ -363,7 +399,7 @@ func (c *conn) serve() {
 		}
 		c.idle.Store(false)
 		c.nc.SetReadDeadline(time.Now().Add(cfg.ReadHeaderTimeout))
-		if first && c.preface() {
+		if first && c.tls == nil && c.preface() {
 			if cfg.Fallback == nil {
 				c.refuse(http.StatusHTTPVersionNotSupported, "HTTP/2 without TLS is not served here")
 				return
@@ -487,6 +523,7 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	ctx, cancel := context.WithCancel(c.srv.baseCtx)
 	defer cancel()
 	req.RemoteAddr = c.remote
+	req.TLS = c.tls
 	body := &reqBody{c: c, rc: req.Body, cont: req.Header["Expect"] != nil && req.ProtoAtLeast(1, 1)}
 	delete(req.Header, "Expect")
 	chunked := len(req.TransferEncoding) > 0

@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live fidelity leaderboard reload-live cache-live
+.PHONY: ab-live all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live fidelity leaderboard reload-live cache-live
 
 all: build
 
@@ -196,5 +196,10 @@ cache-live:
 # read, 20,000 stalled connections, dead, killed and stopped engines, the
 # cache-oracle header, huge request ids), each scenario on its own engines
 # and proxy (about 1.5 minutes). Writes runs/hostile/results.md.
+# Two builds of live in turn on the same engines and load (BASE=<git rev>;
+# RATE, ROUNDS): CPU per request and TTFT; see README, overhead.
+ab-live:
+	scripts/ab-live.sh
+
 hostile:
 	scripts/hostile.sh

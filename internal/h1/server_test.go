@@ -10,6 +10,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -527,5 +528,77 @@ func TestConfig(t *testing.T) {
 	}
 	if _, err := New(Config{Handler: http.NotFoundHandler(), IdleTimeout: -1}); err == nil {
 		t.Fatal("a negative timeout accepted")
+	}
+}
+
+// Many clients at once, keep-alive, bodies and answers of many sizes, some
+// hanging up mid-answer: every answer read whole is right, and once the
+// clients are gone no connection and no goroutine is left.
+func TestConcurrentClients(t *testing.T) {
+	before := runtime.NumGoroutine()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		fmt.Fprintf(w, "%d:", len(b))
+		for i := 0; i < n; i += 1000 {
+			w.Write(bytes.Repeat([]byte{'y'}, min(1000, n-i)))
+			w.(http.Flusher).Flush()
+		}
+	})
+	s, addr := start(t, Config{Handler: h, ClientGoneAfter: time.Millisecond, ErrorLog: quiet()})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			br := bufio.NewReader(c)
+			for i := range 30 {
+				size, n := (g*31+i*17)%5000, (g*7+i*13)%7000
+				fmt.Fprintf(c, "POST /?n=%d HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", n, size, strings.Repeat("b", size))
+				if g%4 == 0 && i == 20 {
+					return // hang up before the answer
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					errs <- fmt.Errorf("client %d request %d: %w", g, i, err)
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				if want := fmt.Sprintf("%d:%s", size, strings.Repeat("y", n)); err != nil || string(b) != want {
+					errs <- fmt.Errorf("client %d request %d: %d bytes (%v), want %d", g, i, len(b), err, len(want))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	open := func() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.conns) }
+	for open() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := open(); n > 0 {
+		t.Fatalf("%d connections left after their clients closed", n)
+	}
+	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before+2 {
+		t.Fatalf("%d goroutines, %d before", n, before)
 	}
 }

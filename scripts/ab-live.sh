@@ -3,8 +3,9 @@
 # load, in turn, so that both see the same machine: bench-live's setup (W6
 # with ~256-token prompts and 16-token answers, near-zero-cost engines,
 # cost_model with edge tokenization and the approximate index), at RATE
-# req/s for ROUNDS rounds of 10 s each per build, with each build's CPU
-# time per request (from /proc) and its TTFT p50 and p99.
+# req/s for ROUNDS rounds of 10 s each per build (each build first in
+# half the rounds), with each build's CPU time per request (from /proc) and
+# its TTFT p50 and p99. BASE=HEAD measures the method's own noise.
 #
 #   BASE=<git revision> scripts/ab-live.sh     # e.g. BASE=ef2740e
 #   RATE=1000 ROUNDS=6 BASE=HEAD~3 make ab-live
@@ -32,18 +33,8 @@ listen: 127.0.0.1:$port
 admin_listen: 127.0.0.1:$((port + 10))
 drain_delay: 0s
 log: {access_sample: 0}
-models:
-  - name: inferrail-sim
-    policy: cost_model
-    tokenizer: builtin:sim
-    index: approximate
-    max_concurrency: 100000
-    max_pending: 100000
-    replicas:
-      - {name: a, url: "http://127.0.0.1:19001"}
-      - {name: b, url: "http://127.0.0.1:19002"}
-      - {name: c, url: "http://127.0.0.1:19003"}
 YAML
+	zero_model_yaml 19001 19002 19003 >>"$TMP/live-$v.yaml"
 done
 "$WT/inferrail" live --config "$TMP/live-base.yaml" 2>"$TMP/base.log" &
 BASE_PID=$!
@@ -62,7 +53,9 @@ n=$((RATE * 10))
 echo "| round | build | CPU µs / request | TTFT p50 ms | TTFT p99 ms |"
 echo "|---|---|---|---|---|"
 for r in $(seq "$ROUNDS"); do
-	for v in base this; do
+	order="base this"
+	[ $((r % 2)) = 0 ] && order="this base" # either build first in half the rounds
+	for v in $order; do
 		port=19180 pid=$BASE_PID name=$BASE
 		[ $v = this ] && port=19181 pid=$THIS_PID name=$(git rev-parse --short HEAD)+tree
 		t0=$(ticks $pid)

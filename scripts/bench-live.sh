@@ -48,18 +48,8 @@ log: {access_sample: 0}   # as nginx's access_log off below
 pprof: true
 procs: ${LIVE_PROCS:-adaptive}
 sysmon: ${LIVE_SYSMON:-awake}
-models:
-  - name: inferrail-sim
-    policy: cost_model
-    tokenizer: builtin:sim
-    index: approximate
-    max_concurrency: 100000
-    max_pending: 100000
-    replicas:
-      - {name: a, url: "http://127.0.0.1:19001"}
-      - {name: b, url: "http://127.0.0.1:19002"}
-      - {name: c, url: "http://127.0.0.1:19003"}
 YAML
+zero_model_yaml 19001 19002 19003 >>"$TMP/live.yaml"
 # shellcheck disable=SC2086
 env GOMAXPROCS=${LIVE_GOMAXPROCS:-} ${LIVE_ENV:-} $BIN live --config "$TMP/live.yaml" 2>"$TMP/live.log" &
 LIVE=$!

@@ -32,18 +32,8 @@ listen: 127.0.0.1:$1
 admin_listen: 127.0.0.1:$2
 drain_delay: 0s
 log: {access_sample: 0}
-models:
-  - name: inferrail-sim
-    policy: cost_model
-    tokenizer: builtin:sim
-    index: approximate
-    max_concurrency: 100000
-    max_pending: 100000
-    replicas:
-      - {name: a, url: "http://127.0.0.1:19201"}
-      - {name: b, url: "http://127.0.0.1:19202"}
-      - {name: c, url: "http://127.0.0.1:19203"}
 YAML
+	zero_model_yaml 19201 19202 19203
 	if [ "$3" = on ]; then
 		printf '    response_cache: {enabled: true, tenant_header: X-Inferrail-Tenant}\n'
 	fi

@@ -28,3 +28,25 @@ YAML
 		PIDS+=($!)
 	done
 }
+
+# zero_model_yaml PORT...: the models: block of a live configuration for the
+# engines start_zero_engines started on PORT... (replicas a, b, ...):
+# cost_model with edge tokenization and the approximate index, caps out of
+# the way, as bench-live measures the proxy.
+zero_model_yaml() {
+	local names=(a b c d e f g h) i=0 p
+	cat <<YAML
+models:
+  - name: inferrail-sim
+    policy: cost_model
+    tokenizer: builtin:sim
+    index: approximate
+    max_concurrency: 100000
+    max_pending: 100000
+    replicas:
+YAML
+	for p in "$@"; do
+		echo "      - {name: ${names[$i]}, url: \"http://127.0.0.1:$p\"}"
+		i=$((i + 1))
+	done
+}

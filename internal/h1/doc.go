@@ -4,9 +4,9 @@
 // http.ResponseController's Flush, SetReadDeadline and SetWriteDeadline),
 // without net/http's server around them. A request is served in its
 // connection's goroutine, with no goroutine of its own and no background
-// read of the connection while the handler runs: the proxy spends 3-14%
-// less CPU a request than on net/http's server, 3-18 µs (the two builds in
-// turn at 1,000 and 3,000 requests a second on a 2-core machine:
+// read of the connection while the handler runs: the proxy spends about
+// 10% less CPU a request than on net/http's server, 8-12 µs (the two
+// builds in turn at 1,000 and 3,000 requests a second on a 2-core machine:
 // scripts/ab-live.sh; README, overhead).
 //
 // Start at Server: Serve runs it on a listener, Shutdown drains it, Close

@@ -3,6 +3,7 @@ package h1
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,50 +18,13 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/inferrail/inferrail/internal/pipenet"
 )
 
-// pipeListener hands out the server ends of in-memory connections
-// (net.Pipe), so tests run in a synctest bubble on its fake clock.
-type pipeListener struct {
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{ch: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) dial() net.Conn {
-	client, server := net.Pipe()
-	select {
-	case l.ch <- server:
-	case <-l.done:
-		server.Close()
-	}
-	return client
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error { l.once.Do(func() { close(l.done) }); return nil }
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
-
-// startPipe serves cfg on a pipe listener inside the caller's bubble; stop
-// closes the server and waits for every goroutine it started.
+// startPipe serves cfg on an in-memory listener (net.Pipe connections)
+// inside the caller's bubble; stop closes the server and waits for every
+// goroutine it started.
 func startPipe(t *testing.T, cfg Config) (l *pipeListener, stop func()) {
 	t.Helper()
 	if cfg.ErrorLog == nil {
@@ -70,7 +34,7 @@ func startPipe(t *testing.T, cfg Config) (l *pipeListener, stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l = newPipeListener()
+	l = &pipeListener{pipenet.Listen("h1")}
 	done := make(chan struct{})
 	go func() { s.Serve(l); close(done) }()
 	return l, func() {
@@ -78,6 +42,17 @@ func startPipe(t *testing.T, cfg Config) (l *pipeListener, stop func()) {
 		<-done
 		synctest.Wait()
 	}
+}
+
+// pipeListener is a pipenet listener that tests dial without errors.
+type pipeListener struct{ *pipenet.Listener }
+
+func (l *pipeListener) dial() net.Conn {
+	c, err := l.Dial(context.Background(), "", "")
+	if err != nil {
+		panic(err) // the listener is open for the whole test
+	}
+	return c
 }
 
 // untilClosed reads c to its end and reports how long that took on the

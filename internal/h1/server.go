@@ -337,8 +337,6 @@ type conn struct {
 	timer        *time.Timer
 }
 
-var errPreface = errors.New("h1: HTTP/2 preface")
-
 // serve is the connection's loop: a request, its answer, the next.
 func (c *conn) serve() {
 	handedOff := false

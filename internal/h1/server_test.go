@@ -172,6 +172,16 @@ func TestFraming(t *testing.T) {
 		t.Fatalf("short body: %q, %v; want abc and an unexpected EOF", b, err)
 	}
 
+	// A client's Connection: close is answered in kind, and honoured.
+	c, br = dial(t, addr)
+	send(t, c, "GET /small HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	if resp, body := read(t, br, "GET"); !resp.Close || body != "<html>hi</html>" {
+		t.Fatalf("Connection: close: close %v, body %q", resp.Close, body)
+	}
+	if !closed(c, br) {
+		t.Fatal("a connection its client asked to close was kept")
+	}
+
 	// HTTP/1.0: the close ends a body of unknown length.
 	c, br = dial(t, addr)
 	send(t, c, "GET /big HTTP/1.0\r\n\r\n")
@@ -496,7 +506,7 @@ func TestH2CHandoff(t *testing.T) {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	p.SetHTTP1(true)
-	_, addr := start(t, Config{Handler: h, Fallback: &http.Server{Handler: h, Protocols: &p}, ErrorLog: quiet()})
+	s, addr := start(t, Config{Handler: h, Fallback: &http.Server{Handler: h, Protocols: &p}, ErrorLog: quiet()})
 	var cp http.Protocols
 	cp.SetUnencryptedHTTP2(true)
 	client := &http.Client{Transport: &http.Transport{Protocols: &cp}, Timeout: 5 * time.Second}
@@ -519,6 +529,15 @@ func TestH2CHandoff(t *testing.T) {
 	resp.Body.Close()
 	if string(b) != "HTTP/1.1 /one" {
 		t.Fatalf("HTTP/1.1: %q", b)
+	}
+	// Shutdown drains the handed-off connections too (net/http's).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown with an idle h2c connection: %v", err)
+	}
+	if _, err := client.Get("http://" + addr + "/three"); err == nil {
+		t.Fatal("an h2c request served after Shutdown")
 	}
 }
 

@@ -2,15 +2,9 @@ package live
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +14,7 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/internal/testcert"
 	"github.com/inferrail/inferrail/live/config"
 )
 
@@ -136,19 +131,10 @@ func TestServeTLSAndAdminToken(t *testing.T) {
 	dir := t.TempDir()
 	pool := x509.NewCertPool()
 	writeCert := func(cn string) {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cert, _ := x509.ParseCertificate(der)
-		pool.AddCert(cert)
-		kb, _ := x509.MarshalECPrivateKey(key)
-		os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-		os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+		p := testcert.New(t, time.Now().UnixNano(), cn)
+		pool.AddCert(p.Cert)
+		os.WriteFile(filepath.Join(dir, "cert.pem"), p.CertPEM, 0o600)
+		os.WriteFile(filepath.Join(dir, "key.pem"), p.KeyPEM, 0o600)
 	}
 	writeCert("first")
 	token := filepath.Join(dir, "token")

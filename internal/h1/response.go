@@ -50,7 +50,7 @@ func (w *response) WriteHeader(code int) {
 		w.c.srv.logf("h1: invalid WriteHeader code %d for %s %s; answering 500", code, w.req.Method, w.req.URL.Path)
 		code = http.StatusInternalServerError
 	}
-	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+	if code < 200 && code != http.StatusSwitchingProtocols {
 		w.informational(code)
 		return
 	}
@@ -71,17 +71,7 @@ func (w *response) WriteHeader(code int) {
 			}
 		}
 	}
-	b := w.c.hdr[:0]
-	for k, vs := range h {
-		switch k {
-		case "Content-Length", "Transfer-Encoding", "Connection":
-			continue
-		}
-		for _, v := range vs {
-			b = appendHeader(b, k, v)
-		}
-	}
-	w.c.hdr = b
+	w.c.hdr = appendHeaders(w.c.hdr[:0], h, true)
 }
 
 // informational sends a 1xx answer at once, with the header as it is.
@@ -91,16 +81,24 @@ func (w *response) informational(code int) {
 	}
 	bw := w.c.bw
 	bw.WriteString("HTTP/1.1 " + strconv.Itoa(code) + " " + http.StatusText(code) + "\r\n")
-	b := w.c.hdr[:0]
-	for k, vs := range w.c.header {
+	w.c.hdr = appendHeaders(w.c.hdr[:0], w.c.header, false)
+	bw.Write(w.c.hdr)
+	bw.WriteString("\r\n")
+	bw.Flush()
+}
+
+// appendHeaders appends h's lines; but for its framing headers
+// (Content-Length, Transfer-Encoding, Connection), which commit writes.
+func appendHeaders(b []byte, h http.Header, butFraming bool) []byte {
+	for k, vs := range h {
+		if butFraming && (k == "Content-Length" || k == "Transfer-Encoding" || k == "Connection") {
+			continue
+		}
 		for _, v := range vs {
 			b = appendHeader(b, k, v)
 		}
 	}
-	w.c.hdr = b
-	bw.Write(b)
-	bw.WriteString("\r\n")
-	bw.Flush()
+	return b
 }
 
 // appendHeader appends "k: v\r\n", a CR or LF in v made a space (as

@@ -342,9 +342,7 @@ func (c *conn) serve() {
 	handedOff := false
 	defer func() {
 		if v := recover(); v != nil {
-			buf := make([]byte, 64<<10)
-			buf = buf[:runtime.Stack(buf, false)]
-			c.srv.logf("h1: panic serving %s: %v\n%s", c.remote, v, buf)
+			c.logPanic(v)
 		}
 		c.abortRead()
 		if c.timer != nil {
@@ -425,9 +423,7 @@ func (c *conn) serve() {
 	}
 }
 
-// preface tells whether the connection opens with HTTP/2's preface. It
-// reads further only while what came so far matches it: an HTTP/1 request
-// differs by its second byte at the latest.
+// setWriteDeadline sets nc's write deadline, noting one is set.
 func (c *conn) setWriteDeadline(t time.Time) error {
 	if !t.IsZero() {
 		c.writeDeadline = true
@@ -435,6 +431,9 @@ func (c *conn) setWriteDeadline(t time.Time) error {
 	return c.nc.SetWriteDeadline(t)
 }
 
+// preface tells whether the connection opens with HTTP/2's preface. It
+// reads further only while what came so far matches it: an HTTP/1 request
+// differs by its second byte at the latest.
 func (c *conn) preface() bool {
 	const p = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 	for n := 1; n <= len(p); n++ {
@@ -578,13 +577,18 @@ func (c *conn) call(w *response, req *http.Request) (panicked bool) {
 				c.bw.Flush()
 				return
 			}
-			buf := make([]byte, 64<<10)
-			buf = buf[:runtime.Stack(buf, false)]
-			c.srv.logf("h1: panic serving %s: %v\n%s", c.remote, v, buf)
+			c.logPanic(v)
 		}
 	}()
 	c.srv.cfg.Handler.ServeHTTP(w, req)
 	return false
+}
+
+// logPanic logs a recovered panic with its goroutine's stack.
+func (c *conn) logPanic(v any) {
+	buf := make([]byte, 64<<10)
+	buf = buf[:runtime.Stack(buf, false)]
+	c.srv.logf("h1: panic serving %s: %v\n%s", c.remote, v, buf)
 }
 
 // reqBody is a request's body as its handler reads it: it sends 100

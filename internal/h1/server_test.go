@@ -462,12 +462,7 @@ func TestShutdown(t *testing.T) {
 		t.Fatalf("Shutdown: %v, want its context's deadline", err)
 	}
 	s2.Close()
-	if n := s2.closeIdle(); n != 0 {
-		time.Sleep(100 * time.Millisecond)
-		if n := s2.closeIdle(); n != 0 {
-			t.Fatalf("%d connections left after Close", n)
-		}
-	}
+	waitNoConns(t, s2, "after Close")
 }
 
 func TestTimeouts(t *testing.T) {
@@ -606,18 +601,24 @@ func TestConcurrentClients(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	waitNoConns(t, s, "after their clients closed")
 	deadline := time.Now().Add(5 * time.Second)
-	open := func() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.conns) }
-	for open() > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := open(); n > 0 {
-		t.Fatalf("%d connections left after their clients closed", n)
-	}
 	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if n := runtime.NumGoroutine(); n > before+2 {
 		t.Fatalf("%d goroutines, %d before", n, before)
+	}
+}
+
+// waitNoConns fails t unless s holds no connection within 5 s.
+func waitNoConns(t *testing.T, s *Server, when string) {
+	t.Helper()
+	open := func() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.conns) }
+	for deadline := time.Now().Add(5 * time.Second); open() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := open(); n > 0 {
+		t.Fatalf("%d connections left %s", n, when)
 	}
 }

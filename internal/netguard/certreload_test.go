@@ -1,14 +1,9 @@
 package netguard
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,49 +13,13 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/inferrail/inferrail/internal/testcert"
 )
 
-// testPair is a self-signed certificate for localhost and 127.0.0.1.
-type testPair struct {
-	certPEM, keyPEM []byte
-	cert            *x509.Certificate
-}
-
-func newTestPair(t *testing.T, serial int64) testPair {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial),
-		Subject:               pkix.Name{CommonName: "netguard test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true, // it signs itself: a root clients can trust
-		DNSNames:              []string{"localhost"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testPair{
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-		cert:    cert,
-	}
+// newTestPair is a self-signed certificate for localhost and 127.0.0.1.
+func newTestPair(t *testing.T, serial int64) testcert.Pair {
+	return testcert.New(t, serial, "netguard test")
 }
 
 // certFiles are a certificate and key file in a test's directory.
@@ -92,10 +51,10 @@ func (f *certFiles) write(t *testing.T, name string, data []byte) {
 	}
 }
 
-func (f *certFiles) writePair(t *testing.T, p testPair) {
+func (f *certFiles) writePair(t *testing.T, p testcert.Pair) {
 	t.Helper()
-	f.write(t, f.key, p.keyPEM)
-	f.write(t, f.cert, p.certPEM)
+	f.write(t, f.key, p.KeyPEM)
+	f.write(t, f.cert, p.CertPEM)
 }
 
 func serialOf(c *tls.Certificate) int64 { return c.Leaf.SerialNumber.Int64() }
@@ -107,13 +66,13 @@ func TestNewCertReloaderErrors(t *testing.T) {
 		cert, key []byte // nil: no file
 		want      []string
 	}{
-		{"no cert file", nil, p1.keyPEM, []string{"read certificate file", "tls.crt", "no such file"}},
-		{"no key file", p1.certPEM, nil, []string{"read key file", "tls.key", "no such file"}},
-		{"swapped", p1.keyPEM, p1.certPEM, []string{"certificate file", "tls.crt", "no PEM CERTIFICATE block", "swapped"}},
-		{"key not PEM", p1.certPEM, []byte("not a key\n"), []string{"key file", "tls.key", "no PEM PRIVATE KEY block"}},
-		{"empty cert", []byte{}, p1.keyPEM, []string{"certificate file", "tls.crt", "no PEM CERTIFICATE block"}},
-		{"another key", p1.certPEM, p2.keyPEM, []string{"tls.crt", "tls.key", "private key does not match public key"}},
-		{"broken certificate", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("junk")}), p1.keyPEM, []string{"tls.crt", "tls.key", "x509"}},
+		{"no cert file", nil, p1.KeyPEM, []string{"read certificate file", "tls.crt", "no such file"}},
+		{"no key file", p1.CertPEM, nil, []string{"read key file", "tls.key", "no such file"}},
+		{"swapped", p1.KeyPEM, p1.CertPEM, []string{"certificate file", "tls.crt", "no PEM CERTIFICATE block", "swapped"}},
+		{"key not PEM", p1.CertPEM, []byte("not a key\n"), []string{"key file", "tls.key", "no PEM PRIVATE KEY block"}},
+		{"empty cert", []byte{}, p1.KeyPEM, []string{"certificate file", "tls.crt", "no PEM CERTIFICATE block"}},
+		{"another key", p1.CertPEM, p2.KeyPEM, []string{"tls.crt", "tls.key", "private key does not match public key"}},
+		{"broken certificate", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("junk")}), p1.KeyPEM, []string{"tls.crt", "tls.key", "x509"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newCertFiles(t)
@@ -183,8 +142,8 @@ func TestCertReloaderHandshake(t *testing.T) {
 		wg.Wait()
 	})
 	roots := x509.NewCertPool()
-	roots.AddCert(p1.cert)
-	roots.AddCert(p2.cert)
+	roots.AddCert(p1.Cert)
+	roots.AddCert(p2.Cert)
 	handshake := func(t *testing.T, cfg *tls.Config) (tls.ConnectionState, error) {
 		t.Helper()
 		d := &net.Dialer{Timeout: 10 * time.Second}
@@ -268,10 +227,10 @@ func TestCertReloaderBadPair(t *testing.T) {
 			{"unchanged", func() {}, 1, 0, ""},
 			{"garbage key", func() { f.write(t, f.key, []byte("garbage")) }, 1, 1, "key file " + f.key + " has no PEM PRIVATE KEY block (keeping the certificate loaded before)"},
 			{"still garbage", func() {}, 1, 1, ""},
-			{"key of another", func() { f.write(t, f.key, p2.keyPEM) }, 1, 2, "private key does not match"},
+			{"key of another", func() { f.write(t, f.key, p2.KeyPEM) }, 1, 2, "private key does not match"},
 			{"cert removed", func() { os.Remove(f.cert) }, 1, 3, "read certificate file"},
 			{"still removed", func() {}, 1, 3, ""},
-			{"its cert too", func() { f.write(t, f.cert, p2.certPEM) }, 2, 3, ""},
+			{"its cert too", func() { f.write(t, f.cert, p2.CertPEM) }, 2, 3, ""},
 			{"a new pair", func() { f.writePair(t, p3) }, 3, 3, ""},
 		}
 		for _, s := range steps {
@@ -344,7 +303,7 @@ func TestCertReloaderReload(t *testing.T) {
 
 // Handshakes racing with swaps always get a whole pair (run with -race).
 func TestCertReloaderConcurrent(t *testing.T) {
-	pairs := []testPair{newTestPair(t, 1), newTestPair(t, 2)}
+	pairs := []testcert.Pair{newTestPair(t, 1), newTestPair(t, 2)}
 	f := newCertFiles(t)
 	f.writePair(t, pairs[0])
 	clock := &manualClock{}
@@ -397,11 +356,11 @@ func TestCertReloaderSymlinkSwap(t *testing.T) {
 	p1, p2 := newTestPair(t, 1), newTestPair(t, 2)
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		publish := func(version string, p testPair) {
+		publish := func(version string, p testcert.Pair) {
 			if err := os.Mkdir(filepath.Join(dir, version), 0o700); err != nil {
 				t.Fatal(err)
 			}
-			for name, data := range map[string][]byte{"tls.crt": p.certPEM, "tls.key": p.keyPEM} {
+			for name, data := range map[string][]byte{"tls.crt": p.CertPEM, "tls.key": p.KeyPEM} {
 				if err := os.WriteFile(filepath.Join(dir, version, name), data, 0o600); err != nil {
 					t.Fatal(err)
 				}

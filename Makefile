@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/inferrail
 
-.PHONY: ab-live all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live fidelity leaderboard reload-live cache-live
+.PHONY: ab-live tail-cpu all build test demo bench bench-live overload-live lint report clean node-deps prometheus-deps redis-deps db-deps stress tokenize-fixtures chat-fixtures hostile stack stack-down image gateways-live isolation-live limits-live fidelity leaderboard reload-live cache-live
 
 all: build
 
@@ -200,6 +200,12 @@ cache-live:
 # RATE, ROUNDS): CPU per request and TTFT; see README, overhead.
 ab-live:
 	scripts/ab-live.sh
+
+# live's TTFT tail against a bare Go proxy made to spend the same CPU per
+# request (BURN, RATE, ROUNDS; about 3 minutes): see README, overhead.
+# Writes runs/tail-cpu/results.md.
+tail-cpu:
+	scripts/tail-cpu.sh
 
 hostile:
 	scripts/hostile.sh

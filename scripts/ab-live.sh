@@ -42,12 +42,9 @@ $BIN live --config "$TMP/live-this.yaml" 2>"$TMP/this.log" &
 THIS_PID=$!
 PIDS+=($BASE_PID $THIS_PID)
 sleep 2
-WL=(--workload w6 --set w6.input_median_tokens=256 --set w6.input_sigma=0.3
-	--set output.median=16 --set output.sigma=0 --set output.min=16 --set output.max_tokens=16)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 for port in 19180 19181; do # warm up: connections, tokenizer, index
-	$BIN bench --base-url "http://127.0.0.1:$port" "${WL[@]}" --rate "$RATE" --requests 3000 --timeout 30s >/dev/null 2>&1
+	$BIN bench --base-url "http://127.0.0.1:$port" "${BENCH_WL[@]}" --rate "$RATE" --requests 3000 --timeout 30s >/dev/null 2>&1
 done
 n=$((RATE * 10))
 echo "| round | build | CPU µs / request | TTFT p50 ms | TTFT p99 ms |"
@@ -58,9 +55,9 @@ for r in $(seq "$ROUNDS"); do
 	for v in $order; do
 		port=19180 pid=$BASE_PID name=$BASE
 		[ $v = this ] && port=19181 pid=$THIS_PID name=$(git rev-parse --short HEAD)+tree
-		t0=$(ticks $pid)
-		$BIN bench --base-url "http://127.0.0.1:$port" "${WL[@]}" --rate "$RATE" --requests "$n" --timeout 30s --json 2>/dev/null >"$TMP/$v-$r.json"
-		t1=$(ticks $pid)
+		t0=$(cpu_ticks $pid)
+		$BIN bench --base-url "http://127.0.0.1:$port" "${BENCH_WL[@]}" --rate "$RATE" --requests "$n" --timeout 30s --json 2>/dev/null >"$TMP/$v-$r.json"
+		t1=$(cpu_ticks $pid)
 		lat=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['ttft_ms']; print('%.3f | %.3f' % (d['p50'], d['p99']))" "$TMP/$v-$r.json")
 		echo "| $r | $name | $(((t1 - t0) * 1000000 / hz / n)) | $lat |"
 	done

@@ -24,19 +24,9 @@ SOAK=${SOAK-50000}
 SOAK_RATE=${SOAK_RATE:-1000}
 BIN=bin/inferrail
 
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-	if [ "$(id -u)" = 0 ]; then
-		apt-get install -y -q nginx-light >/dev/null
-	else
-		echo "bench-live needs nginx: apt-get install nginx-light" >&2
-		exit 1
-	fi
-fi
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 make -s build
 mkdir -p "$OUT"
 rm -f "$OUT"/*.cpu "$OUT"/*.cs
-cleanup_extra() { [ -f "$TMP/nginx.pid" ] && kill "$(cat "$TMP/nginx.pid" 2>/dev/null)" 2>/dev/null || true; }
 # shellcheck source=scripts/live-lib.sh
 . scripts/live-lib.sh
 start_zero_engines 19001 19002 19003
@@ -44,7 +34,7 @@ cat >"$TMP/live.yaml" <<YAML
 listen: 127.0.0.1:19080
 admin_listen: 127.0.0.1:19090
 drain_delay: 0s            # no load balancer to wait for
-log: {access_sample: 0}   # as nginx's access_log off below
+log: {access_sample: 0}   # as nginx's access_log off (live-lib.sh)
 pprof: true
 procs: ${LIVE_PROCS:-adaptive}
 sysmon: ${LIVE_SYSMON:-awake}
@@ -54,39 +44,8 @@ zero_model_yaml 19001 19002 19003 >>"$TMP/live.yaml"
 env GOMAXPROCS=${LIVE_GOMAXPROCS:-} ${LIVE_ENV:-} $BIN live --config "$TMP/live.yaml" 2>"$TMP/live.log" &
 LIVE=$!
 PIDS+=($LIVE)
-cat >"$TMP/nginx.conf" <<NGINX
-worker_processes auto;
-pid $TMP/nginx.pid;
-error_log $TMP/nginx-error.log warn;
-events { worker_connections 16384; }
-http {
-	access_log off;
-	upstream engines {
-		server 127.0.0.1:19001;
-		server 127.0.0.1:19002;
-		server 127.0.0.1:19003;
-		keepalive 512;
-	}
-	server {
-		# The traced proxy's OTLP/HTTP receiver: takes every export.
-		listen 127.0.0.1:19083;
-		location = /v1/traces { return 200; }
-	}
-	server {
-		listen 127.0.0.1:19081;
-		location / {
-			proxy_pass http://engines;
-			proxy_http_version 1.1;
-			proxy_set_header Connection "";
-			proxy_buffering off;
-			proxy_request_buffering off;
-			proxy_read_timeout 600s;
-		}
-	}
-}
-NGINX
-"$NGINX" -c "$TMP/nginx.conf" -p "$TMP" -g 'daemon off;' &
-PIDS+=($!)
+# nginx on 19081, with the traced proxy's OTLP/HTTP receiver on 19083.
+start_nginx 19081 19083 19001 19002 19003
 go build -o "$TMP/baseline-proxy" ./scripts/baseline-proxy
 # The baselines run with live's runtime settings at these loads: the
 # runtime monitor kept awake (sysmon: awake) and one processor (what procs:
@@ -100,19 +59,6 @@ RAW_PID=$!
 PIDS+=($BASELINE_PID $RAW_PID)
 sleep 2
 
-# Short prompts (about 256 tokens) and 16-token answers: what is measured is
-# the path, not the engines.
-WL=(--workload w6 --set w6.input_median_tokens=256 --set w6.input_sigma=0.3
-	--set output.median=16 --set output.sigma=0 --set output.min=16 --set output.max_tokens=16)
-# CPU time (user + system, in clock ticks) of a set of processes, from /proc.
-ticks() {
-	local t=0 p
-	for p in "$@"; do
-		[ -r "/proc/$p/stat" ] || continue
-		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-	done
-	echo "$t"
-}
 # Context switches (voluntary and not) of a set of processes' threads, from
 # /proc: each costs a proxy a trip through the kernel's scheduler.
 switches() {
@@ -125,22 +71,16 @@ switches() {
 	done
 	echo "$t"
 }
-# nginx's master and its workers (whose command lines do not name the conf).
-nginx_pids() {
-	local m
-	m=$(cat "$TMP/nginx.pid")
-	echo "$m $(pgrep -P "$m" | tr '\n' ' ')"
-}
 HZ=$(getconf CLK_TCK)
 run() { # name url rate requests [pids to charge the CPU of]
 	local name=$1 url=$2 rate=$3 n=$4
 	shift 4
 	local before cs
-	before=$(ticks "$@")
+	before=$(cpu_ticks "$@")
 	cs=$(switches "$@")
-	$BIN bench --base-url "$url" "${WL[@]}" --rate "$rate" --requests "$n" --timeout 30s --json 2>/dev/null >"$OUT/$name-$rate.json"
+	$BIN bench --base-url "$url" "${BENCH_WL[@]}" --rate "$rate" --requests "$n" --timeout 30s --json 2>/dev/null >"$OUT/$name-$rate.json"
 	if [ $# -gt 0 ]; then
-		echo $(( ($(ticks "$@") - before) * 1000000 / HZ / n )) >"$OUT/$name-$rate.cpu"
+		echo $(( ($(cpu_ticks "$@") - before) * 1000000 / HZ / n )) >"$OUT/$name-$rate.cpu"
 		python3 -c "print(f'{($(switches "$@") - $cs) / $n:.2f}')" >"$OUT/$name-$rate.cs"
 	fi
 }
@@ -166,7 +106,7 @@ for rate in $RATES; do
 	run direct "$DIRECT" "$rate" "$n"
 	run live http://127.0.0.1:19080 "$rate" "$n" "$LIVE"
 	# shellcheck disable=SC2046
-	run nginx http://127.0.0.1:19081 "$rate" "$n" $(nginx_pids)
+	run nginx http://127.0.0.1:19081 "$rate" "$n" $(nginx_pids 19081)
 	run go-baseline http://127.0.0.1:19087 "$rate" "$n" "$BASELINE_PID"
 	run go-raw http://127.0.0.1:19088 "$rate" "$n" "$RAW_PID"
 	read -r d50 d99 _ _ _ _ <<<"$(summarise direct "$rate")"

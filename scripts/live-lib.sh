@@ -7,6 +7,7 @@ TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "$TMP"/nginx*.pid; do [ -f "$p" ] && kill "$(cat "$p" 2>/dev/null)" 2>/dev/null || true; done
 	if declare -F cleanup_extra >/dev/null; then cleanup_extra; fi
 	rm -rf "$TMP"
 }
@@ -50,3 +51,83 @@ YAML
 		i=$((i + 1))
 	done
 }
+
+# need_nginx: NGINX names Debian's nginx (nginx-light, installed when root
+# and missing).
+need_nginx() {
+	if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+		if [ "$(id -u)" = 0 ]; then
+			apt-get install -y -q nginx-light >/dev/null
+		else
+			echo "this script needs nginx: apt-get install nginx-light" >&2
+			exit 1
+		fi
+	fi
+	NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+}
+
+# start_nginx PORT RECEIVER PORT...: nginx (one worker per core, as
+# Debian's default) as a plain round-robin proxy to the engines on PORT...,
+# listening on the first PORT, streams unbuffered, upstream connections
+# kept alive; with RECEIVER other than 0, also a server on that port that
+# answers 200 to every OTLP/HTTP export. Its pid file is $TMP/nginx-PORT.pid.
+start_nginx() {
+	local port=$1 receiver=$2 p
+	shift 2
+	need_nginx
+	{
+		echo "worker_processes auto;"
+		echo "pid $TMP/nginx-$port.pid;"
+		echo "error_log $TMP/nginx-$port-error.log warn;"
+		echo "events { worker_connections 16384; }"
+		echo "http {"
+		echo "	access_log off;"
+		echo "	upstream engines {"
+		for p in "$@"; do echo "		server 127.0.0.1:$p;"; done
+		echo "		keepalive 512;"
+		echo "	}"
+		if [ "$receiver" != 0 ]; then
+			echo "	server { listen 127.0.0.1:$receiver; location = /v1/traces { return 200; } }"
+		fi
+		cat <<NGINX
+	server {
+		listen 127.0.0.1:$port;
+		location / {
+			proxy_pass http://engines;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering off;
+			proxy_request_buffering off;
+			proxy_read_timeout 600s;
+		}
+	}
+}
+NGINX
+	} >"$TMP/nginx-$port.conf"
+	"$NGINX" -c "$TMP/nginx-$port.conf" -p "$TMP" -g 'daemon off;' &
+	PIDS+=($!)
+}
+
+# nginx_pids PORT: the master and workers of the nginx start_nginx started
+# on PORT (the workers' command lines do not name the conf).
+nginx_pids() {
+	local m
+	m=$(cat "$TMP/nginx-$1.pid")
+	echo "$m $(pgrep -P "$m" | tr '\n' ' ')"
+}
+
+# cpu_ticks PID...: the CPU time (user + system, in clock ticks) of a set of
+# processes, from /proc.
+cpu_ticks() {
+	local t=0 p
+	for p in "$@"; do
+		[ -r "/proc/$p/stat" ] || continue
+		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+	done
+	echo "$t"
+}
+
+# BENCH_WL: bench-live's workload: short prompts (about 256 tokens) and
+# 16-token answers, so that what is measured is the path, not the engines.
+BENCH_WL=(--workload w6 --set w6.input_median_tokens=256 --set w6.input_sigma=0.3
+	--set output.median=16 --set output.sigma=0 --set output.min=16 --set output.max_tokens=16)

@@ -11,11 +11,16 @@
 // connections pooled by hand, the answer relayed chunk by chunk): no
 // goroutine per request beyond the connection's, no background read. That
 // is about the least a Go proxy with a goroutine per connection can cost.
+// With -burn D as well, it spends D of CPU time on each request (two thirds
+// before forwarding it, the rest after the answer), as a proxy with that much
+// work of its own would: scripts/tail-cpu.sh compares it with live to tell
+// whether live's tail is its CPU or something else.
 // It reads what bench sends and trusts it: a measuring tool for loopback,
 // never a server for untrusted clients.
 //
 //	baseline-proxy -listen 127.0.0.1:19087 http://127.0.0.1:19001 http://127.0.0.1:19002
 //	baseline-proxy -raw -listen 127.0.0.1:19088 http://127.0.0.1:19001
+//	baseline-proxy -raw -burn 35us -listen 127.0.0.1:19089 http://127.0.0.1:19001
 package main
 
 import (
@@ -43,6 +48,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("baseline-proxy", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:19087", "address to serve on")
 	raw := fs.Bool("raw", false, "serve with a loop of its own on each connection instead of net/http")
+	burn := fs.Duration("burn", 0, "with -raw: CPU time to spend on each request besides relaying it (such as 35us)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,8 +67,14 @@ func run(args []string) error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400) // as inferrail live
 	}
+	if *burn < 0 || *burn > time.Second {
+		return fmt.Errorf("-burn %v: want 0 to 1s", *burn)
+	}
+	if *burn > 0 && !*raw {
+		return errors.New("-burn needs -raw")
+	}
 	if *raw {
-		return serveRaw(*listen, hosts)
+		return serveRaw(*listen, hosts, *burn)
 	}
 	p := &proxy{ups: ups, tr: &http.Transport{
 		MaxIdleConns: 4096, MaxIdleConnsPerHost: 512, IdleConnTimeout: 90 * time.Second,

@@ -48,7 +48,48 @@ func (p *pool) put(u *upConn) {
 	}
 }
 
-func serveRaw(listen string, hosts []string) error {
+// burner spends a fixed amount of CPU time per request: loops of
+// arithmetic, counted against the clock once at start, so that a request
+// costs the same work whether or not the thread is descheduled meanwhile.
+// -burn makes go-raw cost what a proxy with more work of its own (such as
+// routing and tokenization) costs, to tell what that CPU does to the tail.
+type burner struct {
+	before, after int // loops before forwarding and after the answer
+	sink          uint64
+}
+
+func newBurner(d time.Duration) *burner {
+	if d <= 0 {
+		return &burner{}
+	}
+	// Loops per millisecond, the best of a few tries (the others were
+	// interrupted).
+	b := &burner{}
+	best := 0.0
+	for range 5 {
+		const n = 200000
+		t0 := time.Now()
+		b.spin(n)
+		if r := n / float64(time.Since(t0).Microseconds()+1); r > best {
+			best = r
+		}
+	}
+	loops := int(best * float64(d.Microseconds()))
+	// As live: most of its own work (parse, tokenize, route) before the
+	// request goes upstream, the rest (settle, index) after the answer.
+	b.before, b.after = loops*2/3, loops-loops*2/3
+	return b
+}
+
+func (b *burner) spin(n int) {
+	x := b.sink
+	for range n {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	b.sink = x
+}
+
+func serveRaw(listen string, hosts []string, burn time.Duration) error {
 	var pools []*pool
 	for _, h := range hosts {
 		pools = append(pools, &pool{addr: h, idle: make(chan *upConn, 512)})
@@ -58,6 +99,7 @@ func serveRaw(listen string, hosts []string) error {
 		return err
 	}
 	var next atomic.Uint64
+	b := newBurner(burn)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -68,12 +110,13 @@ func serveRaw(listen string, hosts []string) error {
 			time.Sleep(10 * time.Millisecond) // such as too many open files
 			continue
 		}
-		go serveConn(c, pools, &next)
+		go serveConn(c, pools, &next, b)
 	}
 }
 
 // serveConn serves one client connection's requests in turn.
-func serveConn(c net.Conn, pools []*pool, next *atomic.Uint64) {
+func serveConn(c net.Conn, pools []*pool, next *atomic.Uint64, shared *burner) {
+	b := *shared // each connection spins on its own copy
 	defer c.Close()
 	br := bufio.NewReaderSize(c, 16<<10)
 	bw := bufio.NewWriterSize(c, 16<<10)
@@ -89,9 +132,11 @@ func serveConn(c net.Conn, pools []*pool, next *atomic.Uint64) {
 			return
 		}
 		p := pools[next.Add(1)%uint64(len(pools))]
+		b.spin(b.before)
 		if !relayRaw(p, req, body, bw, buf) {
 			return
 		}
+		b.spin(b.after)
 	}
 }
 

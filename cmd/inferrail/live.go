@@ -129,7 +129,7 @@ func serveUntilSignal(parent context.Context, cfg *config.Config, log *slog.Logg
 		done := make(chan error, 1)
 		go func() {
 			done <- procs.Run(pctx, procs.Config{Max: runtime.GOMAXPROCS(0)}, func(c procs.Change) {
-				log.Debug("processors", "from", c.From, "to", c.To, "cpu_cores", c.Sample.CPU, "wait_p99_ms", float64(c.Sample.WaitP99)/1e6)
+				log.Debug("processors", "from", c.From, "to", c.To, "max", c.Max, "cpu_cores", c.Sample.CPU, "wait_p99_ms", float64(c.Sample.WaitP99)/1e6)
 			})
 		}()
 		defer func() {

@@ -15,7 +15,11 @@
 // under Config.Idle, and after a lowering that did not hold, only after
 // twice as long. Run (run.go) samples the process (getrusage and the
 // runtime's /sched/latencies:seconds) every Config.Interval and applies
-// Step's answer with runtime.GOMAXPROCS.
+// Step's answer with runtime.GOMAXPROCS. Setting GOMAXPROCS stops the
+// runtime's own updates of it (Go follows a container's CPU limit as it
+// changes), so every Config.LimitEvery Run hands it back to the runtime for
+// a moment, takes the runtime's value as the controller's Max
+// (Controller.SetMax), and hands it back for good when it ends.
 //
 // KeepMonitorAwake (monitor.go) is the other half: it executes the program
 // again with GODEBUG=schedtrace at its longest period, which keeps Go's

@@ -11,8 +11,14 @@ import (
 type Config struct {
 	// Max is the most Ps the controller gives the process (at least 1):
 	// runtime.GOMAXPROCS as Go sets it at start (the CPUs, or the
-	// container's CPU limit).
+	// container's CPU limit). Run reads Go's own value again every
+	// LimitEvery and takes it as Max (SetMax).
 	Max int
+	// LimitEvery is how often Run asks the runtime for the GOMAXPROCS it
+	// would pick now (the CPUs the process may use and the container's
+	// CPU limit, which a resize changes): each time costs two brief
+	// stops of the world. Default 30s.
+	LimitEvery time.Duration
 	// Interval is how often the process is sampled. Default 250ms.
 	Interval time.Duration
 	// Busy is the share of a P's time (0 to 1] above which the
@@ -52,6 +58,9 @@ func (c Config) withDefaults() Config {
 	if c.WaitLimit == 0 {
 		c.WaitLimit = 5 * time.Millisecond
 	}
+	if c.LimitEvery == 0 {
+		c.LimitEvery = 30 * time.Second
+	}
 	return c
 }
 
@@ -71,6 +80,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("procs: down_after must be at least 1, got %d", c.DownAfter)
 	case c.WaitLimit <= 0:
 		return errors.New("procs: wait_limit must be positive")
+	case c.LimitEvery < c.Interval:
+		return fmt.Errorf("procs: limit_every must be at least the interval (%v), got %v", c.Interval, c.LimitEvery)
 	}
 	return nil
 }
@@ -111,6 +122,22 @@ func New(cfg Config, start int) (*Controller, error) {
 
 // Procs is the count of Ps the controller last decided.
 func (c *Controller) Procs() int { return c.procs }
+
+// Max is the most Ps the controller gives.
+func (c *Controller) Max() int { return c.cfg.Max }
+
+// SetMax changes Max to n (at least 1): the CPUs the process may use, or
+// its container's CPU limit, changed. Over the new Max, the Ps drop to it
+// at once; under it, the controller goes on from where it is (and raises
+// up to the new Max as the load needs).
+func (c *Controller) SetMax(n int) {
+	c.cfg.Max = max(n, 1)
+	if c.procs > c.cfg.Max {
+		c.procs = c.cfg.Max
+		c.below = 0
+	}
+	c.target = min(c.target, c.cfg.Max)
+}
 
 // need is the count of Ps at which cpu keeps each at most share busy.
 func (c *Controller) need(cpu, share float64) int {

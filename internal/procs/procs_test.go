@@ -2,6 +2,7 @@ package procs
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"testing/synctest"
@@ -110,7 +111,7 @@ func TestAFlappingLoweringWaitsLonger(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	for _, c := range []Config{{Max: 0}, {Max: 2, Busy: 1.5}, {Max: 2, Busy: 0.3, Idle: 0.4}, {Max: 2, Interval: time.Microsecond}, {Max: 2, DownAfter: -1}} {
+	for _, c := range []Config{{Max: 0}, {Max: 2, Busy: 1.5}, {Max: 2, Busy: 0.3, Idle: 0.4}, {Max: 2, Interval: time.Microsecond}, {Max: 2, DownAfter: -1}, {Max: 2, LimitEvery: time.Millisecond}} {
 		if _, err := New(c, 1); err == nil {
 			t.Errorf("%+v: accepted", c)
 		}
@@ -118,7 +119,8 @@ func TestValidate(t *testing.T) {
 }
 
 // The controller's answer is always in [1, Max], never under what the
-// sample needs at Busy, and it lowers only after DownAfter intervals.
+// sample needs at Busy, and it lowers only after DownAfter intervals, but
+// for a lower Max (SetMax), which it follows at once.
 func TestStepProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		maxP := rapid.IntRange(1, 64).Draw(t, "max")
@@ -130,6 +132,17 @@ func TestStepProperties(t *testing.T) {
 		same := 0
 		prev := c.Procs()
 		for i := range rapid.IntRange(1, 200).Draw(t, "steps") {
+			if rapid.IntRange(0, 9).Draw(t, "resize") == 0 {
+				maxP = rapid.IntRange(-1, 64).Draw(t, "new max")
+				c.SetMax(maxP)
+				maxP = max(maxP, 1)
+				if c.Max() != maxP || c.Procs() > maxP || c.Procs() < 1 {
+					t.Fatalf("step %d: SetMax(%d) left Max %d, %d Ps", i, maxP, c.Max(), c.Procs())
+				}
+				if c.Procs() != prev { // dropped to the new Max: counting starts again
+					prev, same = c.Procs(), 0
+				}
+			}
 			s := Sample{CPU: rapid.Float64Range(-1, 80).Draw(t, "cpu"), WaitP99: time.Duration(rapid.Int64Range(0, 2e7).Draw(t, "wait"))}
 			got := c.Step(s)
 			if got < 1 || got > maxP {
@@ -183,7 +196,7 @@ func TestRunSetsWhatTheControllerDecidesAndRestores(t *testing.T) {
 				default:
 					return Sample{CPU: 1.9}
 				}
-			}, func(n int) int { set = append(set, n); return 0 }, func(c Change) { changes = append(changes, c) })
+			}, func(n int) int { set = append(set, n); return 0 }, func() int { set = append(set, -4); return 4 }, func(c Change) { changes = append(changes, c) })
 		}()
 		time.Sleep(250*time.Millisecond*3 + time.Millisecond)
 		synctest.Wait()
@@ -192,8 +205,9 @@ func TestRunSetsWhatTheControllerDecidesAndRestores(t *testing.T) {
 			t.Fatal(err)
 		}
 		// start at 4; the first sample only starts the interval; two light
-		// intervals lower to 1; then 1.9 cores need 4 again; on exit, 4.
-		want := []int{4, 1, 4, 4}
+		// intervals lower to 1; then 1.9 cores need 4 again; on exit, the
+		// runtime's own (-4: handed back, 4 Ps).
+		want := []int{4, 1, 4, -4}
 		if len(set) != len(want) {
 			t.Fatalf("set %v, want %v", set, want)
 		}
@@ -203,6 +217,45 @@ func TestRunSetsWhatTheControllerDecidesAndRestores(t *testing.T) {
 			}
 		}
 		if len(changes) != 2 || changes[0].From != 4 || changes[0].To != 1 || changes[1].To != 4 {
+			t.Fatalf("changes %+v", changes)
+		}
+	})
+}
+
+// Every LimitEvery, run hands GOMAXPROCS to the runtime for a moment to
+// learn what it would pick now (a container resized) and takes that as the
+// controller's Max: over it the Ps drop at once, and a raised limit lets
+// the load have more.
+func TestRunFollowsTheRuntimesLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		limit := 4
+		var procs []int // GOMAXPROCS after each call, in order
+		var changes []Change
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() {
+			done <- run(ctx, Config{Max: 4, DownAfter: 2, LimitEvery: time.Second}, func() Sample {
+				return Sample{CPU: 5} // wants every P it may have
+			}, func(n int) int { procs = append(procs, n); return 0 }, func() int {
+				procs = append(procs, -limit) // handed to the runtime: its value
+				return limit
+			}, func(c Change) { changes = append(changes, c) })
+		}()
+		step := func(d time.Duration) { time.Sleep(d); synctest.Wait() }
+		step(time.Second + time.Millisecond) // the first check: still 4
+		limit = 2                            // resized down
+		step(time.Second)
+		limit = 8 // and up
+		step(time.Second)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		want := []int{4, -4, 4, -2, 2, -8, 8, -8}
+		if fmt.Sprint(procs) != fmt.Sprint(want) {
+			t.Fatalf("GOMAXPROCS went %v, want %v", procs, want)
+		}
+		if len(changes) != 2 || changes[0].To != 2 || changes[0].Max != 2 || changes[1].From != 2 || changes[1].To != 8 || changes[1].Max != 8 {
 			t.Fatalf("changes %+v", changes)
 		}
 	})

@@ -10,50 +10,71 @@ import (
 	"time"
 )
 
-// Change is one decision that changed the Ps, for a log line.
+// Change is one decision that changed the Ps (or their Max), for a log
+// line.
 type Change struct {
 	From, To int
-	Sample   Sample
+	// Max is the most Ps now: the runtime's own GOMAXPROCS, read again
+	// every Config.LimitEvery.
+	Max    int
+	Sample Sample
 }
 
 // Run samples the process every cfg.Interval and sets GOMAXPROCS to what a
-// Controller decides, from cfg.Max on, until ctx ends; then it sets
-// GOMAXPROCS back to cfg.Max. onChange, when not nil, is called after each
-// change. Run changes process-wide state: only a program's main should
-// call it, once.
+// Controller decides, from cfg.Max on, until ctx ends; every
+// cfg.LimitEvery it takes the GOMAXPROCS Go itself would pick now as the
+// controller's Max (a container resized), as setting GOMAXPROCS stops the
+// runtime's own updates. When ctx ends it hands GOMAXPROCS back to the
+// runtime (runtime.SetDefaultGOMAXPROCS). onChange, when not nil, is called
+// after each change. Run changes process-wide state: only a program's main
+// should call it, once.
 func Run(ctx context.Context, cfg Config, onChange func(Change)) error {
 	s, err := newProcessSampler()
 	if err != nil {
 		return err
 	}
-	return run(ctx, cfg, s.sample, runtime.GOMAXPROCS, onChange)
+	return run(ctx, cfg, s.sample, runtime.GOMAXPROCS, runtimeDefault, onChange)
 }
 
-// run is Run with the process's sampler and setter given.
-func run(ctx context.Context, cfg Config, sample func() Sample, set func(int) int, onChange func(Change)) error {
+// runtimeDefault gives GOMAXPROCS back to the runtime, which sets it as at
+// start (and follows the container's limit from then on), and returns it.
+func runtimeDefault() int {
+	runtime.SetDefaultGOMAXPROCS()
+	return runtime.GOMAXPROCS(0)
+}
+
+// run is Run with the process's sampler, setter and runtime default given.
+func run(ctx context.Context, cfg Config, sample func() Sample, set func(int) int, limit func() int, onChange func(Change)) error {
 	c, err := New(cfg, cfg.Max)
 	if err != nil {
 		return err
 	}
 	cfg = c.cfg
 	set(cfg.Max)
-	defer set(cfg.Max)
+	defer limit()
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
+	every := max(int(cfg.LimitEvery/cfg.Interval), 1)
 	sample() // the first interval starts now
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
 		s := sample()
-		from := c.Procs()
-		if to := c.Step(s); to != from {
+		from, fromMax := c.Procs(), c.Max()
+		check := n%every == 0
+		if check {
+			// The runtime's value is in place until set below.
+			c.SetMax(limit())
+		}
+		to := c.Step(s)
+		if check || to != from {
 			set(to)
-			if onChange != nil {
-				onChange(Change{From: from, To: to, Sample: s})
-			}
+		}
+		if onChange != nil && (to != from || c.Max() != fromMax) {
+			onChange(Change{From: from, To: to, Max: c.Max(), Sample: s})
 		}
 	}
 }

@@ -128,8 +128,10 @@ type Config struct {
 	// connection event) and every one the container allows as soon as it
 	// needs more; "fixed" every one, as Go sets it. Adaptive took 15-23%
 	// less CPU per request at 1,000 req/s and 10-16% at 3,000 here, with
-	// no longer a tail (README). A GOMAXPROCS environment variable fixes it in
-	// either case. Read at start only. Default "adaptive".
+	// no longer a tail (README). Adaptive reads again, every 30 s, how many
+	// Go itself would use (the container's CPU limit, which a resize
+	// changes). A GOMAXPROCS environment variable fixes it in either case.
+	// Read at start only. Default "adaptive".
 	Procs string `yaml:"procs"`
 	// Sysmon is how Go's runtime monitor runs: "awake" keeps it from the
 	// deep sleep it takes while every processor is idle (the proxy executes

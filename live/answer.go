@@ -2,6 +2,7 @@ package live
 
 import (
 	"bytes"
+	"sync"
 
 	"github.com/inferrail/inferrail/internal/openai"
 )
@@ -49,13 +50,35 @@ type answer struct {
 }
 
 func newAnswer(stream, keepText bool) *answer {
-	a := &answer{stream: stream, keepText: keepText, completion: -1, cached: -1}
+	a, _ := answerPool.Get().(*answer)
+	if a == nil {
+		a = &answer{}
+	}
+	r, text, pending := a.r, a.a.Text[:0], a.pending[:0]
+	r.Reset()
+	*a = answer{stream: stream, keepText: keepText, completion: -1, cached: -1, r: r, pending: pending}
+	a.a.Text = text
 	a.a.MaxText = maxAnswerBytes
 	if !keepText {
 		a.a.MaxText = -1
 	}
 	a.r.MaxEventBytes = 4 * maxAnswerBytes
 	return a
+}
+
+// answerPool keeps answers' buffers (the reader's, the text's) from one
+// request to the next; those grown past maxPooledAnswer are left to the
+// collector.
+var answerPool sync.Pool
+
+const maxPooledAnswer = 64 << 10
+
+// release gives a back for another request; nothing may use it after.
+func (a *answer) release() {
+	if a == nil || a.r.Retained()+cap(a.a.Text)+cap(a.pending) > maxPooledAnswer {
+		return
+	}
+	answerPool.Put(a)
 }
 
 // feed takes the next bytes of the response.

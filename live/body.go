@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // fields are what the proxy reads of a request body; everything else passes
@@ -284,7 +285,9 @@ func skipKey(b []byte, j int) (int, error) {
 
 // completionPrompt returns a completion request's prompt text, when it is
 // one string (or a list of one string); ok is false otherwise (token ids or
-// several prompts: routed without a prediction).
+// several prompts: routed without a prediction). A prompt without escapes
+// is raw's own bytes, not a copy: it is only for reading while raw is
+// (the encoders keep nothing of what they read).
 func completionPrompt(raw json.RawMessage) (string, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
@@ -294,7 +297,10 @@ func completionPrompt(raw json.RawMessage) (string, bool) {
 	if raw[0] == '"' {
 		// Most prompts need no unescaping: take their bytes as they are.
 		if len(raw) >= 2 && raw[len(raw)-1] == '"' && plain(raw[1:len(raw)-1]) {
-			return string(raw[1 : len(raw)-1]), true
+			if len(raw) == 2 {
+				return "", true
+			}
+			return unsafe.String(&raw[1], len(raw)-2), true
 		}
 		if json.Unmarshal(raw, &s) == nil {
 			return s, true

@@ -183,25 +183,72 @@ func connectionNamed(h http.Header) map[string]bool {
 	return named
 }
 
-// upstreamHeader builds the headers sent to an engine from the client's.
-func (s *Server) upstreamHeader(in http.Header, r *http.Request, reqID string) http.Header {
-	out := make(http.Header, len(in)+3)
-	named := connectionNamed(in)
-	for k, vs := range in {
-		if hopSet[k] || named[k] || dropUpstream[k] || credentialHdrs[k] && !s.cfg.ForwardClientAuth {
-			continue
-		}
-		out[k] = vs
-	}
+// upstreamHeaders are the headers sent to an engine for a client's
+// request: the client's under the header policy, the proxy's forwarding
+// headers and request id, and extra (a trace context, which replaces the
+// client's own). The lean client writes them straight into the request's
+// head; header builds a map of them for net/http's transport.
+type upstreamHeaders struct {
+	in    http.Header
+	named map[string]bool // the headers the client's Connection names
+	auth  bool            // forward_client_auth
+	xff   string          // X-Forwarded-For ("" when the address has no host)
+	proto string          // X-Forwarded-Proto
+	reqID string
+	extra http.Header
+}
+
+func (s *Server) upstreamHeaders(r *http.Request, reqID string) *upstreamHeaders {
+	u := &upstreamHeaders{in: r.Header, named: connectionNamed(r.Header), auth: s.cfg.ForwardClientAuth, proto: "http", reqID: reqID}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		out["X-Forwarded-For"] = []string{host}
+		u.xff = host
 	}
 	if r.TLS != nil {
-		out["X-Forwarded-Proto"] = []string{"https"}
-	} else {
-		out["X-Forwarded-Proto"] = []string{"http"}
+		u.proto = "https"
 	}
-	out[HeaderRequestID] = []string{reqID}
+	return u
+}
+
+// forwards reports whether the client's header k goes upstream.
+func (u *upstreamHeaders) forwards(k string) bool {
+	return !(hopSet[k] || u.named[k] || dropUpstream[k] || credentialHdrs[k] && !u.auth || u.extra[k] != nil)
+}
+
+func (u *upstreamHeaders) appendLines(b []byte) []byte {
+	for k, vs := range u.in {
+		if u.forwards(k) {
+			for _, v := range vs {
+				b = appendHeaderLine(b, k, v)
+			}
+		}
+	}
+	for k, vs := range u.extra {
+		for _, v := range vs {
+			b = appendHeaderLine(b, k, v)
+		}
+	}
+	if u.xff != "" {
+		b = appendHeaderLine(b, "X-Forwarded-For", u.xff)
+	}
+	b = appendHeaderLine(b, "X-Forwarded-Proto", u.proto)
+	return appendHeaderLine(b, HeaderRequestID, u.reqID)
+}
+
+func (u *upstreamHeaders) header() http.Header {
+	out := make(http.Header, len(u.in)+len(u.extra)+3)
+	for k, vs := range u.in {
+		if u.forwards(k) {
+			out[k] = vs
+		}
+	}
+	for k, vs := range u.extra {
+		out[k] = vs
+	}
+	if u.xff != "" {
+		out["X-Forwarded-For"] = []string{u.xff}
+	}
+	out["X-Forwarded-Proto"] = []string{u.proto}
+	out[HeaderRequestID] = []string{u.reqID}
 	return out
 }
 
@@ -213,11 +260,12 @@ func (s *Server) forward(ctx context.Context, rep *replica, r *http.Request, bod
 	u := *rep.base
 	u.Path += r.URL.Path
 	u.RawQuery = r.URL.RawQuery
-	hdr := s.upstreamHeader(r.Header, r, reqID)
+	hdr := s.upstreamHeaders(r, reqID)
 	if s.tr != nil {
 		// The try's span goes on in the engine (a client's own
 		// traceparent is forwarded as is when tracing is off).
-		s.tr.prop.Inject(ctx, propagation.HeaderCarrier(hdr))
+		hdr.extra = http.Header{}
+		s.tr.prop.Inject(ctx, propagation.HeaderCarrier(hdr.extra))
 	}
 	if s.h1 != nil && u.Scheme == "http" {
 		return s.h1.do(ctx, &u, hdr, body)
@@ -226,7 +274,7 @@ func (s *Server) forward(ctx context.Context, rep *replica, r *http.Request, bod
 	tr.ct.GotConn = tr.got
 	out := &http.Request{
 		Method: http.MethodPost, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: hdr, Body: io.NopCloser(bytes.NewReader(body)),
+		Header: hdr.header(), Body: io.NopCloser(bytes.NewReader(body)),
 		ContentLength: int64(len(body)), Host: u.Host,
 	}
 	out = out.WithContext(httptrace.WithClientTrace(ctx, &tr.ct))
@@ -385,6 +433,9 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	var ans *answer
 	if ok {
 		ans = answerOf(in, sse)
+		// Whichever way relay ends, the engine's side is done with ans by
+		// then (drainPipe waits for the watchdog).
+		defer ans.release()
 	}
 	if t.eof {
 		// The whole answer came in the first read: nothing to wait for.

@@ -110,10 +110,10 @@ var errNoResponse = errors.New("the engine closed the connection before answerin
 // longAgo is a deadline in the past: it interrupts a blocked read or write.
 var longAgo = time.Unix(1, 0)
 
-// do sends a POST of body to u with hdr and returns the response, whose
+// do sends a POST of body to u with hdr's lines and returns the response, whose
 // body must be read to its end or closed. reused reports a pooled
 // connection. ctx bounds the whole exchange, the body's reads included.
-func (h *h1Client) do(ctx context.Context, u *url.URL, hdr http.Header, body []byte) (resp *http.Response, reused bool, err error) {
+func (h *h1Client) do(ctx context.Context, u *url.URL, hdr headerLines, body []byte) (resp *http.Response, reused bool, err error) {
 	addr := u.Host
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "80")
@@ -154,8 +154,30 @@ func (h *h1Client) do(ctx context.Context, u *url.URL, hdr http.Header, body []b
 	return resp, reused, nil
 }
 
+// headerLines writes a request's header lines ("Name: value\r\n", each
+// through appendHeaderLine) after its Host and Content-Length.
+type headerLines interface {
+	appendLines(b []byte) []byte
+}
+
+// plainHeader sends a header map as it is (but Host and Content-Length,
+// which the request head sets).
+type plainHeader http.Header
+
+func (h plainHeader) appendLines(b []byte) []byte {
+	for k, vs := range h {
+		if k == "Host" || k == "Content-Length" {
+			continue
+		}
+		for _, v := range vs {
+			b = appendHeaderLine(b, k, v)
+		}
+	}
+	return b
+}
+
 // appendRequestHead writes a POST's request line and headers.
-func appendRequestHead(b []byte, u *url.URL, hdr http.Header, n int) []byte {
+func appendRequestHead(b []byte, u *url.URL, hdr headerLines, n int) []byte {
 	b = append(b, "POST "...)
 	b = append(b, u.EscapedPath()...)
 	if u.RawQuery != "" {
@@ -167,20 +189,19 @@ func appendRequestHead(b []byte, u *url.URL, hdr http.Header, n int) []byte {
 	b = append(b, "\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(n), 10)
 	b = append(b, "\r\n"...)
-	for k, vs := range hdr {
-		if k == "Host" || k == "Content-Length" || !validHeaderName(k) {
-			continue
-		}
-		for _, v := range vs {
-			if !validHeaderValue(v) {
-				continue
-			}
-			b = append(b, k...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
+	b = hdr.appendLines(b)
+	return append(b, "\r\n"...)
+}
+
+// appendHeaderLine writes one header line, or nothing when k or v would
+// break the request's framing.
+func appendHeaderLine(b []byte, k, v string) []byte {
+	if !validHeaderName(k) || !validHeaderValue(v) {
+		return b
 	}
+	b = append(b, k...)
+	b = append(b, ": "...)
+	b = append(b, v...)
 	return append(b, "\r\n"...)
 }
 

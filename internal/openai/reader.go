@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unsafe"
 )
 
 // DefaultMaxEventBytes is the longest line, and the most data one event may
@@ -57,6 +58,13 @@ func (r *Reader) Reset() {
 	carry, data, events, spans, arena, key := r.carry[:0], r.data[:0], r.events[:0], r.spans[:0], r.dec.arena[:0], r.dec.key[:0]
 	*r = Reader{MaxEventBytes: limit, carry: carry, data: data, events: events, spans: spans}
 	r.dec.arena, r.dec.key = arena, key
+}
+
+// Retained is the bytes of buffer r keeps for the next stream after a
+// Reset: a pool of Readers can drop those a huge event grew.
+func (r *Reader) Retained() int {
+	const eventSize, spanSize = int(unsafe.Sizeof(Event{})), int(unsafe.Sizeof(fields{}))
+	return cap(r.carry) + cap(r.data) + cap(r.dec.arena) + cap(r.dec.key) + cap(r.events)*eventSize + cap(r.spans)*spanSize
 }
 
 // Err returns the error that stopped the reader, if any.

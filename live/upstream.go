@@ -19,8 +19,9 @@ import (
 // connection by the goroutine that relays it. net/http's Transport does the
 // same work with two goroutines of its own per connection and several
 // hand-offs per request, which measured as most of what the proxy added
-// over nginx's CPU per request. Responses are parsed by http.ReadResponse
-// (its framing: Content-Length, chunked, close-delimited). Scrapes and
+// over nginx's CPU per request. Responses are parsed by readResponse
+// (response.go: http.ReadResponse's framing, Content-Length, chunked,
+// close-delimited, with fewer allocations and a bounded head). Scrapes and
 // probes, https:// engines and a transport given in Deps use net/http.
 type h1Client struct {
 	dialer      net.Dialer
@@ -142,7 +143,7 @@ func (h *h1Client) do(ctx context.Context, u *url.URL, hdr headerLines, body []b
 	if err != nil {
 		return fail(err)
 	}
-	resp, err = http.ReadResponse(pc.br, &http.Request{Method: http.MethodPost, URL: u})
+	resp, err = readResponse(pc.br)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = errNoResponse

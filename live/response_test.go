@@ -71,16 +71,16 @@ var responseCases = map[string]string{
 
 // Malformed heads: errors, as net/http's.
 var badResponses = map[string]string{
-	"empty":              "",
-	"cut head":           "HTTP/1.1 200 OK\r\nContent-Le",
-	"not http":           "SSH-2.0-OpenSSH\r\n\r\n",
-	"bad code":           "HTTP/1.1 2x0 OK\r\n\r\n",
-	"two-digit code":     "HTTP/1.1 20 OK\r\n\r\n",
-	"no colon":           "HTTP/1.1 200 OK\r\nbroken\r\n\r\n",
-	"differing lengths":  "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
-	"negative length":    "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-	"gzip coding":        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
-	"two codings":        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+	"empty":             "",
+	"cut head":          "HTTP/1.1 200 OK\r\nContent-Le",
+	"not http":          "SSH-2.0-OpenSSH\r\n\r\n",
+	"bad code":          "HTTP/1.1 2x0 OK\r\n\r\n",
+	"two-digit code":    "HTTP/1.1 20 OK\r\n\r\n",
+	"no colon":          "HTTP/1.1 200 OK\r\nbroken\r\n\r\n",
+	"differing lengths": "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+	"negative length":   "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+	"gzip coding":       "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+	"two codings":       "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
 }
 
 // The lean response reader makes of every response what http.ReadResponse

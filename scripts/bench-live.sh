@@ -13,7 +13,8 @@
 # (RATES="" and SOAK=0 skip the first and the last, COSTS=0 the traces and keys
 # parts, RECORD=0 the recording part; LIVE_GOMAXPROCS=N sets GOMAXPROCS in
 # live's environment, LIVE_ENV="K=V ..." more of it, LIVE_PROCS=fixed live's procs setting, adaptive by default;
-# LIVE_SYSMON=go live's sysmon setting, awake by default). Engines use the smallest profile costs, so
+# LIVE_SYSMON=go live's sysmon setting, awake by default; LIVE_TOKENIZER=DIR
+# live's tokenizer in place of builtin:sim). Engines use the smallest profile costs, so
 # latency is almost all network and proxy. Results: $OUT/results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,9 @@ procs: ${LIVE_PROCS:-adaptive}
 sysmon: ${LIVE_SYSMON:-awake}
 YAML
 zero_model_yaml 19001 19002 19003 >>"$TMP/live.yaml"
+if [ -n "${LIVE_TOKENIZER:-}" ]; then
+	sed -i "s|tokenizer: builtin:sim|tokenizer: $(realpath "$LIVE_TOKENIZER")|" "$TMP/live.yaml"
+fi
 # shellcheck disable=SC2086
 env GOMAXPROCS=${LIVE_GOMAXPROCS:-} ${LIVE_ENV:-} $BIN live --config "$TMP/live.yaml" 2>"$TMP/live.log" &
 LIVE=$!

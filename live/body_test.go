@@ -274,3 +274,57 @@ func TestAnswerLength(t *testing.T) {
 		t.Fatalf("body usage: %d, %v", n, ok)
 	}
 }
+
+// An answer taken from the pool reads a response exactly as a fresh one:
+// nothing of the responses it read before (their text, usage, [DONE], a
+// broken stream, a non-streamed body) is left in it.
+func TestPooledAnswerIsFresh(t *testing.T) {
+	responses := []struct {
+		stream bool
+		body   string
+	}{
+		{true, "data: {\"choices\":[{\"index\":0,\"text\":\"ab \"}]}\n\ndata: {\"choices\":[],\"usage\":{\"completion_tokens\":7,\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\ndata: [DONE]\n\n"},
+		{true, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choi"},
+		{true, "data: not json\n\n"},
+		{true, "data: {\"choices\":[{\"index\":0,\"text\":\"" + strings.Repeat("long ", 20000) + "\"}]}\n\n"},
+		{false, `{"choices":[{"index":0,"message":{"role":"assistant","content":"whole"}}],"usage":{"completion_tokens":2}}`},
+		{false, `not json`},
+	}
+	type read struct {
+		text             string
+		ok, done, over   bool
+		completion, hits int
+		out              int
+		known            bool
+	}
+	readWith := func(a *answer, body string, cut int) read {
+		for b := []byte(body); len(b) > 0; {
+			n := min(cut, len(b))
+			a.feed(b[:n])
+			b = b[n:]
+		}
+		text, ok := a.finish()
+		out, known := a.outputTokens(-1)
+		return read{string(text), ok, a.done, a.over, a.completion, a.cached, out, known}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		for range rapid.IntRange(1, 8).Draw(t, "responses") {
+			r := responses[rapid.IntRange(0, len(responses)-1).Draw(t, "response")]
+			keep := rapid.Bool().Draw(t, "keepText")
+			cut := rapid.IntRange(1, 64).Draw(t, "cut")
+			pooled := newAnswer(r.stream, keep)
+			got := readWith(pooled, r.body, cut)
+			pooled.release()
+			fresh := &answer{}
+			*fresh = answer{stream: r.stream, keepText: keep, completion: -1, cached: -1}
+			fresh.a.MaxText = maxAnswerBytes
+			if !keep {
+				fresh.a.MaxText = -1
+			}
+			fresh.r.MaxEventBytes = 4 * maxAnswerBytes
+			if want := readWith(fresh, r.body, cut); got != want {
+				t.Fatalf("pooled %+v, fresh %+v", got, want)
+			}
+		}
+	})
+}

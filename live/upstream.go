@@ -161,22 +161,6 @@ type headerLines interface {
 	appendLines(b []byte) []byte
 }
 
-// plainHeader sends a header map as it is (but Host and Content-Length,
-// which the request head sets).
-type plainHeader http.Header
-
-func (h plainHeader) appendLines(b []byte) []byte {
-	for k, vs := range h {
-		if k == "Host" || k == "Content-Length" {
-			continue
-		}
-		for _, v := range vs {
-			b = appendHeaderLine(b, k, v)
-		}
-	}
-	return b
-}
-
 // appendRequestHead writes a POST's request line and headers.
 func appendRequestHead(b []byte, u *url.URL, hdr headerLines, n int) []byte {
 	b = append(b, "POST "...)

@@ -94,3 +94,19 @@ func TestH1Client(t *testing.T) {
 		t.Fatal("a cancelled exchange's connection was reused")
 	}
 }
+
+// plainHeader sends a header map as it is (but Host and Content-Length,
+// which the request head sets).
+type plainHeader http.Header
+
+func (h plainHeader) appendLines(b []byte) []byte {
+	for k, vs := range h {
+		if k == "Host" || k == "Content-Length" {
+			continue
+		}
+		for _, v := range vs {
+			b = appendHeaderLine(b, k, v)
+		}
+	}
+	return b
+}

@@ -37,8 +37,10 @@ func readResponse(br *bufio.Reader) (*http.Response, error) {
 	}
 	// The header lines, then one string of their bytes that names and
 	// values point into.
-	var raw []byte
-	var spans [][4]int // name and value bounds in raw
+	var rawBuf [512]byte
+	var spanBuf [16][4]int
+	raw := rawBuf[:0]
+	spans := spanBuf[:0] // name and value bounds in raw
 	for {
 		line, err := headLine(br, &budget)
 		if err != nil {

@@ -172,3 +172,32 @@ func FuzzReadResponse(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkReadResponse reads an engine's streamed answer's head (as the
+// mock engine writes it) and its chunked body with the lean reader and with
+// http.ReadResponse.
+func BenchmarkReadResponse(b *testing.B) {
+	in := []byte(responseCases["sse chunked"])
+	for _, r := range []struct {
+		name string
+		read func(*bufio.Reader) (*http.Response, error)
+	}{{"lean", readResponse}, {"net-http", netHTTPRead}} {
+		b.Run(r.name, func(b *testing.B) {
+			src := bytes.NewReader(in)
+			br := bufio.NewReaderSize(src, 16<<10)
+			buf := make([]byte, 4096)
+			b.ReportAllocs()
+			for b.Loop() {
+				src.Reset(in)
+				br.Reset(src)
+				resp, err := r.read(br)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for err == nil {
+					_, err = resp.Body.Read(buf)
+				}
+			}
+		})
+	}
+}

@@ -25,6 +25,12 @@ func drain(level float64, elapsed, window int64, limit int) float64 {
 	return level
 }
 
+// later is a bucket's time after an update at now: never before its last
+// one. After a backward clock step nothing drains until the clock is past
+// the last update again; moving the bucket's time back would drain the
+// time in between a second time, and admit more than the limit allows.
+func later(last, now int64) int64 { return max(last, now) }
+
 // fits reports whether cost more units keep the level within the limit.
 func fits(level, cost float64, limit int) bool {
 	l := float64(limit)

@@ -35,6 +35,7 @@ var conformance = []struct {
 	{"Validation", testValidation},
 	{"Context", testContext},
 	{"LimitChange", testLimitChange},
+	{"BackwardClockStep", testBackwardClockStep},
 }
 
 func TestConformance(t *testing.T) {
@@ -582,4 +583,35 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	i := int(math.Ceil(p*float64(len(s)))) - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// A clock that steps back (a wall clock set back, a Redis TIME that jumped)
+// drains nothing until it is past the last update again, and the update
+// after the step does not move the bucket's time back: else the time
+// between the step and the last update would drain twice, and more would be
+// admitted than the limit allows in real time.
+func testBackwardClockStep(t *testing.T, h harness) {
+	l, advance := h.new(t, Config{})
+	req := Request{Buckets: one("k", Limits{RPM: 10})}
+	admitted := 0
+	take := func(most int) {
+		for range most {
+			if !reserve(t, l, req).Allowed {
+				return
+			}
+			admitted++
+		}
+	}
+	take(100) // the burst: 10
+	advance(30 * time.Second)
+	take(4) // half the window refilled: 4 of the 5 it allows
+	advance(-20 * time.Second)
+	take(100) // stepped back: nothing drained; the fifth
+	advance(20 * time.Second)
+	take(100) // back where it was: nothing more
+	// 30 s of real time: at most L + L/2 = 15 (a second's slack for a real
+	// server's clock, which runs meanwhile).
+	if admitted > 15 {
+		t.Fatalf("%d admitted over a burst and half a window with a backward clock step, want at most 15", admitted)
+	}
 }

@@ -27,8 +27,9 @@ for i = 1, n do
   end
   if tpm > 0 and delta ~= 0 then
     local h = redis.call('HMGET', KEYS[2*i-1], 'r', 't', 'ts')
-    local r, tk = 0, 0
+    local r, tk, ts = 0, 0, now
     if h[3] then
+      ts = math.max(now, tonumber(h[3])) -- bucket.go's later
       local el = now - tonumber(h[3])
       if rpm > 0 then r = drain(tonumber(h[1]) or 0, el, rpm) end
       tk = drain(tonumber(h[2]) or 0, el, tpm)
@@ -36,7 +37,7 @@ for i = 1, n do
     tk = math.max(0, tk + delta)
     local life = tk * window / tpm
     if rpm > 0 then life = math.max(life, r * window / rpm) end
-    redis.call('HSET', KEYS[2*i-1], 'r', r, 't', tk, 'ts', now)
+    redis.call('HSET', KEYS[2*i-1], 'r', r, 't', tk, 'ts', ts)
     redis.call('PEXPIRE', KEYS[2*i-1], math.ceil(math.min(life, 31622400000000) / 1000) + 1000)
   end
 end

@@ -146,7 +146,7 @@ func (l *Local) reserve(req *Request, cost int) Decision {
 		if b.TPM > 0 {
 			lt[i] += c
 		}
-		s.r, s.t, s.ts, s.rpm, s.tpm = lr[i], lt[i], now, b.RPM, b.TPM
+		s.r, s.t, s.ts, s.rpm, s.tpm = lr[i], lt[i], later(s.ts, now), b.RPM, b.TPM
 		if b.MaxConcurrency > 0 {
 			if s.leases == nil {
 				s.leases = make(map[uint64]int64, 4)
@@ -247,7 +247,7 @@ func (l *Local) Finish(_ context.Context, r *Reservation, usedTokens int) error 
 			s.r = 0
 		}
 		s.t = max(0, drain(s.t, el, l.window, b.TPM)+delta)
-		s.ts, s.rpm, s.tpm = now, b.RPM, b.TPM
+		s.ts, s.rpm, s.tpm = later(s.ts, now), b.RPM, b.TPM
 	}
 	return nil
 }

@@ -21,10 +21,12 @@ local function drain(level, el, limit)
   if level < 0 then return 0 end
   return level
 end
+-- later: bucket.go's; lts[i] is nil for a new bucket.
+local function later(last, t) if last and last > t then return last end return t end
 local function fits(level, c, limit) return level + c <= limit + limit * 1e-9 end
 local function wait(level, c, limit) return math.ceil((level + c - limit) * window / limit) end
 
-local lr, lt = {}, {}
+local lr, lt, lts = {}, {}, {}
 local code, who, worst = 0, 0, 0
 local function refuse(c, i, w)
   if who == 0 or w > worst then code, who, worst = c, i, w end
@@ -38,6 +40,7 @@ for i = 1, n do
       local el = now - tonumber(h[3])
       if rpm > 0 then r = drain(tonumber(h[1]) or 0, el, rpm) end
       if tpm > 0 then tk = drain(tonumber(h[2]) or 0, el, tpm) end
+      lts[i] = tonumber(h[3])
     end
   end
   lr[i], lt[i] = r, tk
@@ -62,7 +65,7 @@ if code == 0 then
         lt[i] = lt[i] + cost
         life = math.max(life, lt[i] * window / tpm)
       end
-      redis.call('HSET', KEYS[2*i-1], 'r', lr[i], 't', lt[i], 'ts', now)
+      redis.call('HSET', KEYS[2*i-1], 'r', lr[i], 't', lt[i], 'ts', later(lts[i], now))
       redis.call('PEXPIRE', KEYS[2*i-1], math.ceil(math.min(life, 31622400000000) / 1000) + 1000)
     end
     if conc > 0 then

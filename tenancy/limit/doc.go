@@ -101,7 +101,10 @@
 // SCRIPT FLUSH falls back to EVAL, which loads it again). The scripts read
 // the server's clock (redis.call('TIME')); no gateway clock is ever sent
 // (the scripts take a clock offset argument, always 0 outside this
-// package's tests, which use it to move time on a real server). Redis ≥ 5
+// package's tests, which use it to move time on a real server). The server's
+// clock is a wall clock and may step back: a bucket's timestamp never moves
+// back with it (bucket.go's later), so nothing drains until the clock is
+// past the last update again. Redis ≥ 5
 // (effects replication, so TIME in a script that writes is allowed);
 // Debian 12's 7.0 is what the tests run.
 // Keys are `<key_prefix>:{<hash_tag>}:r:<bucket id>` (a hash: levels and

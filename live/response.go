@@ -10,6 +10,8 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // maxResponseHead bounds an engine's status line and header lines, and
@@ -147,8 +149,9 @@ func statusLine(resp *http.Response, line []byte) error {
 func frame(resp *http.Response, br *bufio.Reader) error {
 	h := resp.Header
 	conn := h["Connection"]
-	resp.Close = hasToken(conn, "close") || resp.ProtoMinor == 0 && !hasToken(conn, "keep-alive")
-	if hasToken(conn, "close") {
+	closes := httpguts.HeaderValuesContainsToken(conn, "close")
+	resp.Close = closes || resp.ProtoMinor == 0 && !httpguts.HeaderValuesContainsToken(conn, "keep-alive")
+	if closes {
 		delete(h, "Connection") // as net/http: the framing is said in resp.Close
 	}
 	// Transfer-Encoding as net/http reads it: removed from the header,
@@ -200,18 +203,6 @@ func frame(resp *http.Response, br *bufio.Reader) error {
 }
 
 var chunkedCoding = []string{"chunked"}
-
-// hasToken reports whether a comma-separated header names token.
-func hasToken(vs []string, token string) bool {
-	for _, v := range vs {
-		for f := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(f), token) {
-				return true
-			}
-		}
-	}
-	return false
-}
 
 // lengthBody is a body of n bytes; fewer before the connection's end is
 // io.ErrUnexpectedEOF.

@@ -12,6 +12,8 @@ local lease = ARGV[3]
 local delta = tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
 
+-- later: bucket.go's (a bucket's time never moves back).
+local function later(last, t) if last and last > t then return last end return t end
 local function drain(level, el, limit)
   if el <= 0 or level <= 0 then return math.max(level, 0) end
   level = level - el * limit / window
@@ -29,7 +31,7 @@ for i = 1, n do
     local h = redis.call('HMGET', KEYS[2*i-1], 'r', 't', 'ts')
     local r, tk, ts = 0, 0, now
     if h[3] then
-      ts = math.max(now, tonumber(h[3])) -- bucket.go's later
+      ts = later(tonumber(h[3]), now)
       local el = now - tonumber(h[3])
       if rpm > 0 then r = drain(tonumber(h[1]) or 0, el, rpm) end
       tk = drain(tonumber(h[2]) or 0, el, tpm)

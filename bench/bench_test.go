@@ -71,7 +71,7 @@ func TestBenchMatchesSimulation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err = Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client, SpinWindow: -1})
+		got, err = Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client, PreciseWindow: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestOpenLoopNoCoordinatedOmission(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, SpinWindow: -1})
+		out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, PreciseWindow: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func TestErrorsCounted(t *testing.T) {
 		go func() { srv.Run(ctx); close(done) }()
 		client, stop := serve(t, srv.Handler())
 		src, _ := workload.New(w1(t, 200, 0.5))
-		out, err := Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client, Timeout: time.Minute, SpinWindow: -1})
+		out, err := Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client, Timeout: time.Minute, PreciseWindow: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,7 +230,7 @@ func TestAPIKeySent(t *testing.T) {
 				h.ServeHTTP(w, r)
 			}))
 			src, _ := workload.New(w1(t, 20, 0.5))
-			if _, err := Run(context.Background(), Config{BaseURL: "http://engine", APIKey: key, Source: src, Client: client, Timeout: time.Minute, SpinWindow: -1}); err != nil {
+			if _, err := Run(context.Background(), Config{BaseURL: "http://engine", APIKey: key, Source: src, Client: client, Timeout: time.Minute, PreciseWindow: -1}); err != nil {
 				t.Fatal(err)
 			}
 			stop()

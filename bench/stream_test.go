@@ -26,7 +26,7 @@ func runAgainst(t *testing.T, n int, h http.Handler) *Output {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err = Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, SpinWindow: -1})
+		out, err = Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, PreciseWindow: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -147,7 +147,7 @@ func TestPredictionsThroughLive(t *testing.T) {
 				t.Fatal(err)
 			}
 			client := &http.Client{Transport: &http.Transport{DialContext: pn.Dial}}
-			out, err := Run(context.Background(), Config{BaseURL: "http://gateway:80", Source: src, Client: client, SpinWindow: -1})
+			out, err := Run(context.Background(), Config{BaseURL: "http://gateway:80", Source: src, Client: client, PreciseWindow: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +197,7 @@ func runEngine(t *testing.T, n int, sc server.Config) *Output {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err = Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client, SpinWindow: -1})
+		out, err = Run(context.Background(), Config{BaseURL: "http://engine", Source: src, Client: client, PreciseWindow: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +321,7 @@ func TestHeadersSent(t *testing.T) {
 		}))
 		defer stop()
 		src, _ := workload.New(w1(t, 5, 2))
-		if _, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, Header: h, SpinWindow: -1}); err != nil {
+		if _, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, Header: h, PreciseWindow: -1}); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -84,7 +84,7 @@ func Run(t testing.TB, c Config) *bench.Output {
 		t.Fatal(err)
 	}
 	client := &http.Client{Transport: &http.Transport{DialContext: pn.Dial, MaxIdleConnsPerHost: 4096}}
-	out, err := bench.Run(context.Background(), bench.Config{BaseURL: "http://gateway:80", Source: src, Client: client, Warmup: c.Warmup, SpinWindow: -1})
+	out, err := bench.Run(context.Background(), bench.Config{BaseURL: "http://gateway:80", Source: src, Client: client, Warmup: c.Warmup, PreciseWindow: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

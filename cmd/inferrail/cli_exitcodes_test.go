@@ -253,6 +253,8 @@ func TestCLIEngineFlagsRefuseNonsense(t *testing.T) {
 		{[]string{"--output-tokens", "-1"}, []string{"output tokens"}},
 		{[]string{"--fault-error-rate", "-0.5"}, []string{"fault error rate"}},
 		{[]string{"--fault-error-status", "200"}, []string{"fault error status"}},
+		{[]string{"--procs", "2"}, []string{"--procs", "adaptive or fixed"}},
+		{[]string{"--sysmon", "asleep"}, []string{"--sysmon", "awake or go"}},
 	}
 	for _, c := range cases {
 		args := append([]string{"engine", "--port", "0"}, c.args...)

@@ -18,6 +18,7 @@ import (
 	"github.com/inferrail/inferrail/calibrate"
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/internal/procs"
 )
 
 type engineFlags struct {
@@ -37,9 +38,10 @@ type engineFlags struct {
 	seed                 uint64
 	faults               server.Faults
 	drain                time.Duration
+	procs, sysmon        string
 }
 
-func newEngineCmd(stdout, stderr io.Writer) *cobra.Command {
+func newEngineCmd(stdout, stderr io.Writer, keepAwake func() error) *cobra.Command {
 	var f engineFlags
 	cmd := &cobra.Command{
 		Use:   "engine",
@@ -52,7 +54,12 @@ times from the profile. Prompts are tokenized with the builtin:sim tokenizer
 (one token per space-terminated word); the mock model writes deterministic
 words, exactly max_tokens of them with ignore_eos (or min(max_tokens,
 --output-tokens) without). Flags named as vLLM names them override the
-profile. A client that goes away has its request aborted at once.`,
+profile. A client that goes away has its request aborted at once.
+
+Like inferrail live, it runs on as few processors as its load needs
+(--procs adaptive) with Go's runtime monitor kept awake (--sysmon awake):
+on a machine it shares with a load generator and a gateway, a mock engine
+that spends less CPU on waking threads disturbs their measurements less.`,
 		Example: `  inferrail engine --port 8000
   inferrail engine --port 8001 --profile my-gpu.yaml --served-model-name llama --max-num-seqs 64
   inferrail engine --port 8003 --data-parallel-size 2 --enable-expert-parallel
@@ -65,6 +72,15 @@ profile. A client that goes away has its request aborted at once.`,
 			if err != nil {
 				return err
 			}
+			// Before anything is opened: the program may be executed again.
+			if keepAwake != nil && f.sysmon == "awake" {
+				if err := keepAwake(); err != nil {
+					fmt.Fprintf(stderr, "inferrail engine: --sysmon awake not applied (%v): the runtime monitor runs as Go runs it\n", err)
+				}
+			}
+			defer adaptProcs(f.procs == "adaptive", func(procs.Change) {}, func(err error) {
+				fmt.Fprintf(stderr, "inferrail engine: adaptive processors: %v\n", err)
+			})()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return runEngine(ctx, f, cfg, stderr)
@@ -101,6 +117,8 @@ func (f *engineFlags) addFlags(cmd *cobra.Command) {
 	fl.Float64Var(&f.faults.StallRate, "fault-stall-rate", 0, "share of streams that stop after half their tokens and stay open")
 	fl.BoolVar(&f.faults.GarbageMetrics, "fault-garbage-metrics", false, "serve an unparsable /metrics page")
 	fl.DurationVar(&f.drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long running requests may take to finish")
+	fl.StringVar(&f.procs, "procs", "adaptive", "processors Go code runs on: adaptive (as few as the load needs, up to GOMAXPROCS's default) or fixed (Go's default); GOMAXPROCS in the environment overrides both")
+	fl.StringVar(&f.sysmon, "sysmon", "awake", "Go's runtime monitor: awake (kept from its deep sleep, fewer thread wake-ups at light load; the program executes itself once at start with GODEBUG=schedtrace set) or go (as Go runs it)")
 }
 
 func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
@@ -134,6 +152,12 @@ func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
 	}
 	if f.drain < 0 {
 		return server.Config{}, usagef("--drain-timeout: must be zero (close at once) or positive, got %v", f.drain)
+	}
+	if f.procs != "adaptive" && f.procs != "fixed" {
+		return server.Config{}, usagef("--procs: must be adaptive or fixed, got %q", f.procs)
+	}
+	if f.sysmon != "awake" && f.sysmon != "go" {
+		return server.Config{}, usagef("--sysmon: must be awake or go, got %q", f.sysmon)
 	}
 	kvt, err := server.ParseKVTransferConfig(f.kvTransferConfig)
 	if err != nil {

@@ -114,6 +114,26 @@ func serving(check bool, keepAwake func() error) func() error {
 	return keepAwake
 }
 
+// adaptProcs runs internal/procs's controller, so the process uses as
+// few processors as its load needs, until the function it returns is
+// called, when on is set, the environment sets no GOMAXPROCS and the
+// runtime gives more than one processor; onChange hears of each change,
+// warn of the controller's end on an error.
+func adaptProcs(on bool, onChange func(procs.Change), warn func(error)) (stop func()) {
+	if !on || os.Getenv("GOMAXPROCS") != "" || runtime.GOMAXPROCS(0) <= 1 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- procs.Run(ctx, procs.Config{Max: runtime.GOMAXPROCS(0)}, onChange) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			warn(err)
+		}
+	}
+}
+
 // serveUntilSignal runs serve (live's Serve or ServeEPP) until the first
 // SIGINT or SIGTERM, which drains; a second one cuts the drain delay short.
 // A proxy's heap is small and its tail latency suffers from collections:
@@ -124,21 +144,9 @@ func serveUntilSignal(parent context.Context, cfg *config.Config, log *slog.Logg
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
-	if cfg.Procs == "adaptive" && os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) > 1 {
-		pctx, stop := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- procs.Run(pctx, procs.Config{Max: runtime.GOMAXPROCS(0)}, func(c procs.Change) {
-				log.Debug("processors", "from", c.From, "to", c.To, "max", c.Max, "cpu_cores", c.Sample.CPU, "wait_p99_ms", float64(c.Sample.WaitP99)/1e6)
-			})
-		}()
-		defer func() {
-			stop()
-			if err := <-done; err != nil {
-				log.Warn("adaptive processors", "error", err.Error())
-			}
-		}()
-	}
+	defer adaptProcs(cfg.Procs == "adaptive", func(c procs.Change) {
+		log.Debug("processors", "from", c.From, "to", c.To, "max", c.Max, "cpu_cores", c.Sample.CPU, "wait_p99_ms", float64(c.Sample.WaitP99)/1e6)
+	}, func(err error) { log.Warn("adaptive processors", "error", err.Error()) })()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)

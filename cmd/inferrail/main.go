@@ -30,8 +30,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return execute(args, stdout, stderr, nil)
 }
 
-// execute is run with what only main gives: keepAwake, which live and epp
-// call before they open anything (with sysmon: awake) to execute the
+// execute is run with what only main gives: keepAwake, which live, epp
+// and engine call before they open anything (with sysmon: awake) to execute the
 // program again with Go's runtime monitor kept awake.
 func execute(args []string, stdout, stderr io.Writer, keepAwake func() error) int {
 	root := newRootCmdWith(stdout, stderr, keepAwake)
@@ -80,7 +80,7 @@ runs as a production proxy (live) in front of real engines, or of mock ones
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.Version = version()
 	root.AddCommand(newSimCmd(stdout, stderr), newCompareCmd(stdout, stderr), newCapacityCmd(stdout, stderr), newTraceCmd(stdout, stderr),
-		newEngineCmd(stdout, stderr), newBenchCmd(stdout, stderr), newCalibrateCmd(stdout, stderr),
+		newEngineCmd(stdout, stderr, keepAwake), newBenchCmd(stdout, stderr), newCalibrateCmd(stdout, stderr),
 		newTokenizeCmd(stdout, stderr), newLiveCmd(stdout, stderr, keepAwake), newVersionCmd(stdout))
 	root.AddCommand(newEPPCmd(stdout, stderr, keepAwake))
 	root.AddCommand(newFidelityCmd(stdout, stderr))

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,6 +48,38 @@ func TestSysmonAwakeAsksMainToExec(t *testing.T) {
 			t.Fatalf("%v: keepAwake called %d times, want %d", c.args, calls, c.calls)
 		}
 		if warned := strings.Contains(e.String(), "sysmon: awake not applied") && strings.Contains(e.String(), "no exec here"); warned != (c.calls == 1) {
+			t.Fatalf("%v: warning %v, want %v: %q", c.args, warned, c.calls == 1, e.String())
+		}
+	}
+}
+
+// The engine too, with --sysmon awake (its default), before it listens: on
+// a port already taken, so that it fails right after.
+func TestEngineSysmonAwakeAsksMainToExec(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	for _, c := range []struct {
+		args  []string
+		calls int
+	}{
+		{[]string{"engine", "--port", port}, 1},
+		{[]string{"engine", "--port", port, "--sysmon", "awake"}, 1},
+		{[]string{"engine", "--port", port, "--sysmon", "go"}, 0},
+	} {
+		calls := 0
+		var o, e bytes.Buffer
+		code := execute(c.args, &o, &e, func() error { calls++; return errors.New("no exec here") })
+		if code == 0 || !strings.Contains(e.String(), "listen on 127.0.0.1:"+port) {
+			t.Fatalf("%v: exit %d, %q: want the listener's error", c.args, code, e.String())
+		}
+		if calls != c.calls {
+			t.Fatalf("%v: keepAwake called %d times, want %d", c.args, calls, c.calls)
+		}
+		if warned := strings.Contains(e.String(), "--sysmon awake not applied") && strings.Contains(e.String(), "no exec here"); warned != (c.calls == 1) {
 			t.Fatalf("%v: warning %v, want %v: %q", c.args, warned, c.calls == 1, e.String())
 		}
 	}

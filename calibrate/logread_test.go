@@ -273,3 +273,47 @@ func TestFitLogRecoversOutputLag(t *testing.T) {
 		t.Errorf("fitted %+v: holdout scheduled-to-first-token median ratio %.2f, E2E %.2f%%", fit.Profile, r.SchedToFirstRatio, r.E2EMAPE)
 	}
 }
+
+// A profile fitted from a log prices KV tier loads and P/D transfers with
+// the KV bytes per token of the log's model (2 x layers x KV heads x
+// head_dim x element bytes, over the engine's tensor-parallel GPUs), not
+// the default 8B Llama's; an unknown model keeps the default, said so.
+func TestReadLogKVBytesPerToken(t *testing.T) {
+	src := sharedDir(t, "traces/vllm-logs/RTX4090-Llama-3.1-8B")
+	tmp := t.TempDir()
+	for i, c := range []struct {
+		model, kvDtype, dtype string
+		tp                    int
+		want                  float64
+		note                  string
+	}{
+		{"meta-llama/Llama-3.1-8B", "auto", "bfloat16", 1, 2 * 32 * 8 * 128 * 2, ""},
+		{"Qwen/Qwen3-32B", "auto", "bfloat16", 1, 2 * 64 * 8 * 128 * 2, ""},
+		{"Qwen/Qwen3-32B", "fp8_e4m3", "bfloat16", 1, 2 * 64 * 8 * 128, ""},
+		{"Qwen/Qwen3-32B", "auto", "float32", 1, 2 * 64 * 8 * 128 * 4, ""},
+		// TP 2: each GPU holds half the KV heads; the engine, all of them.
+		{"Qwen/Qwen3-32B", "auto", "bfloat16", 2, 2 * 64 * 8 * 128 * 2, ""},
+		// TP 16 over 8 KV heads: each GPU holds one, replicated twice.
+		{"Qwen/Qwen3-32B", "auto", "bfloat16", 16, 2 * 64 * 1 * 128 * 2 * 16, ""},
+		{"acme/NotAModel-7B", "auto", "bfloat16", 1, engine.DefaultConfig().KVBytesPerToken, "not a preset model"},
+		{"Qwen/Qwen3-32B", "int3", "bfloat16", 1, 2 * 64 * 8 * 128 * 2, "not one calibrate knows"},
+	} {
+		dir := filepath.Join(tmp, fmt.Sprint(i))
+		copyLog(t, src, dir, func(m map[string]any) {
+			m["model"] = c.model
+			k := m["engine_kwargs"].(map[string]any)
+			k["model"], k["kv_cache_dtype"], k["dtype"], k["tensor_parallel_size"] = c.model, c.kvDtype, c.dtype, c.tp
+		})
+		l, err := ReadLog(dir, ReadOptions{})
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		if l.Config.KVBytesPerToken != c.want {
+			t.Errorf("%s, kv_cache_dtype %s, dtype %s, TP %d: kv_bytes_per_token %.0f, want %.0f", c.model, c.kvDtype, c.dtype, c.tp, l.Config.KVBytesPerToken, c.want)
+		}
+		noted := strings.Contains(strings.Join(l.Notes, "\n"), "kv_bytes_per_token")
+		if c.note != "" && !strings.Contains(strings.Join(l.Notes, "\n"), c.note) || c.note == "" && noted {
+			t.Errorf("%s, kv_cache_dtype %s: notes %q, want a note %q", c.model, c.kvDtype, l.Notes, c.note)
+		}
+	}
+}

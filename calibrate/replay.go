@@ -259,6 +259,8 @@ func LogConfig(meta *traces.VLLMMeta, entries []traces.VLLMEntry, series []trace
 	}
 	cfg.MaxModelLen = max(cfg.MaxModelLen, longest)
 
+	cfg.KVBytesPerToken = logKVBytesPerToken(meta, &src, cfg.KVBytesPerToken)
+
 	blocks, how, err := logKVBlocks(meta, entries, series, cfg, opts, roof)
 	if err != nil {
 		return engine.Config{}, src, err
@@ -288,6 +290,34 @@ func resolvedBlockSize(meta *traces.VLLMMeta) int {
 		return 0
 	}
 	return rc.CacheConfig.BlockSize
+}
+
+// logKVBytesPerToken is the KV cache one token takes on the log's engine
+// (its tensor-parallel GPUs' shares or replicas), which prices KV tier loads
+// and P/D transfers in profiles fitted from the log: from the model's
+// architecture when it is a preset model, at 2 bytes an element (bf16 or
+// fp16; kv_cache_dtype auto follows the model's dtype), 1 (an fp8 KV cache)
+// or 4 (a float32 model); else def, said so.
+func logKVBytesPerToken(meta *traces.VLLMMeta, src *logSource, def float64) float64 {
+	m, ok := ModelForID(meta.Model)
+	if !ok {
+		src.notef("kv_bytes_per_token %.0f (an 8B Llama's, the default): model %q is not a preset model; set it in the profile if you use KV tiers or P/D", def, meta.Model)
+		return def
+	}
+	tp := max(meta.EngineKwargs.TensorParallelSize, 1)
+	b := m.kvBytesPerTokenGPU(tp) * float64(tp)
+	switch dt := strings.ToLower(meta.EngineKwargs.KVCacheDtype); {
+	case dt == "" || dt == "auto": // the model's dtype
+		if d := strings.ToLower(meta.EngineKwargs.Dtype); d == "float32" || d == "float" {
+			b *= 2
+		}
+	case dt == "bfloat16" || dt == "float16" || dt == "half":
+	case strings.HasPrefix(dt, "fp8"):
+		b /= 2
+	default:
+		src.notef("kv_bytes_per_token %.0f counts 2 bytes an element: kv_cache_dtype %q is not one calibrate knows", b, dt)
+	}
+	return b
 }
 
 // shortModel drops the organisation from a Hugging Face model id.

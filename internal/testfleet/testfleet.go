@@ -41,7 +41,7 @@ type Config struct {
 
 // Run starts the engines and the gateway, waits a second for the first
 // scrapes and probes, sends the workload through the gateway with bench
-// (on virtual time, no spin window), stops everything and returns bench's
+// (on virtual time, no precise window), stops everything and returns bench's
 // output. It must run inside a synctest bubble; it fails the test on any
 // error.
 func Run(t testing.TB, c Config) *bench.Output {

@@ -18,7 +18,6 @@ import (
 	"github.com/inferrail/inferrail/calibrate"
 	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/server"
-	"github.com/inferrail/inferrail/internal/procs"
 )
 
 type engineFlags struct {
@@ -78,7 +77,7 @@ that spends less CPU on waking threads disturbs their measurements less.`,
 					fmt.Fprintf(stderr, "inferrail engine: --sysmon awake not applied (%v): the runtime monitor runs as Go runs it\n", err)
 				}
 			}
-			defer adaptProcs(f.procs == "adaptive", func(procs.Change) {}, func(err error) {
+			defer adaptProcs(f.procs == "adaptive", nil, func(err error) {
 				fmt.Fprintf(stderr, "inferrail engine: adaptive processors: %v\n", err)
 			})()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)

@@ -117,8 +117,8 @@ func serving(check bool, keepAwake func() error) func() error {
 // adaptProcs runs internal/procs's controller, so the process uses as
 // few processors as its load needs, until the function it returns is
 // called, when on is set, the environment sets no GOMAXPROCS and the
-// runtime gives more than one processor; onChange hears of each change,
-// warn of the controller's end on an error.
+// runtime gives more than one processor; onChange (if not nil) hears of
+// each change, warn of the controller's end on an error.
 func adaptProcs(on bool, onChange func(procs.Change), warn func(error)) (stop func()) {
 	if !on || os.Getenv("GOMAXPROCS") != "" || runtime.GOMAXPROCS(0) <= 1 {
 		return func() {}

@@ -62,7 +62,7 @@ func newBurner(d time.Duration) *burner {
 	if d <= 0 {
 		return &burner{}
 	}
-	// Loops per millisecond, the best of a few tries (the others were
+	// Loops per microsecond, the best of a few tries (the others were
 	// interrupted).
 	b := &burner{}
 	best := 0.0

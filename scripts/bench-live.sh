@@ -14,7 +14,11 @@
 # parts, RECORD=0 the recording part; LIVE_GOMAXPROCS=N sets GOMAXPROCS in
 # live's environment, LIVE_ENV="K=V ..." more of it, LIVE_PROCS=fixed live's procs setting, adaptive by default;
 # LIVE_SYSMON=go live's sysmon setting, awake by default; LIVE_TOKENIZER=DIR
-# live's tokenizer in place of builtin:sim). Engines use the smallest profile costs, so
+# live's tokenizer in place of builtin:sim; ORDER="nginx live ..." the order the
+# proxies are measured in at each rate, "live nginx go-baseline go-raw" by
+# default; DIRECT_AFTER=1 measures the engines directly again after the proxies,
+# to see how far the baseline drifted). Each path is warmed for two seconds at
+# the rate before it is measured. Engines use the smallest profile costs, so
 # latency is almost all network and proxy. Results: $OUT/results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -104,17 +108,26 @@ DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 	echo "| rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$OUT/results.md"
+ORDER=${ORDER:-live nginx go-baseline go-raw}
 for rate in $RATES; do
 	n=$((rate * SECONDS_PER_RUN))
 	run warm "$DIRECT" "$rate" $((rate * 2))
 	run direct "$DIRECT" "$rate" "$n"
-	run live http://127.0.0.1:19080 "$rate" "$n" "$LIVE"
-	# shellcheck disable=SC2046
-	run nginx http://127.0.0.1:19081 "$rate" "$n" $(nginx_pids 19081)
-	run go-baseline http://127.0.0.1:19087 "$rate" "$n" "$BASELINE_PID"
-	run go-raw http://127.0.0.1:19088 "$rate" "$n" "$RAW_PID"
+	for path in $ORDER; do
+		case $path in
+		live) url=http://127.0.0.1:19080 pids=$LIVE ;;
+		nginx) url=http://127.0.0.1:19081 pids=$(nginx_pids 19081) ;;
+		go-baseline) url=http://127.0.0.1:19087 pids=$BASELINE_PID ;;
+		go-raw) url=http://127.0.0.1:19088 pids=$RAW_PID ;;
+		*) echo "ORDER: unknown path $path (live, nginx, go-baseline, go-raw)" >&2; exit 2 ;;
+		esac
+		run warm "$url" "$rate" $((rate * 2))
+		# shellcheck disable=SC2086
+		run "$path" "$url" "$rate" "$n" $pids
+	done
+	if [ -n "${DIRECT_AFTER:-}" ]; then run direct-after "$DIRECT" "$rate" "$n"; fi
 	read -r d50 d99 _ _ _ _ <<<"$(summarise direct "$rate")"
-	for path in direct live nginx go-baseline go-raw; do
+	for path in direct $ORDER ${DIRECT_AFTER:+direct-after}; do
 		read -r t50 t99 e50 e99 ok failed <<<"$(summarise $path "$rate")"
 		a50=$(python3 -c "print(f'{$t50 - $d50:.3f}')")
 		a99=$(python3 -c "print(f'{$t99 - $d99:.3f}')")

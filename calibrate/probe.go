@@ -299,17 +299,16 @@ func (p *prober) models(ctx context.Context) (int, error) {
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("%s/v1/models answered %s; want an OpenAI-compatible server", p.cfg.BaseURL, resp.Status)
 	}
-	var list struct {
-		Data []struct {
-			ID          string `json:"id"`
-			MaxModelLen int    `json:"max_model_len"`
-		} `json:"data"`
+	body, err := io.ReadAll(io.LimitReader(resp.Body, openai.MaxModelsBytes))
+	if err != nil {
+		return 0, fmt.Errorf("read %s/v1/models: %w", p.cfg.BaseURL, err)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+	cards, err := openai.ParseModels(body)
+	if err != nil {
 		return 0, fmt.Errorf("read %s/v1/models: %w", p.cfg.BaseURL, err)
 	}
 	var ids []string
-	for _, m := range list.Data {
+	for _, m := range cards {
 		if p.cfg.Model == "" || m.ID == p.cfg.Model {
 			p.cfg.Model = m.ID
 			return m.MaxModelLen, nil

@@ -24,6 +24,10 @@ type background struct {
 	mu      sync.Mutex
 	kv      map[*replica]*kvSync
 	ctx     context.Context
+	// client reaches the engines' own endpoints; wg counts the questions
+	// to their /v1/models still out (maxlen.go).
+	client *http.Client
+	wg     sync.WaitGroup
 }
 
 // targetName names a replica across models for the scraper and prober.
@@ -31,8 +35,8 @@ func targetName(m *model, r *replica) string { return m.name + "/" + r.name }
 
 // Run starts the background work and blocks until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
-	bg := &background{kv: map[*replica]*kvSync{}, ctx: ctx}
 	client := &http.Client{Transport: s.upstream.Transport}
+	bg := &background{kv: map[*replica]*kvSync{}, ctx: ctx, client: client}
 	var err error
 	bg.scraper, err = remote.NewScraper(remote.ScraperConfig{
 		Interval: s.cfg.Scrape.Interval, Timeout: s.cfg.Scrape.Timeout, MaxBytes: int64(s.cfg.Scrape.MaxBytes),
@@ -79,6 +83,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	wg.Wait()
+	bg.wg.Wait()
 	bg.mu.Lock()
 	for _, k := range bg.kv {
 		k.close()
@@ -143,6 +148,9 @@ func (s *Server) onProbe(target string, ok bool, err error) {
 		return
 	}
 	m.probe(r, ok, err)
+	if ok {
+		s.learnContextLen(m, r)
+	}
 }
 
 // onDiscovery adds the replicas a DNS group resolves to and takes those it

@@ -127,8 +127,8 @@ func (s *Server) weigh(ctx context.Context, in *inbound, h http.Header) {
 		// tokenize is weighed as the longest the engine takes (it refuses
 		// a longer one).
 		req.PromptTokens = len(in.body) / 4
-		if m.maxModelLen > 0 {
-			req.PromptTokens = min(req.PromptTokens, m.maxModelLen)
+		if n := m.contextLen(); n > 0 {
+			req.PromptTokens = min(req.PromptTokens, n)
 		}
 	}
 	req.Tenant = h.Get(HeaderTenant)
@@ -186,7 +186,7 @@ func (s *Server) rejection(in *inbound, a *attempt, d gateway.Decision) *apiErro
 	case d.Reason == gateway.ReasonTooLong:
 		e.status, e.retryAfter = http.StatusBadRequest, 0
 		e.typ, e.code = "invalid_request_error", "context_length_exceeded"
-		e.msg = fmt.Sprintf("the prompt (%d tokens) plus max_tokens exceeds the model's maximum context length (%d tokens)", in.req.PromptTokens, m.maxModelLen)
+		e.msg = fmt.Sprintf("the prompt (%d tokens) plus max_tokens exceeds the model's maximum context length (%d tokens)", in.req.PromptTokens, m.contextLen())
 	case e.status == http.StatusServiceUnavailable:
 		// No replica is healthy (at once, or by the time the queue timed out).
 		e.typ, e.code = "service_unavailable", "no_replica_available"

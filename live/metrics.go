@@ -326,12 +326,13 @@ var (
 	descQueue     = prometheus.NewDesc("inferrail_queue_depth", "Requests waiting in the model's queue for a replica to admit them.", []string{"model"}, nil)
 	descQueueB    = prometheus.NewDesc("inferrail_queue_bytes", "Request bytes waiting in the model's queue.", []string{"model"}, nil)
 	descIndex     = prometheus.NewDesc("inferrail_index_bytes", "Memory of the model's KV index.", []string{"model"}, nil)
+	descMaxLen    = prometheus.NewDesc("inferrail_model_max_model_len", "The context, in tokens, a request's prompt plus max_tokens must fit: max_model_len as configured, else the smallest the replicas' /v1/models gave (0: unknown, not checked).", []string{"model"}, nil)
 	descBlocks    = prometheus.NewDesc("inferrail_index_blocks", "Blocks the KV index holds for the replica.", []string{"model", "replica"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHealthy, descInFlight, descPending, descRunning, descWaiting, descKV, descAge,
-		descReserved, descCapacity, descEjections, descRestarts, descQueue, descQueueB, descIndex, descBlocks} {
+		descReserved, descCapacity, descEjections, descRestarts, descQueue, descQueueB, descIndex, descBlocks, descMaxLen} {
 		ch <- d
 	}
 }
@@ -371,6 +372,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descQueue, float64(snap.queued), m.name)
 		g(descQueueB, float64(snap.queuedBytes), m.name)
 		g(descIndex, float64(snap.indexBytes), m.name)
+		g(descMaxLen, float64(m.contextLen()), m.name)
 	}
 }
 

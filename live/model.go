@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,17 @@ type replica struct {
 	// requests (read without mu on the request path, changed under it).
 	servedName   string
 	modelMissing atomic.Bool
+	// What its /v1/models said of the model's context (maxlen.go; guarded
+	// by the model's mu): ctxLen its max_model_len (0: not yet), ctxAsked
+	// when it was last asked, ctxAsking while a question is out,
+	// ctxRestarts the engine's restarts counted when it answered (a
+	// restarted engine is asked again), ctxFailing whether the log said
+	// its answers fail.
+	ctxLen      int
+	ctxAsked    time.Time
+	ctxAsking   bool
+	ctxRestarts int
+	ctxFailing  bool
 }
 
 // replicaSpec describes a replica to register.
@@ -99,11 +111,17 @@ type model struct {
 	enc       Encoder
 	blockSize int
 	// admission is the core's rule at start (the startup notes'); a reload
-	// may change the core's. maxModelLen never changes.
-	admission   gateway.Admission
-	maxModelLen int
-	// promptBytes bounds the prompts tokenized at the edge.
-	promptBytes int
+	// may change the core's.
+	admission gateway.Admission
+	// maxModelLen is the engines' context in tokens (contextLen): the
+	// configured max_model_len, which never changes, else (learnLen) the
+	// smallest the replicas' /v1/models gave, 0 until one has.
+	// promptBytes bounds the prompts tokenized at the edge (promptLimit),
+	// derived from it by tokenize (config.Tokenize.PromptBytesFor).
+	maxModelLen atomic.Int64
+	learnLen    bool
+	promptBytes atomic.Int64
+	tokenize    config.Tokenize
 	salt        kvblock.Hash
 	dns         []config.DNSGroup
 	// defaults of a discovered replica
@@ -132,6 +150,12 @@ type model struct {
 	// log receives the replicas' state changes.
 	log *slog.Logger
 }
+
+// contextLen is the engines' context in tokens now (0: unknown).
+func (m *model) contextLen() int { return int(m.maxModelLen.Load()) }
+
+// promptLimit is the longest prompt, in bytes, tokenized at the edge now.
+func (m *model) promptLimit() int { return int(m.promptBytes.Load()) }
 
 // prefillTimeout bounds a remote prefill now.
 func (m *model) prefillTimeout() time.Duration {
@@ -192,12 +216,14 @@ func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config,
 	}
 	m := &model{
 		name: mc.Name, policy: mc.Policy, index: router.IndexMode(mc.Index), enc: enc,
-		blockSize: mc.BlockSize, admission: g.Admission, maxModelLen: g.MaxModelLen, promptBytes: c.Tokenize.PromptBytes(mc), salt: core.Salt(), dns: mc.DNS,
+		blockSize: mc.BlockSize, admission: g.Admission, learnLen: g.MaxModelLen == 0, tokenize: c.Tokenize, salt: core.Salt(), dns: mc.DNS,
 		maxConcurrency: mc.MaxConcurrency, maxPending: mc.MaxPending, capacity: mc.KVCapacityBlocks,
 		start: start, nudge: make(chan struct{}, 1), log: log,
 		core: core, byName: map[string]*replica{}, waiters: map[gateway.Ticket]chan granted{},
 	}
 	m.pdTimeout.Store(int64(mc.PD.PrefillTimeout))
+	m.maxModelLen.Store(int64(g.MaxModelLen))
+	m.promptBytes.Store(int64(c.Tokenize.PromptBytes(mc)))
 	for j := range mc.Replicas {
 		r := &mc.Replicas[j]
 		conc, pending := mc.Limits(r)
@@ -364,6 +390,9 @@ func (m *model) reconfigure(p *modelReload) ([]*replica, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
+	if m.learnLen { // a reload keeps what the engines said
+		p.core.MaxModelLen = m.contextLen()
+	}
 	o, err := m.core.Reconfigure(now, p.core)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.name, err)
@@ -820,6 +849,76 @@ func (m *model) scraped(r *replica, err error, served string) {
 		r.scrapeFailing = true
 		m.log.Warn("replica metrics scrape failing", "model", m.name, "replica", r.name, "error", errCause(err), "in_a_row", r.scrapeFails)
 	}
+}
+
+// askContextLen reports whether r's /v1/models is to be asked for the
+// model's max_model_len now, and if so marks it asked: the length is not
+// configured, no question to r is out, r has not answered since its
+// engine last restarted, and, when r has not answered the last question,
+// none was asked of it within retry.
+func (m *model) askContextLen(r *replica, at time.Time, retry time.Duration) bool {
+	if !m.learnLen {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.core.State(m.now(), r.idx)
+	if r.ctxAsking || st.Gone || r.retired || (r.ctxLen > 0 && r.ctxRestarts == st.Restarts) {
+		return false
+	}
+	if (r.ctxFailing || r.ctxLen == 0) && !r.ctxAsked.IsZero() && at.Sub(r.ctxAsked) < retry {
+		return false
+	}
+	r.ctxAsking, r.ctxAsked = true, at
+	return true
+}
+
+// learnedContextLen records r's answer to askContextLen's question (its
+// max_model_len n, or err) and, when the smallest of the replicas'
+// answers changed, gives it to the core (requests longer are refused) and
+// to the edge (the tokenization bound). A failure is logged once until r
+// answers.
+func (m *model) learnedContextLen(r *replica, n int, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	r.ctxAsking = false
+	if err != nil {
+		if !r.ctxFailing {
+			r.ctxFailing = true
+			m.log.Warn("replica's /v1/models gives no max_model_len: prompts are not checked against the context until a replica's does (or set max_model_len)",
+				"model", m.name, "replica", r.name, "error", errCause(err))
+		}
+		return
+	}
+	r.ctxFailing = false
+	r.ctxLen, r.ctxRestarts = n, m.core.State(now, r.idx).Restarts
+	least := 0
+	var said []string
+	for _, o := range m.reps {
+		if o.ctxLen == 0 || o.retired || m.core.State(now, o.idx).Gone {
+			continue
+		}
+		said = append(said, o.name+" "+strconv.Itoa(o.ctxLen))
+		if least == 0 || o.ctxLen < least {
+			least = o.ctxLen
+		}
+	}
+	was := m.contextLen()
+	if least == was {
+		return
+	}
+	g := m.core.Config()
+	g.MaxModelLen = least
+	o, rerr := m.core.Reconfigure(now, g)
+	if rerr != nil { // the core took its own configuration with one length changed
+		m.log.Error("max_model_len learned from the replicas could not be applied", "model", m.name, "max_model_len", least, "error", rerr)
+		return
+	}
+	m.deliver(o)
+	m.maxModelLen.Store(int64(least))
+	m.promptBytes.Store(int64(m.tokenize.PromptBytesFor(least)))
+	m.log.Info("max_model_len learned from the replicas' /v1/models (the smallest they gave)", "model", m.name, "max_model_len", least, "was", was, "replicas", strings.Join(said, ", "))
 }
 
 // answered logs, once per change, r answering 404 to the model's

@@ -415,12 +415,12 @@ func (s *Server) tokenize(ctx context.Context, m *model, chat bool, body []byte,
 	}
 	if chat {
 		// The body bounds its messages' text.
-		if len(body) > m.promptBytes {
+		if len(body) > m.promptLimit() {
 			return nil, tokTooLong
 		}
 		return s.tok.do(ctx, func() ([]uint32, error) { return enc.EncodeChat(body) })
 	}
-	if len(f.Prompt) > m.promptBytes {
+	if len(f.Prompt) > m.promptLimit() {
 		return nil, tokTooLong
 	}
 	prompt, ok := completionPrompt(f.Prompt)

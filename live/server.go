@@ -41,20 +41,22 @@ type Server struct {
 	upstream *http.Client
 	// h1 carries proxied requests to http:// engines (nil when Deps gave
 	// a transport: every request then goes through it).
-	h1       *h1Client
-	tok      *tokPool
-	met      *metrics
-	ledgers  *sharedLedgers // nil: each core's ledger is its own
-	tr       *tracer        // nil: tracing is off
-	declog   *decisionLog
-	logFile  io.Closer // the decision log's file, when New opened it
-	resolver Resolver
-	boot     int64
-	idPrefix string // the boot time in base 36 and "-": request ids
-	version  string
-	reqSeq   atomic.Uint64
-	start    time.Time
-	log      *slog.Logger
+	h1  *h1Client
+	tok *tokPool
+	// contextRetry is contextLenRetry (maxlen.go); tests shorten it.
+	contextRetry time.Duration
+	met          *metrics
+	ledgers      *sharedLedgers // nil: each core's ledger is its own
+	tr           *tracer        // nil: tracing is off
+	declog       *decisionLog
+	logFile      io.Closer // the decision log's file, when New opened it
+	resolver     Resolver
+	boot         int64
+	idPrefix     string // the boot time in base 36 and "-": request ids
+	version      string
+	reqSeq       atomic.Uint64
+	start        time.Time
+	log          *slog.Logger
 	// accessSeq numbers the requests the access log samples from.
 	accessSeq atomic.Uint64
 	// bodies bounds the request bodies held at once.
@@ -145,6 +147,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		cfg: *cfg, resolver: deps.Resolver,
 		boot: time.Now().UnixNano(), start: time.Now(), stop: make(chan struct{}), log: deps.Logger,
 		bodies: &bodyBudget{max: int64(cfg.MaxInflightBodyBytes)}, version: deps.Version,
+		contextRetry: contextLenRetry,
 	}
 	if s.version == "" {
 		s.version = "dev"

@@ -538,7 +538,9 @@ type Model struct {
 	DefaultMaxTokens int `yaml:"default_max_tokens"`
 	// MaxModelLen is the engines' context length (vLLM's
 	// --max-model-len): a tokenized prompt plus max_tokens beyond it is
-	// answered 400 at once. 0: unknown, not checked. Default 0.
+	// answered 400 at once. 0: learned from the replicas' GET /v1/models
+	// (vLLM's max_model_len; the smallest when they differ), unknown and
+	// not checked until one answers. Default 0.
 	MaxModelLen int `yaml:"max_model_len"`
 	// MaxPriority caps the priority a request asks for with the
 	// x-inferrail-priority header (higher is served first), 0 to 1000.
@@ -923,12 +925,16 @@ const bytesPerToken = 8
 // PromptBytes returns the longest prompt (in bytes) tokenized at the edge
 // for model m: tokenize.max_prompt_bytes, else 8 bytes per token of m's
 // max_model_len, else 1MiB.
-func (t Tokenize) PromptBytes(m *Model) int {
+func (t Tokenize) PromptBytes(m *Model) int { return t.PromptBytesFor(m.MaxModelLen) }
+
+// PromptBytesFor is PromptBytes for a model whose context is maxModelLen
+// tokens (0: unknown), as configured or learned from its engines.
+func (t Tokenize) PromptBytesFor(maxModelLen int) int {
 	switch {
 	case t.MaxPromptBytes > 0:
 		return int(t.MaxPromptBytes)
-	case m.MaxModelLen > 0:
-		return bytesPerToken * m.MaxModelLen
+	case maxModelLen > 0:
+		return bytesPerToken * maxModelLen
 	}
 	return int(MiB)
 }

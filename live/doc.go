@@ -58,7 +58,7 @@
 // upstream.go (the HTTP/1.1 client to the engines), answer.go (what each
 // answer teaches, read with internal/openai), model.go (the core, its lock,
 // the waiters and the deadline goroutine), background.go (scrapes, probes,
-// discovery), kvsync.go (KV events to the core), pd.go (disaggregated
+// discovery), maxlen.go (max_model_len from the engines' /v1/models), kvsync.go (KV events to the core), pd.go (disaggregated
 // prefill/decode: a request the core sends to a prefill replica first is
 // prefilled there as vLLM's NixlConnector protocol says, then decoded, or
 // prefilled locally when the prefill fails; docs/pd-live.md) and

@@ -30,11 +30,23 @@ const adminMaxConns = 64
 // second cancellation of stop, when not nil, cuts the delay short), and
 // running streams get drain_timeout to finish. It returns nil after a
 // clean drain. Connections are capped (max_connections in total, less for
-// one client address: max_connections_per_client), accept errors such as
+// one client address: max_connections_per_client, by default all but a
+// tenth of the total), accept errors such as
 // EMFILE back off instead of spinning, and TLS certificates are read again
 // when their files change.
 func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
-	client, err := s.listen("listen", s.cfg.Listen, s.cfg.TLS, netguard.Config{MaxConns: s.cfg.MaxConnections, MaxConnsPerClient: s.cfg.MaxConnectionsPerClient})
+	total, perClient := s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient
+	if total == 0 {
+		n, err := netguard.DefaultMaxConns()
+		if err != nil {
+			return fmt.Errorf("live: max_connections is 0 and cannot be derived (set it): %w", err)
+		}
+		total = n
+	}
+	if perClient == 0 {
+		perClient = netguard.PerClientCap(total)
+	}
+	client, err := s.listen("listen", s.cfg.Listen, s.cfg.TLS, netguard.Config{MaxConns: total, MaxConnsPerClient: perClient})
 	if err != nil {
 		return err
 	}
@@ -66,9 +78,9 @@ func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
 	}
 	if admin != nil {
 		_, al := s.Addrs()
-		s.log.Info("serving", "listen", client.Addr().String(), "admin", al.String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns())
+		s.log.Info("serving", "listen", client.Addr().String(), "admin", al.String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns(), "max_connections_per_client", perClient)
 	} else {
-		s.log.Info("serving", "listen", client.Addr().String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns())
+		s.log.Info("serving", "listen", client.Addr().String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns(), "max_connections_per_client", perClient)
 	}
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	bgDone := make(chan error, 1)

@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,6 +99,55 @@ func TestServeConnectionCaps(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
+}
+
+// With max_connections_per_client at its default, one address flooding
+// the client listener takes at most nine tenths of max_connections: the
+// client port's /readyz still answers a probe from another address.
+func TestServeOneAddressNeverTakesEverySlot(t *testing.T) {
+	c := testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig()}))
+	c.MaxConnections = 20
+	c.DrainDelay = 0
+	_, base, _, stop := startServing(t, c)
+	defer stop()
+	attacker := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: time.Second}
+	var held []net.Conn
+	defer func() {
+		for _, cn := range held {
+			cn.Close()
+		}
+	}()
+	for range 25 {
+		cn, err := attacker.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Skipf("cannot dial from 127.0.0.2 here: %v", err)
+		}
+		io.WriteString(cn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+		held = append(held, cn)
+	}
+	var open atomic.Int64
+	var wg sync.WaitGroup
+	for _, cn := range held { // a connection over a cap is closed at once
+		wg.Go(func() {
+			cn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			var ne net.Error
+			if _, err := cn.Read(make([]byte, 1)); errors.As(err, &ne) && ne.Timeout() {
+				open.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := open.Load(); n != 18 { // 20 less a tenth
+		t.Fatalf("one address holds %d connections of max_connections 20, want 18", n)
+	}
+	probe := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second} // as the kubelet probes
+	for i := range 5 {
+		resp, err := probe.Get(base + "/readyz")
+		if err != nil {
+			t.Fatalf("probe %d from 127.0.0.1 while 127.0.0.2 floods: %v", i, err)
+		}
+		resp.Body.Close()
+	}
 }
 
 // Draining: readiness fails first, running streams finish.

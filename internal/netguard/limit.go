@@ -18,3 +18,12 @@ func maxConnsForLimit(limit uint64) (int, error) {
 	}
 	return n, nil
 }
+
+// PerClientCap returns a per-client cap for a listener capped at maxConns
+// connections in total that keeps a tenth of them (at least one) for the
+// other clients: no single address can take every slot, so a readiness
+// probe or another client still connects while one address floods. With a
+// cap of 1 it is 1.
+func PerClientCap(maxConns int) int {
+	return max(maxConns-max(maxConns/10, 1), 1)
+}

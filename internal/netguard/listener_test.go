@@ -99,6 +99,23 @@ func TestMaxConnsForLimit(t *testing.T) {
 	}
 }
 
+// PerClientCap leaves other clients at least one slot and at least a
+// tenth of them, and takes all the rest (a cap of 1 stays 1).
+func TestPerClientCap(t *testing.T) {
+	for _, tc := range []struct{ total, want int }{{1, 1}, {2, 1}, {9, 8}, {10, 9}, {20, 18}, {9890, 8901}} {
+		if got := PerClientCap(tc.total); got != tc.want {
+			t.Errorf("PerClientCap(%d) = %d, want %d", tc.total, got, tc.want)
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		total := rapid.IntRange(2, 1<<29).Draw(t, "total")
+		got := PerClientCap(total)
+		if got < 1 || total-got < 1 || total-got < total/10 || total-got > total/10+1 {
+			t.Fatalf("PerClientCap(%d) = %d", total, got)
+		}
+	})
+}
+
 func TestClientAddr(t *testing.T) {
 	v4 := netip.MustParseAddr("192.0.2.1")
 	v6 := netip.MustParseAddr("2001:db8::1")

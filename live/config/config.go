@@ -84,8 +84,12 @@ type Config struct {
 	// upstream connections). Default 0.
 	MaxConnections int `yaml:"max_connections"`
 	// MaxConnectionsPerClient caps the connections of one client address;
-	// 0 is no cap of its own. Set it when clients connect directly: behind
-	// a load balancer or a NAT, many clients share one address. Default 0.
+	// 0 derives it: max_connections less a tenth (at least one), so that
+	// no one address takes every slot (a readiness probe or another
+	// client still connects while one address floods). Set it lower when
+	// clients connect directly; behind a load balancer or a NAT many
+	// clients share one address (set it to max_connections for no cap of
+	// its own). Default 0.
 	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
 	// MaxConcurrentStreams caps the concurrent requests of one HTTP/2
 	// connection. Default 100.

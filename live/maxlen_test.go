@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -67,6 +68,18 @@ func TestMaxModelLenLearnedFromEngines(t *testing.T) {
 	waitUntil(t, "max_model_len learned", 5*time.Second, func() bool { return m.contextLen() == 4096 })
 	if got := m.coreConfig().MaxModelLen; got != 4096 {
 		t.Fatalf("the core checks against %d, want 4096", got)
+	}
+	var views []replicaView
+	if err := json.Unmarshal([]byte(admin(t, g, "/replicas")), &views); err != nil || len(views) != 2 {
+		t.Fatalf("/replicas: %v %v", views, err)
+	}
+	for _, v := range views {
+		if want := map[string]int{"a": 8192, "b": 4096}[v.Replica]; v.MaxModelLen != want || v.ModelMaxModelLen != 4096 {
+			t.Fatalf("/replicas: %s said %d (want %d), the model checks %d (want 4096)", v.Replica, v.MaxModelLen, want, v.ModelMaxModelLen)
+		}
+	}
+	if !strings.Contains(admin(t, g, "/metrics"), `inferrail_model_max_model_len{model="`+m.name+`"} 4096`) {
+		t.Fatal("inferrail_model_max_model_len does not say 4096")
 	}
 	if got, want := m.promptLimit(), c.Tokenize.PromptBytesFor(4096); got != want {
 		t.Fatalf("tokenization bound %d bytes, want %d", got, want)

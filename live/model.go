@@ -1003,6 +1003,7 @@ type replicaSnap struct {
 	rep         *replica
 	st          gateway.ReplicaState
 	indexBlocks int
+	ctxLen      int // the max_model_len its /v1/models gave (0: none yet)
 }
 
 // modelSnap is a model's state for the admin views and metrics.
@@ -1041,7 +1042,7 @@ func (m *model) snapshot() modelSnap {
 		if st.Gone {
 			continue
 		}
-		s.reps = append(s.reps, replicaSnap{rep: r, st: st, indexBlocks: m.core.Router().Index().Blocks(r.idx)})
+		s.reps = append(s.reps, replicaSnap{rep: r, st: st, indexBlocks: m.core.Router().Index().Blocks(r.idx), ctxLen: r.ctxLen})
 	}
 	return s
 }

@@ -539,6 +539,12 @@ type replicaView struct {
 	PeakReservedBlocks int `json:"peak_reserved_blocks"`
 	// Queued is the model's requests waiting for a replica.
 	Queued int `json:"model_queued"`
+	// MaxModelLen is the context the engine's /v1/models gave (0: none
+	// yet, or max_model_len is configured and it was not asked);
+	// ModelMaxModelLen the one the gateway checks requests against (0:
+	// none).
+	MaxModelLen      int `json:"engine_max_model_len"`
+	ModelMaxModelLen int `json:"model_max_model_len"`
 }
 
 func (s *Server) replicaViews() []replicaView {
@@ -554,6 +560,7 @@ func (s *Server) replicaViews() []replicaView {
 				Running: st.Report.Running, Waiting: st.Report.Waiting, KVUsage: st.Report.KVUsage, ReportAgeS: -1,
 				IndexBlocks: rs.indexBlocks, ReservedBlocks: st.ReservedBlocks, CapacityBlocks: st.CapacityBlocks,
 				PeakReservedBlocks: st.PeakReserved, Queued: snap.queued,
+				MaxModelLen: rs.ctxLen, ModelMaxModelLen: m.contextLen(),
 			}
 			if st.EjectedNow {
 				v.EjectedUntil = m.start.Add(st.EjectedUntil).UTC().Format(time.RFC3339Nano)

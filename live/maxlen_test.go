@@ -66,8 +66,8 @@ func TestMaxModelLenLearnedFromEngines(t *testing.T) {
 	g := startGateway(t, c)
 	m := g.models[0]
 	waitUntil(t, "max_model_len learned", 5*time.Second, func() bool { return m.contextLen() == 4096 })
-	if got := m.coreConfig().MaxModelLen; got != 4096 {
-		t.Fatalf("the core checks against %d, want 4096", got)
+	if g := m.coreConfig(); g.ContextLen != 4096 || g.MaxModelLen != 0 {
+		t.Fatalf("the core checks against %d (max_model_len %d), want 4096 (0)", g.ContextLen, g.MaxModelLen)
 	}
 	var views []replicaView
 	if err := json.Unmarshal([]byte(admin(t, g, "/replicas")), &views); err != nil || len(views) != 2 {
@@ -173,7 +173,7 @@ func TestMaxModelLenKeptByReload(t *testing.T) {
 	if g.policyNow() != "round_robin" {
 		t.Fatal("the reload did not apply")
 	}
-	if got := m.coreConfig().MaxModelLen; got != 4096 || m.contextLen() != 4096 {
+	if got := m.coreConfig().ContextLen; got != 4096 || m.contextLen() != 4096 {
 		t.Fatalf("after a reload the core checks against %d (edge %d), want 4096", got, m.contextLen())
 	}
 }

@@ -391,7 +391,7 @@ func (m *model) reconfigure(p *modelReload) ([]*replica, error) {
 	defer m.mu.Unlock()
 	now := m.now()
 	if m.learnLen { // a reload keeps what the engines said
-		p.core.MaxModelLen = m.contextLen()
+		p.core.ContextLen = m.contextLen()
 	}
 	o, err := m.core.Reconfigure(now, p.core)
 	if err != nil {
@@ -909,7 +909,7 @@ func (m *model) learnedContextLen(r *replica, n int, err error) {
 		return
 	}
 	g := m.core.Config()
-	g.MaxModelLen = least
+	g.ContextLen = least
 	o, rerr := m.core.Reconfigure(now, g)
 	if rerr != nil { // the core took its own configuration with one length changed
 		m.log.Error("max_model_len learned from the replicas could not be applied", "model", m.name, "max_model_len", least, "error", rerr)

@@ -542,9 +542,12 @@ type Model struct {
 	DefaultMaxTokens int `yaml:"default_max_tokens"`
 	// MaxModelLen is the engines' context length (vLLM's
 	// --max-model-len): a tokenized prompt plus max_tokens beyond it is
-	// answered 400 at once. 0: learned from the replicas' GET /v1/models
-	// (vLLM's max_model_len; the smallest when they differ), unknown and
-	// not checked until one answers. Default 0.
+	// answered 400 at once, and a request without max_tokens (and no
+	// default_max_tokens) is weighed as max_model_len minus its prompt.
+	// 0: the replicas' GET /v1/models give it (vLLM's max_model_len; the
+	// smallest when they differ), to refuse longer requests only, not to
+	// weigh those without max_tokens; nothing is checked until one
+	// answers. Default 0.
 	MaxModelLen int `yaml:"max_model_len"`
 	// MaxPriority caps the priority a request asks for with the
 	// x-inferrail-priority header (higher is served first), 0 to 1000.

@@ -154,6 +154,14 @@ type Config struct {
 	// MaxModelLen is the engines' context length: a request whose known
 	// prompt plus max_tokens exceeds it is rejected (too_long). 0: unchecked.
 	MaxModelLen int
+	// ContextLen is the engines' context length as they report it (live
+	// reads it from their /v1/models when max_model_len is not
+	// configured). With MaxModelLen 0 it rejects as MaxModelLen does, but
+	// it does not weigh a request without max_tokens: that is left to
+	// DefaultMaxTokens and the answers' quantile, as with no length at
+	// all, so that a gateway that learns the length does not start
+	// reserving whole contexts. 0: none.
+	ContextLen int
 	// DefaultCapacityBlocks is the KV capacity of a replica whose
 	// capacity is neither configured nor reported (0: unknown, and kv
 	// admission does not limit it).
@@ -226,6 +234,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxModelLen < 0 {
 		errs = append(errs, fmt.Errorf("max_model_len: must be zero or positive, got %d", c.MaxModelLen))
+	}
+	if c.ContextLen < 0 {
+		errs = append(errs, fmt.Errorf("context length: must be zero or positive, got %d", c.ContextLen))
 	}
 	if c.DefaultCapacityBlocks < 0 {
 		errs = append(errs, fmt.Errorf("kv_capacity_blocks: must be zero or positive, got %d", c.DefaultCapacityBlocks))

@@ -545,7 +545,7 @@ func (c *Core) release(e *entry) {
 // submit is Submit (trace.go) without the trace.
 func (c *Core) submit(now time.Duration, req Request) (Decision, []Decision) {
 	c.out = c.out[:0]
-	if c.cfg.MaxModelLen > 0 && req.PromptKnown && req.PromptTokens+max(req.MaxTokens, 1) > c.cfg.MaxModelLen {
+	if _, long := c.tooLong(req); long {
 		return Decision{Kind: Rejected, ID: req.ID, Status: http.StatusBadRequest, Reason: ReasonTooLong}, c.out
 	}
 	e := c.alloc()
@@ -832,6 +832,17 @@ func (c *Core) ledgerLimit(r *replica) (int, bool) {
 		return capb, true
 	}
 	return 0, false
+}
+
+// tooLong reports whether req cannot fit the engines' context (MaxModelLen,
+// else ContextLen; limit 0: none known): its known prompt plus max_tokens,
+// at least one token, is longer.
+func (c *Core) tooLong(req Request) (limit int, long bool) {
+	limit = c.cfg.MaxModelLen
+	if limit == 0 {
+		limit = c.cfg.ContextLen
+	}
+	return limit, limit > 0 && req.PromptKnown && req.PromptTokens+max(req.MaxTokens, 1) > limit
 }
 
 // maxTokens is the output e is weighed with.

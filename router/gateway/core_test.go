@@ -295,6 +295,30 @@ func TestScrapedUsageCorrection(t *testing.T) {
 	submit(t, c, 0, plainReq(1, 160, 0), Dispatched)
 }
 
+// ContextLen, the length the engines report, rejects as MaxModelLen does
+// (which wins when both are set) but leaves a request without max_tokens
+// weighed as with no length at all: its prompt, not the whole context.
+func TestContextLen(t *testing.T) {
+	cfg := testConfig("round_robin")
+	cfg.ContextLen = 100
+	c := newCore(t, cfg, 1, ReplicaConfig{CapacityBlocks: 10000})
+	submit(t, c, 0, plainReq(1, 90, 20), Rejected)
+	if d := submit(t, c, 0, promptReq(2, 50, 0), Dispatched); d.Weight != 4 { // ceil(50/16), not ceil(100/16)
+		t.Fatalf("weight %d, want 4", d.Weight)
+	}
+	if ex := c.Explain(0, plainReq(3, 90, 20)); ex.Admission.Reason != ReasonTooLong || !strings.Contains(ex.Why, "max_model_len 100") {
+		t.Fatalf("explained: %+v %s", ex.Admission, ex.Why)
+	}
+	cfg.MaxModelLen = 200
+	c = newCore(t, cfg, 1, ReplicaConfig{CapacityBlocks: 10000})
+	submit(t, c, 0, plainReq(1, 150, 20), Dispatched)
+	submit(t, c, 0, plainReq(2, 190, 20), Rejected)
+	cfg.MaxModelLen, cfg.ContextLen = 0, -1
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("a negative context length validated")
+	}
+}
+
 func TestTooLong(t *testing.T) {
 	cfg := testConfig("round_robin")
 	cfg.MaxModelLen = 100

@@ -149,9 +149,9 @@ func (c *Core) Explain(now time.Duration, req Request) Explanation {
 		Admission:  ExplainedAdmission{Mode: string(c.cfg.Admission), OutputTokens: c.outTokens(e), QueuedAhead: c.q.ahead(e.prio)},
 		Candidates: []ExplainedCandidate{},
 	}
-	if c.cfg.MaxModelLen > 0 && req.PromptKnown && req.PromptTokens+max(req.MaxTokens, 1) > c.cfg.MaxModelLen {
+	if limit, long := c.tooLong(req); long {
 		ex.Admission.Verdict, ex.Admission.Status, ex.Admission.Reason = VerdictReject, http.StatusBadRequest, ReasonTooLong
-		ex.Why = fmt.Sprintf("reject (400 %s): the prompt (%d tokens) plus max_tokens exceeds max_model_len %d", ReasonTooLong, req.PromptTokens, c.cfg.MaxModelLen)
+		ex.Why = fmt.Sprintf("reject (400 %s): the prompt (%d tokens) plus max_tokens exceeds max_model_len %d", ReasonTooLong, req.PromptTokens, limit)
 		return ex
 	}
 	ex.Admission.PoolOpen = c.gate.open(c, now)

@@ -89,6 +89,7 @@ func genScenario(t *rapid.T, admissions []Admission, maxOps int) scenario {
 	cfg.OutputMinSamples = rapid.SampledFrom([]int{1, 4, 64}).Draw(t, "output_min_samples")
 	cfg.DefaultMaxTokens = rapid.SampledFrom([]int{0, 64}).Draw(t, "default_max_tokens")
 	cfg.MaxModelLen = rapid.SampledFrom([]int{0, 1024}).Draw(t, "max_model_len")
+	cfg.ContextLen = rapid.SampledFrom([]int{0, 512, 2048}).Draw(t, "context_len")
 	cfg.MaxAge = rapid.SampledFrom([]time.Duration{0, 300 * time.Millisecond}).Draw(t, "max_age")
 	cfg.Queue.MaxRequests = rapid.SampledFrom([]int{0, 1, 3, 8, 30}).Draw(t, "max_requests")
 	cfg.Queue.MaxBytes = int64(rapid.IntRange(500, 8000).Draw(t, "max_bytes"))
@@ -529,7 +530,11 @@ func (r *runner) decideAll(ds []Decision) {
 }
 
 func (r *runner) tooLong(q Request) bool {
-	return r.cfg.MaxModelLen > 0 && q.PromptKnown && q.PromptTokens+max(q.MaxTokens, 1) > r.cfg.MaxModelLen
+	limit := r.cfg.MaxModelLen
+	if limit == 0 {
+		limit = r.cfg.ContextLen // the engines' own length: checked, never weighed
+	}
+	return limit > 0 && q.PromptKnown && q.PromptTokens+max(q.MaxTokens, 1) > limit
 }
 
 func (r *runner) lineOf(q Request) lineKey {
@@ -589,7 +594,7 @@ func (r *runner) apply(o op) {
 			return
 		}
 		if r.tooLong(q) {
-			r.fatalf("request %+v longer than max_model_len %d not rejected: %+v", q, r.cfg.MaxModelLen, d)
+			r.fatalf("request %+v longer than max_model_len %d (context %d) not rejected: %+v", q, r.cfg.MaxModelLen, r.cfg.ContextLen, d)
 		}
 		if d.Ticket == 0 || r.seen[d.Ticket] {
 			r.fatalf("Submit gave ticket %v (zero or reused)", d.Ticket)

@@ -245,6 +245,7 @@ func (p *prepared) fleetConfig(o Options) fleet.Config {
 	if g.MaxModelLen > 0 {
 		fc.Engine.MaxModelLen = g.MaxModelLen
 	}
+	fc.MaxModelLen = g.MaxModelLen // configured, it weighs requests without max_tokens too
 	fc.Admission, fc.Overcommit, fc.OutputQuantile = g.Admission, g.Overcommit, g.OutputQuantile
 	fc.Index, fc.ScrapeInterval = g.Index, g.ScrapeInterval
 	fc.QueueMaxRequests, fc.QueueTimeout, fc.MaxPriority = g.QueueMax, g.QueueTimeout, g.MaxPriority

@@ -80,6 +80,12 @@ type Config struct {
 	QueueMaxRequests int
 	// MaxPriority caps the requests' priority classes.
 	MaxPriority int
+	// MaxModelLen is the gateways' configured max_model_len (live's): it
+	// refuses longer requests and weighs a request without max_tokens as
+	// it minus its prompt. 0, live's default: the gateways read the
+	// engines' own length (Engine.MaxModelLen), as live reads it from
+	// their /v1/models, to refuse longer requests only.
+	MaxModelLen int
 	// Gateways is the number of gateway cores in front of the fleet, each
 	// with its own view, index and scrape phase; requests reach them by
 	// session (or request id), as a sticky load balancer would spread them.
@@ -214,6 +220,9 @@ func (c *Config) Validate() error {
 	if c.Replicas < 1 || c.Replicas > MaxReplicas {
 		errs = append(errs, fmt.Errorf("replicas: must be between 1 and %d, got %d", MaxReplicas, c.Replicas))
 	}
+	if c.MaxModelLen < 0 {
+		errs = append(errs, fmt.Errorf("max_model_len: must be zero (the engines' own) or positive, got %d", c.MaxModelLen))
+	}
 	if err := c.validatePD(); err != nil {
 		errs = append(errs, err)
 	}
@@ -303,7 +312,7 @@ func (c *Config) gatewayConfig(ledger gateway.Ledger) gateway.Config {
 	g.Admission = c.Admission
 	g.Overcommit = c.Overcommit
 	g.OutputQuantile = c.OutputQuantile
-	g.MaxModelLen = c.Engine.MaxModelLen
+	g.MaxModelLen, g.ContextLen = c.MaxModelLen, c.Engine.MaxModelLen
 	g.DefaultCapacityBlocks = c.Engine.NumGPUBlocks * c.Engine.Ranks()
 	g.Queue.Timeout = c.QueueTimeout
 	g.Queue.MaxRequests = c.QueueMaxRequests
@@ -1061,12 +1070,21 @@ func failReason(err error) string {
 	return results.FailEngine
 }
 
+// contextLimit is the length past which a gateway refuses a request: the
+// configured max_model_len, else the engines'.
+func (c *Config) contextLimit() int {
+	if c.MaxModelLen > 0 {
+		return c.MaxModelLen
+	}
+	return c.Engine.MaxModelLen
+}
+
 // FailureReasons says what the reasons requests fail for mean in a run of
 // c, with the limits they hit (results.SummaryOptions.Reasons), e.g.
 // too_long: "prompt + max_tokens over max_model_len 32768".
 func (c *Config) FailureReasons() map[string]string {
 	m := map[string]string{
-		results.RejectTooLong: fmt.Sprintf("prompt + max_tokens over max_model_len %d", c.Engine.MaxModelLen),
+		results.RejectTooLong: fmt.Sprintf("prompt + max_tokens over max_model_len %d", c.contextLimit()),
 		results.FailTooLarge: fmt.Sprintf("prompt + output need more KV blocks than an engine's %d (of %d tokens)",
 			c.Engine.NumGPUBlocks, c.Engine.BlockSize),
 		results.RejectQueueTimeout: fmt.Sprintf("waited in the gateway's queue past its timeout, %v", c.QueueTimeout),

@@ -324,3 +324,27 @@ func TestRequestTooLongFails(t *testing.T) {
 		t.Fatalf("rejected %v, engine failed %d, failed %d", out.Summary.Rejected, out.Summary.EngineFailed, out.Summary.Failed)
 	}
 }
+
+// The gateways read the engines' length as live does by default (refusing
+// longer requests, weighing nothing by it); a configured max_model_len is
+// live's configured one, and names the limit in the reasons.
+func TestGatewayMaxModelLen(t *testing.T) {
+	c := DefaultConfig()
+	c.Engine.MaxModelLen = 4096
+	g := c.gatewayConfig(nil)
+	if g.MaxModelLen != 0 || g.ContextLen != 4096 {
+		t.Fatalf("default: max_model_len %d, context %d; want 0 and 4096", g.MaxModelLen, g.ContextLen)
+	}
+	c.MaxModelLen = 2048
+	g = c.gatewayConfig(nil)
+	if g.MaxModelLen != 2048 || g.ContextLen != 4096 {
+		t.Fatalf("configured: max_model_len %d, context %d; want 2048 and 4096", g.MaxModelLen, g.ContextLen)
+	}
+	if r := c.FailureReasons()[results.RejectTooLong]; !strings.Contains(r, "max_model_len 2048") {
+		t.Fatalf("too_long reason %q", r)
+	}
+	c.MaxModelLen = -1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "max_model_len") {
+		t.Fatalf("a negative max_model_len: %v", err)
+	}
+}

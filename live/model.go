@@ -916,6 +916,7 @@ func (m *model) learnedContextLen(r *replica, n int, err error) {
 		return
 	}
 	m.deliver(o)
+	m.rearm(now)
 	m.maxModelLen.Store(int64(least))
 	m.promptBytes.Store(int64(m.tokenize.PromptBytesFor(least)))
 	m.log.Info("max_model_len learned from the replicas' /v1/models (the smallest they gave)", "model", m.name, "max_model_len", least, "was", was, "replicas", strings.Join(said, ", "))

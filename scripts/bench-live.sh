@@ -17,7 +17,9 @@
 # live's tokenizer in place of builtin:sim; ORDER="nginx live ..." the order the
 # proxies are measured in at each rate, "live nginx go-baseline go-raw" by
 # default; DIRECT_AFTER=1 measures the engines directly again after the proxies,
-# to see how far the baseline drifted). Each path is warmed for two seconds at
+# to see how far the baseline drifted; RUNS=4 measures the rates four times
+# over, with a line per rate counting the runs where live's added p99 is
+# within nginx's). Each path is warmed for two seconds at
 # the rate before it is measured. Engines use the smallest profile costs, so
 # latency is almost all network and proxy. Results: $OUT/results.md.
 set -euo pipefail
@@ -27,6 +29,8 @@ RATES=${RATES-"1000 3000"}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
 SOAK=${SOAK-50000}
 SOAK_RATE=${SOAK_RATE:-1000}
+RUNS=${RUNS:-1}
+case $RUNS in '' | *[!0-9]* | 0) echo "RUNS: want a positive whole number, got '$RUNS'" >&2; exit 2 ;; esac
 BIN=bin/inferrail
 
 make -s build
@@ -105,10 +109,12 @@ DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 	echo
 	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and 16-token answers, 3 near-zero-cost engines); overhead = through the proxy minus direct."
 	echo
-	echo "| rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| run | rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$OUT/results.md"
 ORDER=${ORDER:-live nginx go-baseline go-raw}
+: >"$OUT/runs.tsv"
+for r in $(seq "$RUNS"); do
 for rate in $RATES; do
 	n=$((rate * SECONDS_PER_RUN))
 	run warm "$DIRECT" "$rate" $((rate * 2))
@@ -134,9 +140,30 @@ for rate in $RATES; do
 		cpu=- cs=-
 		[ -f "$OUT/$path-$rate.cpu" ] && cpu=$(cat "$OUT/$path-$rate.cpu")
 		[ -f "$OUT/$path-$rate.cs" ] && cs=$(cat "$OUT/$path-$rate.cs")
-		echo "| $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu | $cs |" >>"$OUT/results.md"
+		echo "| $r | $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu | $cs |" >>"$OUT/results.md"
+		printf '%s\t%s\t%s\t%s\t%s\n' "$r" "$rate" "$path" "$a99" "$cpu" >>"$OUT/runs.tsv"
 	done
 done
+done
+if [ -s "$OUT/runs.tsv" ]; then
+	python3 - "$OUT/runs.tsv" >>"$OUT/results.md" <<'PY'
+import sys, collections
+rows = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    run, rate, path, a99, cpu = line.rstrip("\n").split("\t")
+    rows[(int(rate), int(run))][path] = (float(a99), cpu)
+print()
+for rate in sorted({k[0] for k in rows}):
+    runs = [rows[k] for k in sorted(rows) if k[0] == rate]
+    both = [r for r in runs if "live" in r and "nginx" in r]
+    if not both:
+        continue
+    within = sum(1 for r in both if r["live"][0] <= r["nginx"][0])
+    ratios = [int(r["live"][1]) / int(r["nginx"][1]) for r in both if r["live"][1].isdigit() and r["nginx"][1].isdigit() and int(r["nginx"][1]) > 0]
+    span = f"{min(ratios):.2f}-{max(ratios):.2f}x" if ratios else "-"
+    print(f"At {rate} req/s: live's added TTFT p99 within nginx's in {within} of {len(both)} runs; its CPU per request {span} nginx's.")
+PY
+fi
 
 if [ "${COSTS:-1}" != 0 ]; then
 # Tracing's cost: a second proxy, the same but for traces sampled at 0.1

@@ -159,12 +159,14 @@ func TestMaxModelLenRetriedUntilAnswered(t *testing.T) {
 	}
 }
 
-// A hot reload keeps the length the engines gave (the file says 0).
+// A hot reload keeps the length the engines gave (the file says 0); one
+// that takes out the replica with the shortest context gives the others'.
 func TestMaxModelLenKeptByReload(t *testing.T) {
-	ec := testEngineConfig()
-	ec.MaxModelLen = 4096
-	a := newUpstream(t, server.Config{Engine: ec})
-	f := newFileConfig(t, a)
+	long, short := testEngineConfig(), testEngineConfig()
+	long.MaxModelLen, short.MaxModelLen = 8192, 4096
+	a := newUpstream(t, server.Config{Engine: long})
+	b := newUpstream(t, server.Config{Engine: short})
+	f := newFileConfig(t, a, b)
 	g, path := startFromFile(t, f)
 	m := g.models[0]
 	waitUntil(t, "max_model_len learned", 5*time.Second, func() bool { return m.contextLen() == 4096 })
@@ -175,6 +177,11 @@ func TestMaxModelLenKeptByReload(t *testing.T) {
 	}
 	if got := m.coreConfig().ContextLen; got != 4096 || m.contextLen() != 4096 {
 		t.Fatalf("after a reload the core checks against %d (edge %d), want 4096", got, m.contextLen())
+	}
+	f.Replicas = f.Replicas[:1]
+	g.reload(t, path, f)
+	if got := m.coreConfig().ContextLen; got != 8192 || m.contextLen() != 8192 {
+		t.Fatalf("without the 4096 replica the core checks against %d (edge %d), want 8192", got, m.contextLen())
 	}
 }
 

@@ -363,6 +363,9 @@ func (m *model) dropMissing(group string, want map[string]bool) (removed []strin
 			removed = append(removed, r.name)
 		}
 	}
+	if len(removed) > 0 {
+		m.settleContextLen(now)
+	}
 	return removed
 }
 
@@ -413,6 +416,9 @@ func (m *model) reconfigure(p *modelReload) ([]*replica, error) {
 			r.onDrained = func() { p.drained(r) }
 		}
 		m.drained(r, now)
+	}
+	if len(p.remove) > 0 {
+		m.settleContextLen(now)
 	}
 	for _, sp := range p.update {
 		if _, err := m.addLocked(sp); err != nil {
@@ -893,6 +899,16 @@ func (m *model) learnedContextLen(r *replica, n int, err error) {
 	}
 	r.ctxFailing = false
 	r.ctxLen, r.ctxRestarts = n, m.core.State(now, r.idx).Restarts
+	m.settleContextLen(now)
+}
+
+// settleContextLen gives the core and the edge the smallest max_model_len
+// the model's replicas (those still in rotation) gave, when it changed: at
+// an answer, and when a replica leaves. Call it with mu held.
+func (m *model) settleContextLen(now time.Duration) {
+	if !m.learnLen {
+		return
+	}
 	least := 0
 	var said []string
 	for _, o := range m.reps {

@@ -50,15 +50,19 @@ func card(id string, maxLen int) string {
 	return fmt.Sprintf(`{"object":"list","data":[{"id":%q,"object":"model","owned_by":"vllm","max_model_len":%d}]}`, id, maxLen)
 }
 
+// longAndShort starts two engines, of 8192 and 4096 tokens of context.
+func longAndShort(t *testing.T) (*upstream, *upstream) {
+	long, short := testEngineConfig(), testEngineConfig()
+	long.MaxModelLen, short.MaxModelLen = 8192, 4096
+	return newUpstream(t, server.Config{Engine: long}), newUpstream(t, server.Config{Engine: short})
+}
+
 // Without max_model_len configured, the gateway takes the smallest its
 // engines' /v1/models give: a request over it is refused at the edge (400,
 // counted too_long) where the longer engine would have run it, and the
 // edge's tokenization bound follows.
 func TestMaxModelLenLearnedFromEngines(t *testing.T) {
-	long, short := testEngineConfig(), testEngineConfig()
-	long.MaxModelLen, short.MaxModelLen = 8192, 4096
-	a := newUpstream(t, server.Config{Engine: long})
-	b := newUpstream(t, server.Config{Engine: short})
+	a, b := longAndShort(t)
 	c := testConfig(t, a, b)
 	if c.Models[0].MaxModelLen != 0 {
 		t.Fatal("the test needs max_model_len unset")
@@ -102,7 +106,8 @@ func TestMaxModelLenConfiguredIsNotLearned(t *testing.T) {
 	c := fakeConfig(t, e.URL)
 	c.Models[0].MaxModelLen = 2048
 	g := startGateway(t, c)
-	time.Sleep(300 * time.Millisecond) // six probes
+	waitUntil(t, "a passing probe", 5*time.Second, func() bool { return g.models[0].ready(time.Now(), time.Second) })
+	time.Sleep(200 * time.Millisecond) // four more
 	if n := e.asked.Load(); n != 0 || g.models[0].contextLen() != 2048 {
 		t.Fatalf("asked /v1/models %d times, context %d; want 0 and 2048", n, g.models[0].contextLen())
 	}
@@ -162,10 +167,7 @@ func TestMaxModelLenRetriedUntilAnswered(t *testing.T) {
 // A hot reload keeps the length the engines gave (the file says 0); one
 // that takes out the replica with the shortest context gives the others'.
 func TestMaxModelLenKeptByReload(t *testing.T) {
-	long, short := testEngineConfig(), testEngineConfig()
-	long.MaxModelLen, short.MaxModelLen = 8192, 4096
-	a := newUpstream(t, server.Config{Engine: long})
-	b := newUpstream(t, server.Config{Engine: short})
+	a, b := longAndShort(t)
 	f := newFileConfig(t, a, b)
 	g, path := startFromFile(t, f)
 	m := g.models[0]

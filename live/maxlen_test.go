@@ -57,6 +57,21 @@ func longAndShort(t *testing.T) (*upstream, *upstream) {
 	return newUpstream(t, server.Config{Engine: long}), newUpstream(t, server.Config{Engine: short})
 }
 
+// waitAnswered waits until n of m's replicas have given their
+// max_model_len.
+func waitAnswered(t *testing.T, m *model, n int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("%d replicas' max_model_len", n), 5*time.Second, func() bool {
+		got := 0
+		for _, rs := range m.snapshot().reps {
+			if rs.ctxLen > 0 {
+				got++
+			}
+		}
+		return got == n
+	})
+}
+
 // Without max_model_len configured, the gateway takes the smallest its
 // engines' /v1/models give: a request over it is refused at the edge (400,
 // counted too_long) where the longer engine would have run it, and the
@@ -69,7 +84,7 @@ func TestMaxModelLenLearnedFromEngines(t *testing.T) {
 	}
 	g := startGateway(t, c)
 	m := g.models[0]
-	waitUntil(t, "max_model_len learned", 5*time.Second, func() bool { return m.contextLen() == 4096 })
+	waitAnswered(t, m, 2)
 	if g := m.coreConfig(); g.ContextLen != 4096 || g.MaxModelLen != 0 {
 		t.Fatalf("the core checks against %d (max_model_len %d), want 4096 (0)", g.ContextLen, g.MaxModelLen)
 	}
@@ -171,7 +186,7 @@ func TestMaxModelLenKeptByReload(t *testing.T) {
 	f := newFileConfig(t, a, b)
 	g, path := startFromFile(t, f)
 	m := g.models[0]
-	waitUntil(t, "max_model_len learned", 5*time.Second, func() bool { return m.contextLen() == 4096 })
+	waitAnswered(t, m, 2)
 	f.Policy = "round_robin"
 	g.reload(t, path, f)
 	if g.policyNow() != "round_robin" {

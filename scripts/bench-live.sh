@@ -13,7 +13,8 @@
 # (RATES="" and SOAK=0 skip the first and the last, COSTS=0 the traces and keys
 # parts, RECORD=0 the recording part; LIVE_GOMAXPROCS=N sets GOMAXPROCS in
 # live's environment, LIVE_ENV="K=V ..." more of it, LIVE_PROCS=fixed live's procs setting, adaptive by default;
-# LIVE_SYSMON=go live's sysmon setting, awake by default; LIVE_TOKENIZER=DIR
+# LIVE_SYSMON=go live's sysmon setting, awake by default; LIVE_YAML="scrape:
+# {interval: 1s}" more of live's configuration (top-level keys); LIVE_TOKENIZER=DIR
 # live's tokenizer in place of builtin:sim; ORDER="nginx live ..." the order the
 # proxies are measured in at each rate, "live nginx go-baseline go-raw" by
 # default; DIRECT_AFTER=1 measures the engines directly again after the proxies,
@@ -47,6 +48,7 @@ log: {access_sample: 0}   # as nginx's access_log off (live-lib.sh)
 pprof: true
 procs: ${LIVE_PROCS:-adaptive}
 sysmon: ${LIVE_SYSMON:-awake}
+${LIVE_YAML:-}
 YAML
 zero_model_yaml 19001 19002 19003 >>"$TMP/live.yaml"
 if [ -n "${LIVE_TOKENIZER:-}" ]; then
@@ -70,6 +72,13 @@ env $BASELINE_ENV "$TMP/baseline-proxy" -raw -listen 127.0.0.1:19088 http://127.
 RAW_PID=$!
 PIDS+=($BASELINE_PID $RAW_PID)
 sleep 2
+for pid in $LIVE $BASELINE_PID $RAW_PID; do
+	if ! kill -0 "$pid" 2>/dev/null; then
+		echo "bench-live: a proxy did not start; live's log:" >&2
+		cat "$TMP/live.log" >&2
+		exit 1
+	fi
+done
 
 # Context switches (voluntary and not) of a set of processes' threads, from
 # /proc: each costs a proxy a trip through the kernel's scheduler.
@@ -141,7 +150,7 @@ for rate in $RATES; do
 		[ -f "$OUT/$path-$rate.cpu" ] && cpu=$(cat "$OUT/$path-$rate.cpu")
 		[ -f "$OUT/$path-$rate.cs" ] && cs=$(cat "$OUT/$path-$rate.cs")
 		echo "| $r | $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu | $cs |" >>"$OUT/results.md"
-		printf '%s\t%s\t%s\t%s\t%s\n' "$r" "$rate" "$path" "$a99" "$cpu" >>"$OUT/runs.tsv"
+		printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$rate" "$path" "$a99" "$cpu" "$failed" >>"$OUT/runs.tsv"
 	done
 done
 done
@@ -150,18 +159,21 @@ if [ -s "$OUT/runs.tsv" ]; then
 import sys, collections
 rows = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
-    run, rate, path, a99, cpu = line.rstrip("\n").split("\t")
-    rows[(int(rate), int(run))][path] = (float(a99), cpu)
+    run, rate, path, a99, cpu, failed = line.rstrip("\n").split("\t")
+    rows[(int(rate), int(run))][path] = (float(a99), cpu, int(failed))
 print()
 for rate in sorted({k[0] for k in rows}):
     runs = [rows[k] for k in sorted(rows) if k[0] == rate]
     both = [r for r in runs if "live" in r and "nginx" in r]
     if not both:
         continue
-    within = sum(1 for r in both if r["live"][0] <= r["nginx"][0])
+    # A run where either proxy failed a request is not a win for either.
+    within = sum(1 for r in both if r["live"][0] <= r["nginx"][0] and r["live"][2] == 0 and r["nginx"][2] == 0)
+    failing = sum(1 for r in both if r["live"][2] or r["nginx"][2])
     ratios = [int(r["live"][1]) / int(r["nginx"][1]) for r in both if r["live"][1].isdigit() and r["nginx"][1].isdigit() and int(r["nginx"][1]) > 0]
     span = f"{min(ratios):.2f}-{max(ratios):.2f}x" if ratios else "-"
-    print(f"At {rate} req/s: live's added TTFT p99 within nginx's in {within} of {len(both)} runs; its CPU per request {span} nginx's.")
+    note = f" ({failing} with failed requests, not counted)" if failing else ""
+    print(f"At {rate} req/s: live's added TTFT p99 within nginx's in {within} of {len(both)} runs{note}; its CPU per request {span} nginx's.")
 PY
 fi
 

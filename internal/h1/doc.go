@@ -17,7 +17,8 @@
 // first reads a body that asks for it, never otherwise; a chunked request
 // body's connection closed after its answer (RFC 9112 §6.1); responses
 // framed by Content-Length (given, or counted when the handler ends before
-// 2 KiB), chunked, or by the connection's close for HTTP/1.0; pipelined
+// 2 KiB), chunked, or by the connection's close for HTTP/1.0 (kept alive when
+// the client asks and the length is known); pipelined
 // requests answered in turn; a request's context ends when the handler
 // returns, when a write to the client fails, and, while the handler waits
 // without having streamed (queued, or before a whole answer), when the

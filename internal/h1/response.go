@@ -178,9 +178,6 @@ func (w *response) commit(final bool) {
 	c := w.c
 	bw := c.bw
 	allowed := bodyAllowed(w.status)
-	if !w.req.ProtoAtLeast(1, 1) {
-		w.closeAfter = true
-	}
 	if c.srv.closed.Load() {
 		w.closeAfter = true
 	}
@@ -214,8 +211,13 @@ func (w *response) commit(final bool) {
 	default:
 		w.closeAfter = true // HTTP/1.0: the close ends the body
 	}
-	if w.closeAfter {
+	switch {
+	case w.closeAfter:
 		bw.WriteString("Connection: close\r\n")
+	case !w.req.ProtoAtLeast(1, 1):
+		// An HTTP/1.0 client that asked for keep-alive (req.Close is
+		// false only then) is told it is kept: 1.0 closes by default.
+		bw.WriteString("Connection: keep-alive\r\n")
 	}
 	bw.WriteString("\r\n")
 	if len(w.pre) > 0 {

@@ -531,7 +531,7 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	req = req.WithContext(ctx)
 	clear(c.header)
 	w := &response{c: c, req: req, cl: -1, head: req.Method == http.MethodHead, pre: c.pre[:0],
-		closeAfter: chunked || req.Close || !req.ProtoAtLeast(1, 1) || c.srv.closed.Load()}
+		closeAfter: chunked || req.Close || c.srv.closed.Load()}
 	body.w = w
 	if c.writeDeadline {
 		// The last answer's deadline must not cut this one.

@@ -192,6 +192,25 @@ func TestFraming(t *testing.T) {
 	if !closed(c, br) {
 		t.Fatal("HTTP/1.0 connection left open")
 	}
+
+	// HTTP/1.0 with keep-alive (ab -k): kept while each answer's length is
+	// known, closed after one whose length is not.
+	c, br = dial(t, addr)
+	for _, path := range []string{"/small", "/length", "/small"} {
+		send(t, c, "GET "+path+" HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+		resp, _ = read(t, br, "GET")
+		if resp.Close || resp.Header.Get("Connection") != "keep-alive" || resp.ContentLength < 0 {
+			t.Fatalf("HTTP/1.0 keep-alive %s: close %v, Connection %q, length %d", path, resp.Close, resp.Header.Get("Connection"), resp.ContentLength)
+		}
+	}
+	send(t, c, "GET /big HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+	resp, body = read(t, br, "GET")
+	if !resp.Close || body != big {
+		t.Fatalf("HTTP/1.0 keep-alive, unknown length: close %v, %d bytes", resp.Close, len(body))
+	}
+	if !closed(c, br) {
+		t.Fatal("HTTP/1.0 connection left open after a close-delimited answer")
+	}
 }
 
 func TestRefusals(t *testing.T) {

@@ -45,8 +45,8 @@ type answer struct {
 	// whatever happens to the connection after it.
 	done bool
 	// completion and cached are the usage's completion_tokens and
-	// cached_tokens (-1: not seen).
-	completion, cached int
+	// cached_tokens, prompt its prompt_tokens (-1: not seen).
+	completion, cached, prompt int
 }
 
 func newAnswer(stream, keepText bool) *answer {
@@ -56,7 +56,7 @@ func newAnswer(stream, keepText bool) *answer {
 	}
 	r, text, pending := a.r, a.a.Text[:0], a.pending[:0]
 	r.Reset()
-	*a = answer{stream: stream, keepText: keepText, completion: -1, cached: -1, r: r, pending: pending}
+	*a = answer{stream: stream, keepText: keepText, completion: -1, cached: -1, prompt: -1, r: r, pending: pending}
 	a.a.Text = text
 	a.a.MaxText = maxAnswerBytes
 	if !keepText {
@@ -111,6 +111,9 @@ func (a *answer) take(evs []openai.Event) {
 	a.done = a.a.Done
 	if a.a.HasUsage {
 		a.completion, a.cached = a.a.Usage.CompletionTokens, a.a.Usage.CachedTokens
+		if a.a.Usage.PromptTokens > 0 { // a usage without prompt_tokens reads 0
+			a.prompt = a.a.Usage.PromptTokens
+		}
 	}
 }
 
@@ -158,9 +161,20 @@ func (a *answer) outputTokens(retokenized int) (int, bool) {
 	return 0, false
 }
 
+// promptTokens is the prompt's length as the engine counted it (its
+// usage's prompt_tokens), false when the answer did not say (a stream
+// whose client did not ask for usage, an unreadable body).
+func (a *answer) promptTokens() (int, bool) {
+	if a == nil || a.prompt <= 0 {
+		return 0, false
+	}
+	return a.prompt, true
+}
+
 var (
 	keyCompletion = []byte(`"completion_tokens":`)
 	keyCached     = []byte(`"cached_tokens":`)
+	keyPrompt     = []byte(`"prompt_tokens":`)
 )
 
 // usageIn reads the usage counts in the tail of a body whose text is not
@@ -171,6 +185,9 @@ func (a *answer) usageIn(data []byte) {
 	}
 	if n, ok := intAfter(data, keyCached); ok {
 		a.cached = n
+	}
+	if n, ok := intAfter(data, keyPrompt); ok && n > 0 {
+		a.prompt = n
 	}
 }
 

@@ -273,6 +273,9 @@ func TestAnswerLength(t *testing.T) {
 	if n, ok := a.outputTokens(-1); !ok || n != 17 {
 		t.Fatalf("body usage: %d, %v", n, ok)
 	}
+	if n, ok := a.promptTokens(); !ok || n != 5 {
+		t.Fatalf("body usage's prompt_tokens: %d, %v; want 5", n, ok)
+	}
 }
 
 // An answer taken from the pool reads a response exactly as a fresh one:
@@ -283,18 +286,18 @@ func TestPooledAnswerIsFresh(t *testing.T) {
 		stream bool
 		body   string
 	}{
-		{true, "data: {\"choices\":[{\"index\":0,\"text\":\"ab \"}]}\n\ndata: {\"choices\":[],\"usage\":{\"completion_tokens\":7,\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\ndata: [DONE]\n\n"},
+		{true, "data: {\"choices\":[{\"index\":0,\"text\":\"ab \"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":7,\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\ndata: [DONE]\n\n"},
 		{true, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choi"},
 		{true, "data: not json\n\n"},
 		{true, "data: {\"choices\":[{\"index\":0,\"text\":\"" + strings.Repeat("long ", 20000) + "\"}]}\n\n"},
-		{false, `{"choices":[{"index":0,"message":{"role":"assistant","content":"whole"}}],"usage":{"completion_tokens":2}}`},
+		{false, `{"choices":[{"index":0,"message":{"role":"assistant","content":"whole"}}],"usage":{"prompt_tokens":4,"completion_tokens":2}}`},
 		{false, `not json`},
 	}
 	type read struct {
 		text             string
 		ok, done, over   bool
 		completion, hits int
-		out              int
+		out, prompt      int
 		known            bool
 	}
 	readWith := func(a *answer, body string, cut int) read {
@@ -305,7 +308,8 @@ func TestPooledAnswerIsFresh(t *testing.T) {
 		}
 		text, ok := a.finish()
 		out, known := a.outputTokens(-1)
-		return read{string(text), ok, a.done, a.over, a.completion, a.cached, out, known}
+		prompt, _ := a.promptTokens()
+		return read{string(text), ok, a.done, a.over, a.completion, a.cached, out, prompt, known}
 	}
 	rapid.Check(t, func(t *rapid.T) {
 		for range rapid.IntRange(1, 8).Draw(t, "responses") {
@@ -316,7 +320,7 @@ func TestPooledAnswerIsFresh(t *testing.T) {
 			got := readWith(pooled, r.body, cut)
 			pooled.release()
 			fresh := &answer{}
-			*fresh = answer{stream: r.stream, keepText: keep, completion: -1, cached: -1}
+			*fresh = answer{stream: r.stream, keepText: keep, completion: -1, cached: -1, prompt: -1}
 			fresh.a.MaxText = maxAnswerBytes
 			if !keep {
 				fresh.a.MaxText = -1

@@ -673,6 +673,7 @@ func (st *eppStream) endResponse() {
 	if out, cached := s.learn(st.in, st.a, ans); out >= 0 {
 		st.ar.outputTokens, st.ar.cachedTokens = out, cached
 	}
+	st.ar.enginePrompt(ans)
 	s.met.ok(m)
 }
 

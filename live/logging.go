@@ -38,10 +38,13 @@ type accessRecord struct {
 	model        string
 	replica      string
 	promptTokens int
-	cachedTokens int
-	outputTokens int
-	queued       time.Duration
-	ttft         time.Duration // to the first byte sent (0: none)
+	// promptCounted: promptTokens is the engine's count (its usage's
+	// prompt_tokens), not the edge tokenizer's.
+	promptCounted bool
+	cachedTokens  int
+	outputTokens  int
+	queued        time.Duration
+	ttft          time.Duration // to the first byte sent (0: none)
 	// For the recording: the outcome counted in inferrail_requests_total,
 	// the prediction for the chosen replica, and whether the engine
 	// reported cachedTokens.
@@ -52,6 +55,16 @@ type accessRecord struct {
 	// and pd how it went: "remote" (prefilled there), "fallback"
 	// (prefilled on the decode replica after the prefill failed).
 	prefill, pd string
+}
+
+// enginePrompt takes the prompt's length from the engine's answer when it
+// says (usage.prompt_tokens): the access log, the trace, the limiter's
+// true-up and the metered usage then count what the engine computed, not
+// what the edge tokenizer (builtin:sim by default) made of the prompt.
+func (a *accessRecord) enginePrompt(ans *answer) {
+	if n, ok := ans.promptTokens(); ok {
+		a.promptTokens, a.promptCounted = n, true
+	}
 }
 
 // sampled reports whether the n-th request is in a share of them, spread

@@ -700,6 +700,7 @@ func (s *Server) settle(in *inbound, a *attempt, t *try, ans *answer, whole bool
 		if out, cached := s.learn(in, a, ans); out >= 0 {
 			ar.outputTokens, ar.cachedTokens, ar.cachedKnown = out, cached, ans != nil && ans.cached >= 0
 		}
+		ar.enginePrompt(ans)
 		s.met.ok(m)
 		ar.outcome = "ok"
 	default:

@@ -602,7 +602,11 @@ func (s *Server) release(g *grant, in *inbound, ar *accessRecord) {
 		ar.outputTokens = 0
 	}
 	prompt := 0
-	if g.relayed {
+	switch {
+	case !g.relayed:
+	case ar.promptCounted:
+		prompt = ar.promptTokens // the engine's count: what it computed
+	default:
 		prompt = max(in.req.PromptTokens, 0)
 	}
 	if res := g.dec.Reservation; res != nil {

@@ -1125,3 +1125,106 @@ func TestTenancyThreeGatewaysRedis(t *testing.T) {
 		t.Fatalf("usage %+v, want %d requests and %d tokens", sum, total, tokens)
 	}
 }
+
+// byteTokenizer writes a byte-level tokenizer.json with no merges (a token
+// per byte of the prompt) and returns its path: an edge tokenizer that
+// counts differently from the mock engine's.
+func byteTokenizer(t testing.TB) string {
+	t.Helper()
+	// GPT-2's byte-to-character alphabet.
+	var bs []int
+	for _, r := range [][2]int{{'!', '~'}, {0xA1, 0xAC}, {0xAE, 0xFF}} {
+		for b := r[0]; b <= r[1]; b++ {
+			bs = append(bs, b)
+		}
+	}
+	chars := map[int]rune{}
+	for _, b := range bs {
+		chars[b] = rune(b)
+	}
+	n := 0
+	for b := range 256 {
+		if _, ok := chars[b]; !ok {
+			chars[b] = rune(256 + n)
+			n++
+		}
+	}
+	vocab := map[string]int{}
+	for b := range 256 {
+		vocab[string(chars[b])] = b
+	}
+	tj := map[string]any{
+		"version": "1.0", "truncation": nil, "padding": nil, "added_tokens": []any{},
+		"normalizer":     nil,
+		"pre_tokenizer":  map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+		"post_processor": nil,
+		"decoder":        map[string]any{"type": "ByteLevel"},
+		"model":          map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "fuse_unk": false, "byte_fallback": false, "vocab": vocab, "merges": []string{}},
+	}
+	data, err := json.Marshal(tj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tokenizer.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Usage is metered with the engine's prompt count when its answer gives
+// one (usage.prompt_tokens: every whole body, a stream whose client asked
+// for usage), not the edge tokenizer's, which may be another model's
+// (builtin:sim by default); a stream without usage is metered with the
+// edge's count. The access log says the same count.
+func TestTenancyMetersTheEnginesPromptCount(t *testing.T) {
+	up := newUpstream(t, server.Config{Engine: testEngineConfig()})
+	tok := byteTokenizer(t)
+	g := startTenantGateway(t, up, func(c *config.Config) { c.Models[0].Tokenizer = tok; c.Log.AccessSample = 1 }, Deps{})
+	_, key := g.createKey(t, map[string]any{"name": "team-a"})
+	prompt := words(100, 40)
+	edge := len(prompt) // a token per byte
+	const maxTokens = 5
+
+	resp, body := callWith(t, g.testGateway, key, completion(prompt, maxTokens), nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	var whole struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &whole); err != nil {
+		t.Fatal(err)
+	}
+	engine := whole.Usage.PromptTokens
+	if engine <= 0 || engine == edge {
+		t.Fatalf("the engine counted %d prompt tokens, the edge %d: the test needs two different counts", engine, edge)
+	}
+	// A stream that asks for usage, and one that does not.
+	for _, usage := range []bool{true, false} {
+		b := completion(prompt, maxTokens)
+		b["stream"] = true
+		if usage {
+			b["stream_options"] = map[string]any{"include_usage": true}
+		}
+		if resp, body := callWith(t, g.testGateway, key, b, nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream (usage %v): %d %s", usage, resp.StatusCode, body)
+		}
+	}
+	var prompts int64
+	for _, u := range g.usageRows(t, "") {
+		prompts += u.PromptTokens
+	}
+	if want := int64(2*engine + edge); prompts != want {
+		t.Fatalf("metered %d prompt tokens, want %d (the engine's %d twice, the edge's %d once for the stream without usage)", prompts, want, engine, edge)
+	}
+	logs := g.logs.String()
+	if c := strings.Count(logs, fmt.Sprintf("prompt_tokens=%d ", engine)); c != 2 {
+		t.Errorf("%d access log lines with the engine's prompt_tokens=%d, want 2:\n%s", c, engine, logs)
+	}
+	if !strings.Contains(logs, fmt.Sprintf("prompt_tokens=%d ", edge)) {
+		t.Errorf("no access log line with the edge's prompt_tokens=%d:\n%s", edge, logs)
+	}
+}

@@ -621,6 +621,10 @@ type redisStatus struct {
 type storeStatus struct {
 	Backend string `json:"backend"`
 	DSN     string `json:"dsn"` // the password replaced by xxxxx
+	// Watch is "listening" while the store's key changes are followed
+	// (Postgres LISTEN), "connecting" before, "lost" while it is being
+	// retried; absent for a store that announces nothing (SQLite).
+	Watch string `json:"watch,omitempty"`
 }
 
 type cacheStatus struct {
@@ -673,6 +677,9 @@ func (s *Server) status(_ *http.Request) (int, any, *adminError) {
 	}
 	if t.store != nil {
 		v.Store = &storeStatus{Backend: t.dsn.Backend, DSN: t.dsn.String()}
+		if t.stopWatch != nil {
+			v.Store.Watch = watchStates[t.watchState.Load()]
+		}
 		keys, unknown := t.cache.Len()
 		v.Cache = &cacheStatus{TTL: t.cfg.AuthCacheTTL.String(), Keys: keys, Unknown: unknown, CacheStats: t.cache.Stats()}
 	}

@@ -72,6 +72,12 @@ type tenants struct {
 	// closeStore: New opened the store, Close closes it.
 	closeStore bool
 	cache      *tenancy.Cache // nil without a store
+	// stopWatch ends the cache's watch of the store's key changes (a
+	// store shared by gateways: Postgres) and watchDone closes when it
+	// has; watchState is watchConnecting, watchListening or watchLost.
+	stopWatch  context.CancelFunc
+	watchDone  chan struct{}
+	watchState atomic.Int32
 	// lim is nil when no request can be limited (auth: none and no limit
 	// configured); mode says which it is: "none", "local" or "redis".
 	lim     limit.Limiter
@@ -142,6 +148,9 @@ func newTenants(cfg *config.Config, deps Deps, met *metrics, log *slog.Logger) (
 	if t.store != nil {
 		t.cache = tenancy.NewCache(t.store, tenancy.CacheConfig{TTL: tc.AuthCacheTTL})
 		t.meter = newMeter(t.store, tc.UsageBuffer, tc.UsageFlushInterval, log, met)
+		if w, ok := t.store.(tenancy.KeyWatcher); ok {
+			t.watch(w)
+		}
 	}
 	if t.auth || limited {
 		if err := t.newLimiter(); err != nil {
@@ -226,10 +235,48 @@ func (t *tenants) redisError(op string, err error) {
 	}
 }
 
+// The states of the key store's watch.
+const (
+	watchConnecting int32 = iota
+	watchListening
+	watchLost
+)
+
+// watchStates names them in /admin/status.
+var watchStates = [...]string{watchConnecting: "connecting", watchListening: "listening", watchLost: "lost"}
+
+// watch has the cache follow w's key changes until close: a key revoked
+// or changed through another gateway applies here at once, not within
+// auth_cache_ttl. A lost watch is logged once, and retried by w; meanwhile
+// the TTL bounds how long a change takes.
+func (t *tenants) watch(w tenancy.KeyWatcher) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.stopWatch, t.watchDone = cancel, make(chan struct{})
+	go func() {
+		defer close(t.watchDone)
+		t.cache.Follow(ctx, w, func(err error) {
+			if err == nil {
+				if t.watchState.Swap(watchListening) == watchLost {
+					t.log.Info("key store watch back; every cached key is read again")
+				}
+				return
+			}
+			// Logged once a loss: the watch retries every few seconds.
+			if t.watchState.Swap(watchLost) != watchLost {
+				t.log.Warn("key store watch lost; changes made through other gateways apply within auth_cache_ttl until it is back", "ttl", t.cfg.AuthCacheTTL.String(), "error", t.dsn.Redact(err).Error())
+			}
+		})
+	}()
+}
+
 // close flushes the usage left (bounded) and closes what New opened.
 func (t *tenants) close() {
 	if t == nil {
 		return
+	}
+	if t.stopWatch != nil {
+		t.stopWatch()
+		<-t.watchDone // bounded: the watch's connection closes within a second
 	}
 	if t.meter != nil {
 		t.meter.close()

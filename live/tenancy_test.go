@@ -1228,3 +1228,39 @@ func TestTenancyMetersTheEnginesPromptCount(t *testing.T) {
 		t.Errorf("no access log line with the edge's prompt_tokens=%d:\n%s", edge, logs)
 	}
 }
+
+// A key revoked through one gateway is refused by another sharing the
+// Postgres store at once (the store's NOTIFY), not after auth_cache_ttl
+// (an hour here); /admin/status says the watch is listening.
+func TestTenancyRevocationReachesOtherGateways(t *testing.T) {
+	dsn := testpg.Start(t)
+	up := newUpstream(t, server.Config{Engine: testEngineConfig()})
+	var gws []*tenantGateway
+	for range 2 {
+		gws = append(gws, startTenantGateway(t, up, func(c *config.Config) {
+			c.Tenancy.Store = dsn
+			c.Tenancy.AuthCacheTTL = time.Hour
+		}, Deps{}))
+	}
+	a, b := gws[0], gws[1]
+	for _, g := range gws {
+		waitUntil(t, "the key watch listening", 10*time.Second, func() bool {
+			_, body := g.adminCall(t, "GET", "/admin/status", nil)
+			var st statusView
+			return json.Unmarshal(body, &st) == nil && st.Store != nil && st.Store.Watch == "listening"
+		})
+	}
+	id, key := a.createKey(t, map[string]any{"name": "team-a"})
+	if resp, body := callWith(t, b.testGateway, key, completion("hello", 2), nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("through the other gateway: %d %s", resp.StatusCode, body) // now cached there for an hour
+	}
+	if status, body := a.adminCall(t, "DELETE", "/admin/keys/"+id, nil); status/100 != 2 {
+		t.Fatalf("revoke: %d %s", status, body)
+	}
+	revoked := time.Now()
+	waitUntil(t, "the other gateway refusing the revoked key", 5*time.Second, func() bool {
+		resp, _ := callWith(t, b.testGateway, key, completion("hello", 2), nil)
+		return resp.StatusCode == http.StatusUnauthorized
+	})
+	t.Logf("refused by the other gateway %v after the revocation", time.Since(revoked).Round(time.Millisecond))
+}

@@ -17,7 +17,9 @@
 //
 // Cache (cache.go) is what the proxy calls per request: Authenticate
 // parses, looks up (a fresh entry, or one shared store lookup per burst)
-// and verifies.
+// and verifies. A store shared by gateways that announces key changes
+// (KeyWatcher, watch.go: Postgres) is followed with Cache.Follow, so a
+// change made anywhere applies at once rather than within the TTL.
 //
 // This package neither limits nor meters by itself: the limiter and the
 // metering writer sit on top of it.

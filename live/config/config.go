@@ -199,7 +199,8 @@ type Tenancy struct {
 	Store string `yaml:"store"`
 	// AuthCacheTTL is how long a key read from the store is used without
 	// reading it again: the longest a change made through another
-	// gateway takes to apply here. Default 5s.
+	// gateway takes to apply here (with Postgres, only while the store's
+	// LISTEN/NOTIFY watch is lost). Default 5s.
 	AuthCacheTTL time.Duration `yaml:"auth_cache_ttl"`
 	// UsageFlushInterval is how often the usage rows are written to the
 	// store (and once more at shutdown). Default 10s.

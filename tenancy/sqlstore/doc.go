@@ -13,6 +13,8 @@
 // The schema is versioned (migrate.go): numbered files under
 // migrations/<dialect>/, embedded, applied once each in one transaction at
 // Open and recorded in schema_migrations; a database newer than the binary
-// is refused. The tests run tenancy/storetest against both backends, with
+// is refused. Postgres's migration 0002 adds a trigger that NOTIFYs
+// inferrail_keys with a key's id when it changes; WatchKeys (watch.go)
+// LISTENs for it (tenancy.KeyWatcher). The tests run tenancy/storetest against both backends, with
 // a real Postgres server started by internal/testpg.
 package sqlstore

@@ -1,0 +1,42 @@
+package tenancy
+
+import "context"
+
+// KeyWatcher is a Store that announces key changes as they commit, made
+// by any gateway or by hand: the Postgres store LISTENs for its table's
+// trigger. A gateway's Cache follows it (Follow), so that a key revoked,
+// disabled or changed through another gateway stops or changes here at
+// once instead of within the cache's TTL.
+type KeyWatcher interface {
+	// WatchKeys calls changed with the id of each key created, changed,
+	// revoked or deleted, until ctx ends; then it returns nil. It calls
+	// changed with "" each time the watch starts and starts again (a lost
+	// connection is retried with backoff): changes may have been missed
+	// meanwhile, so every key is to be read again. state is called with
+	// the error when the watch is lost, and with nil when it is
+	// established.
+	WatchKeys(ctx context.Context, changed func(id string), state func(err error)) error
+}
+
+// Follow applies w's announcements to c until ctx ends: a key's id drops
+// what c holds for it, "" drops everything. state is as for WatchKeys.
+func (c *Cache) Follow(ctx context.Context, w KeyWatcher, state func(err error)) error {
+	return w.WatchKeys(ctx, func(id string) {
+		if id == "" {
+			c.InvalidateAll()
+			return
+		}
+		c.Invalidate(id)
+	}, state)
+}
+
+// InvalidateAll drops every key and unknown id c holds: the next request
+// for each reads the store. A lookup in flight still answers its
+// waiters but is not cached.
+func (c *Cache) InvalidateAll() {
+	c.mu.Lock()
+	c.gen.Add(1)
+	clear(c.pos)
+	clear(c.neg)
+	c.mu.Unlock()
+}

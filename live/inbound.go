@@ -233,7 +233,18 @@ func (s *Server) learn(in *inbound, a *attempt, ans *answer) (output, cached int
 		}
 	}
 	if in.ids != nil {
-		s.met.served(m, len(in.ids), max(cached, 0), a.dec.PredictedCachedTokens)
+		s.met.served(m, len(in.ids), a.dec.PredictedCachedTokens)
+	}
+	if ans != nil && ans.cached >= 0 {
+		// The hit rate's terms both from the engine when it says; else
+		// the edge's count, when there is one.
+		prompt, ok := ans.promptTokens()
+		if !ok {
+			prompt = len(in.ids)
+		}
+		if prompt > 0 {
+			s.met.reported(m, prompt, ans.cached)
+		}
 	}
 	m.finish(a, hashes, u)
 	return output, cached

@@ -44,6 +44,7 @@ type metrics struct {
 	// reported cached and what the index predicted cached (a hit rate and
 	// the prediction's accuracy, per model).
 	promptTokens, cachedTokens, predictedTokens *prometheus.CounterVec
+	reportedTokens                              *prometheus.CounterVec
 	scrapeErrors                                *prometheus.CounterVec
 	// Tenancy: authentications, rate-limit decisions (and those the
 	// on_redis_error policy made), failed limiter calls, usage rows
@@ -99,7 +100,8 @@ func newMetrics(s *Server) *metrics {
 	m.ttftH = hv("inferrail_time_to_first_byte_seconds", "From the request's arrival to the first response byte sent to the client, by model, policy and replica.", latencyBuckets, "model", "policy", "replica")
 	m.durationH = hv("inferrail_request_duration_seconds", "From the request's arrival to its last byte, by model, policy and replica.", append(latencyBuckets, 160, 320, 640), "model", "policy", "replica")
 	m.promptTokens = cv("inferrail_prompt_tokens_total", "Prompt tokens of the requests served whole, as tokenized at the edge (requests routed without a prediction are left out).", "model")
-	m.cachedTokens = cv("inferrail_cached_tokens_total", "Prompt tokens the engines reported cached (usage.prompt_tokens_details.cached_tokens) for the requests counted in inferrail_prompt_tokens_total.", "model")
+	m.cachedTokens = cv("inferrail_cached_tokens_total", "Prompt tokens the engines reported cached (usage.prompt_tokens_details.cached_tokens), for the requests counted in inferrail_reported_prompt_tokens_total.", "model")
+	m.reportedTokens = cv("inferrail_reported_prompt_tokens_total", "Prompt tokens (the engine's count) of the requests served whole whose answer reported its cached tokens: the denominator of inferrail_cached_tokens_total (a stream whose client did not ask for usage reports none).", "model")
 	m.predictedTokens = cv("inferrail_predicted_cached_tokens_total", "Prompt tokens the KV index predicted cached on the chosen replica, for the requests counted in inferrail_prompt_tokens_total.", "model")
 	m.scrapeErrors = cv("inferrail_scrape_errors_total", "Scrapes of a replica's /metrics that failed or could not be read.", "model", "replica")
 	m.decisions = cv("inferrail_decisions_total", "Routing decisions by model, policy and replica.", "model", "policy", "replica")
@@ -159,9 +161,9 @@ func newMetrics(s *Server) *metrics {
 // (6% of the proxy's CPU at 1,000 req/s, most of it cache misses: the
 // resolved child is one line). These vectors' series are never deleted.
 type modelSeries struct {
-	prompt, cached, predicted prometheus.Counter
-	decision, queueWait       prometheus.Observer
-	ok, tokenizedOK           prometheus.Counter
+	prompt, cached, predicted, reported prometheus.Counter
+	decision, queueWait                 prometheus.Observer
+	ok, tokenizedOK                     prometheus.Counter
 }
 
 // model returns md's series, resolving them the first time.
@@ -173,6 +175,7 @@ func (m *metrics) model(md *model) *modelSeries {
 		prompt:      m.promptTokens.WithLabelValues(md.name),
 		cached:      m.cachedTokens.WithLabelValues(md.name),
 		predicted:   m.predictedTokens.WithLabelValues(md.name),
+		reported:    m.reportedTokens.WithLabelValues(md.name),
 		decision:    m.decisionH.WithLabelValues(md.name),
 		queueWait:   m.queueWaitH.WithLabelValues(md.name),
 		ok:          m.requests.WithLabelValues(md.name, "ok"),
@@ -255,12 +258,20 @@ func (m *metrics) forget(model, replica string, r *replica) {
 	}
 }
 
-// served counts the tokens of a request served whole.
-func (m *metrics) served(md *model, prompt, cached, predicted int) {
+// served counts the tokens of a request served whole, tokenized at the
+// edge: its prompt and what the index predicted cached.
+func (m *metrics) served(md *model, prompt, predicted int) {
 	ms := m.model(md)
 	ms.prompt.Add(float64(prompt))
-	ms.cached.Add(float64(cached))
 	ms.predicted.Add(float64(predicted))
+}
+
+// reported counts the tokens of a request served whole whose answer said
+// how many of its prompt tokens the engine found cached.
+func (m *metrics) reported(md *model, prompt, cached int) {
+	ms := m.model(md)
+	ms.reported.Add(float64(prompt))
+	ms.cached.Add(float64(cached))
 }
 
 func (m *metrics) outcome(model, o string) { m.requests.WithLabelValues(model, o).Inc() }

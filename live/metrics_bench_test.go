@@ -20,7 +20,8 @@ func BenchmarkRequestMetrics(b *testing.B) {
 		m.decision(md, r)
 		m.ttft(md, r, time.Millisecond)
 		m.duration(md, r, time.Millisecond)
-		m.served(md, 256, 128, 128)
+		m.served(md, 256, 128)
+		m.reported(md, 256, 128)
 		m.ok(md)
 	}
 }

@@ -94,9 +94,22 @@ func TestTokenCountersAndDepartedReplicas(t *testing.T) {
 		v.WithLabelValues(m.name).Write(&d)
 		return d.GetCounter().GetValue()
 	}
-	p, c, pr := value(g.met.promptTokens), value(g.met.cachedTokens), value(g.met.predictedTokens)
-	if p == 0 || c == 0 || pr == 0 || c > p || pr > p {
-		t.Fatalf("prompt %v, cached %v, predicted %v tokens", p, c, pr)
+	p, c, pr, rp := value(g.met.promptTokens), value(g.met.cachedTokens), value(g.met.predictedTokens), value(g.met.reportedTokens)
+	if p == 0 || c == 0 || pr == 0 || c > p || pr > p || rp != p {
+		t.Fatalf("prompt %v, cached %v, predicted %v, reported prompt %v tokens", p, c, pr, rp)
+	}
+	// A stream whose client did not ask for usage: its prompt and
+	// prediction count, and nothing toward the engine-measured hit rate
+	// (it would read as a miss).
+	resp, err := g.post(t.Context(), "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2, "stream": true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	waitUntil(t, "the stream counted", 5*time.Second, func() bool { return value(g.met.promptTokens) > p })
+	if p2, c2, pr2, rp2 := value(g.met.promptTokens), value(g.met.cachedTokens), value(g.met.predictedTokens), value(g.met.reportedTokens); p2 != p*3/2 || pr2 <= pr || c2 != c || rp2 != rp {
+		t.Fatalf("after a stream without usage: prompt %v -> %v, predicted %v -> %v, cached %v -> %v, reported prompt %v -> %v; want the prompt and prediction counted and the cached and reported ones not", p, p2, pr, pr2, c, c2, rp, rp2)
 	}
 	count := func(c prometheus.Collector) int {
 		ch := make(chan prometheus.Metric, 64)

@@ -62,13 +62,14 @@ curl -sf 127.0.0.1:19290/readyz >/dev/null
 metric() {
 	curl -sf 127.0.0.1:19290/metrics | awk -v n="$1" -v l="${2:-}" '$1 == n || index($1, n "{") == 1 { if (l == "" || index($1, l)) s += $2 } END { printf "%.0f\n", s }'
 }
-# sample: prompt, cached and predicted tokens now.
-sample() { echo "$(metric inferrail_prompt_tokens_total) $(metric inferrail_cached_tokens_total) $(metric inferrail_predicted_cached_tokens_total)"; }
+# sample: prompt, cached and predicted tokens now, and the prompt tokens of
+# the answers that reported their cached ones.
+sample() { echo "$(metric inferrail_prompt_tokens_total) $(metric inferrail_cached_tokens_total) $(metric inferrail_predicted_cached_tokens_total) $(metric inferrail_reported_prompt_tokens_total)"; }
 rate() { # before after: cached and predicted hit rates between two samples
 	python3 -c "
 b, a = [int(x) for x in '$1'.split()], [int(x) for x in '$2'.split()]
-p = a[0] - b[0]
-print(f'{(a[1] - b[1]) / p:.4f} {(a[2] - b[2]) / p:.4f} {p}' if p else 'nan nan 0')"
+p, r = a[0] - b[0], a[3] - b[3]
+print(f'{(a[1] - b[1]) / r if r else float(\"nan\"):.4f} {(a[2] - b[2]) / p:.4f} {p}' if p else 'nan nan 0')"
 }
 
 # Short prompts (w1's shared system prompts of 256 to 1,024 tokens, questions

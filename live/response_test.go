@@ -161,7 +161,10 @@ func FuzzReadResponse(f *testing.F) {
 		if gerr != nil || werr != nil {
 			return // one refused what the other read: stricter is fine
 		}
-		if got.status != want.status || got.length != want.length || got.chunked != want.chunked || got.close != want.close {
+		// A status without a body (1xx, 204, 304) has no framing: net/http
+		// still reports a Transfer-Encoding it names, this reader none.
+		bodiless := want.status/100 == 1 || want.status == http.StatusNoContent || want.status == http.StatusNotModified
+		if got.status != want.status || got.length != want.length || got.chunked != want.chunked && !bodiless || got.close != want.close {
 			t.Fatalf("head %+v, net/http's %+v", got, want)
 		}
 		if !got.bodyErr && !want.bodyErr && got.body != want.body {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -144,6 +145,19 @@ func (h *h1Client) do(ctx context.Context, u *url.URL, hdr headerLines, body []b
 		return fail(err)
 	}
 	resp, err = readResponse(pc.br)
+	// Interim answers (103 Early Hints, an unasked 100 Continue) come
+	// before the final one: skipped, as net/http's Transport skips them,
+	// and as many (max1xx) at most.
+	for n := 0; err == nil && resp.StatusCode/100 == 1; n++ {
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			err = errors.New("the engine switched protocols (101), which the proxy never asks for")
+		case n == max1xx:
+			err = fmt.Errorf("the engine sent more than %d interim (1xx) responses", max1xx)
+		default:
+			resp, err = readResponse(pc.br)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = errNoResponse
@@ -154,6 +168,10 @@ func (h *h1Client) do(ctx context.Context, u *url.URL, hdr headerLines, body []b
 	resp.Body = &h1Body{rc: resp.Body, h: h, pc: pc, addr: addr, stop: stop, keep: keep}
 	return resp, reused, nil
 }
+
+// max1xx bounds the interim responses read before a final one (net/http's
+// Transport allows 5).
+const max1xx = 5
 
 // headerLines writes a request's header lines ("Name: value\r\n", each
 // through appendHeaderLine) after its Host and Content-Length.

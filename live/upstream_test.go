@@ -29,6 +29,22 @@ func TestH1Client(t *testing.T) {
 			io.WriteString(hj, "HTTP/1.1 200 OK\r\n\r\nraw body")
 			hj.Close()
 			return
+		case "/early": // interim answers before the final one
+			hj, bw, _ := w.(http.Hijacker).Hijack()
+			io.WriteString(bw, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nX-Echo: final\r\nContent-Length: 5\r\n\r\n"+string(b))
+			bw.Flush()
+			hj.Close()
+			return
+		case "/many1xx", "/switch":
+			hj, bw, _ := w.(http.Hijacker).Hijack()
+			if r.URL.Path == "/switch" {
+				io.WriteString(bw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+			} else {
+				io.WriteString(bw, strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", 6)+"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+			}
+			bw.Flush()
+			hj.Close()
+			return
 		case "/slow":
 			w.(http.Flusher).Flush()
 			<-r.Context().Done()
@@ -79,6 +95,14 @@ func TestH1Client(t *testing.T) {
 	}
 	if _, reused := read("/d"); reused || conns.Load() != 3 {
 		t.Fatalf("a close-delimited connection was reused (%d connections)", conns.Load())
+	}
+	if got, _ := read("/early"); got != "final hello" {
+		t.Fatalf("after interim answers: %q, want the final one's", got)
+	}
+	for _, path := range []string{"/many1xx", "/switch"} {
+		if _, _, err := get(context.Background(), path); err == nil {
+			t.Fatalf("%s: no error", path)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()

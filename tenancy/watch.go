@@ -19,24 +19,34 @@ type KeyWatcher interface {
 }
 
 // Follow applies w's announcements to c until ctx ends: a key's id drops
-// what c holds for it, "" drops everything. state is as for WatchKeys.
+// what c holds for it (Invalidate), "" makes everything stale
+// (ExpireAll). state is as for WatchKeys.
 func (c *Cache) Follow(ctx context.Context, w KeyWatcher, state func(err error)) error {
 	return w.WatchKeys(ctx, func(id string) {
 		if id == "" {
-			c.InvalidateAll()
+			c.ExpireAll()
 			return
 		}
 		c.Invalidate(id)
 	}, state)
 }
 
-// InvalidateAll drops every key and unknown id c holds: the next request
-// for each reads the store. A lookup in flight still answers its
+// ExpireAll makes every key c holds stale, so that the next request for
+// each reads the store, and forgets the unknown ids. The keys are kept
+// for a store that fails meanwhile: served up to MaxStale past their TTL,
+// as any stale key (a watch that comes back to a flapping store must not
+// turn its outage into refusals). A lookup in flight still answers its
 // waiters but is not cached.
-func (c *Cache) InvalidateAll() {
+func (c *Cache) ExpireAll() {
+	now := c.cfg.Now()
 	c.mu.Lock()
 	c.gen.Add(1)
-	clear(c.pos)
+	for id, e := range c.pos {
+		if now.Before(e.fresh) {
+			// A new entry: readers hold the old one outside the lock.
+			c.pos[id] = &cacheEntry{key: e.key, fresh: now, staleBy: e.staleBy}
+		}
+	}
 	clear(c.neg)
 	c.mu.Unlock()
 }

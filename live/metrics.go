@@ -339,11 +339,12 @@ var (
 	descIndex     = prometheus.NewDesc("inferrail_index_bytes", "Memory of the model's KV index.", []string{"model"}, nil)
 	descMaxLen    = prometheus.NewDesc("inferrail_model_max_model_len", "The context, in tokens, a request's prompt plus max_tokens must fit: max_model_len as configured, else the smallest the replicas' /v1/models gave (0: unknown, not checked).", []string{"model"}, nil)
 	descBlocks    = prometheus.NewDesc("inferrail_index_blocks", "Blocks the KV index holds for the replica.", []string{"model", "replica"}, nil)
+	descKeyWatch  = prometheus.NewDesc("inferrail_tenancy_key_watch_up", "1 while the key store's changes are followed (Postgres LISTEN/NOTIFY: a key changed through another gateway applies at once), 0 while the watch connects or is lost (changes then take up to auth_cache_ttl); absent for a store that announces nothing (SQLite).", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHealthy, descInFlight, descPending, descRunning, descWaiting, descKV, descAge,
-		descReserved, descCapacity, descEjections, descRestarts, descQueue, descQueueB, descIndex, descBlocks, descMaxLen} {
+		descReserved, descCapacity, descEjections, descRestarts, descQueue, descQueueB, descIndex, descBlocks, descMaxLen, descKeyWatch} {
 		ch <- d
 	}
 }
@@ -384,6 +385,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descQueueB, float64(snap.queuedBytes), m.name)
 		g(descIndex, float64(snap.indexBytes), m.name)
 		g(descMaxLen, float64(m.contextLen()), m.name)
+	}
+	if t := c.s.ten; t != nil && t.stopWatch != nil {
+		up := 0.0
+		if t.watchState.Load() == watchListening {
+			up = 1
+		}
+		g(descKeyWatch, up)
 	}
 }
 

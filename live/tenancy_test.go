@@ -210,6 +210,10 @@ func TestTenancyQuickStart(t *testing.T) {
 	if u.TTFTSeconds <= 0 || u.DurationSeconds < u.TTFTSeconds || u.QueueSeconds < 0 {
 		t.Fatalf("usage times %+v", u)
 	}
+	// SQLite announces no key changes: no watch, no watch metric.
+	if strings.Contains(admin(t, g.testGateway, "/metrics"), "inferrail_tenancy_key_watch_up") {
+		t.Error("inferrail_tenancy_key_watch_up exported with a SQLite store")
+	}
 	// The other filters.
 	if rows := g.usageRows(t, "?model=nope"); len(rows) != 0 {
 		t.Fatalf("model=nope: %+v", rows)
@@ -1249,6 +1253,9 @@ func TestTenancyRevocationReachesOtherGateways(t *testing.T) {
 			var st statusView
 			return json.Unmarshal(body, &st) == nil && st.Store != nil && st.Store.Watch == "listening"
 		})
+	}
+	if body := admin(t, b.testGateway, "/metrics"); !strings.Contains(body, "\ninferrail_tenancy_key_watch_up 1\n") {
+		t.Fatalf("the key watch listening, but not inferrail_tenancy_key_watch_up 1:\n%s", body)
 	}
 	id, key := a.createKey(t, map[string]any{"name": "team-a"})
 	if resp, body := callWith(t, b.testGateway, key, completion("hello", 2), nil); resp.StatusCode != http.StatusOK {

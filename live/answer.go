@@ -47,6 +47,12 @@ type answer struct {
 	// completion and cached are the usage's completion_tokens and
 	// cached_tokens, prompt its prompt_tokens (-1: not seen).
 	completion, cached, prompt int
+	// strip: the proxy asked for this stream's usage, which the client
+	// does not get (streamusage.go); held is an event's start not yet
+	// ended, out the bytes pass returned last.
+	strip     bool
+	held, out []byte
+	check     openai.Reader // reads an event that may be the usage
 }
 
 func newAnswer(stream, keepText bool) *answer {
@@ -54,9 +60,9 @@ func newAnswer(stream, keepText bool) *answer {
 	if a == nil {
 		a = &answer{}
 	}
-	r, text, pending := a.r, a.a.Text[:0], a.pending[:0]
+	r, text, pending, held, out, check := a.r, a.a.Text[:0], a.pending[:0], a.held[:0], a.out[:0], a.check
 	r.Reset()
-	*a = answer{stream: stream, keepText: keepText, completion: -1, cached: -1, prompt: -1, r: r, pending: pending}
+	*a = answer{stream: stream, keepText: keepText, completion: -1, cached: -1, prompt: -1, r: r, pending: pending, held: held, out: out, check: check}
 	a.a.Text = text
 	a.a.MaxText = maxAnswerBytes
 	if !keepText {
@@ -75,7 +81,7 @@ const maxPooledAnswer = 64 << 10
 
 // release gives a back for another request; nothing may use it after.
 func (a *answer) release() {
-	if a == nil || a.r.Retained()+cap(a.a.Text)+cap(a.pending) > maxPooledAnswer {
+	if a == nil || a.r.Retained()+a.check.Retained()+cap(a.a.Text)+cap(a.pending)+cap(a.held)+cap(a.out) > maxPooledAnswer {
 		return
 	}
 	answerPool.Put(a)

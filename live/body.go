@@ -23,6 +23,9 @@ type fields struct {
 	MaxTokens, MaxCompletionTokens int
 	// Stream is the body's stream field when it is true.
 	Stream bool
+	// StreamOptions: the body has a stream_options key (streamusage.go
+	// asks for a stream's usage only without one).
+	StreamOptions bool
 	// KVParams: the body has a kv_transfer_params key (pd.go drops it).
 	KVParams bool
 	// modelStart and modelEnd locate the model value in the body.
@@ -117,6 +120,8 @@ func (f *fields) set(key, raw []byte, start, end int) error {
 		f.MaxCompletionTokens = count(raw)
 	case "stream":
 		f.Stream = bytes.Equal(raw, []byte("true"))
+	case "stream_options":
+		f.StreamOptions = true
 	case kvParamsKey:
 		f.KVParams = true
 	}

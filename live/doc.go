@@ -56,7 +56,8 @@
 // listeners, TLS, drain), then proxy.go (one request's life up to its
 // dispatch), relay.go (tries, the header policy, streaming the answer back),
 // upstream.go (the HTTP/1.1 client to the engines), answer.go (what each
-// answer teaches, read with internal/openai), model.go (the core, its lock,
+// answer teaches, read with internal/openai), streamusage.go (a stream's
+// usage asked for the client and kept from it), model.go (the core, its lock,
 // the waiters and the deadline goroutine), background.go (scrapes, probes,
 // discovery), maxlen.go (max_model_len from the engines' /v1/models), kvsync.go (KV events to the core), pd.go (disaggregated
 // prefill/decode: a request the core sends to a prefill replica first is

@@ -32,6 +32,9 @@ type inbound struct {
 	ids     []uint32
 	salt    kvblock.Hash
 	ownSalt bool
+	// askedUsage: the proxy asked the engine for this stream's usage
+	// (streamusage.go).
+	askedUsage bool
 }
 
 // apiError is an answer in OpenAI's error shape, with what it is counted
@@ -263,5 +266,7 @@ func (s *Server) showPredicted(in *inbound) bool {
 // too.
 func answerOf(in *inbound, sse bool) *answer {
 	_, canRead := in.m.enc.(TextEncoder)
-	return newAnswer(sse, canRead && in.m.index == router.IndexApproximate && in.ids != nil)
+	a := newAnswer(sse, canRead && in.m.index == router.IndexApproximate && in.ids != nil)
+	a.strip = sse && in.askedUsage
+	return a
 }

@@ -78,7 +78,9 @@ func TestMetricSet(t *testing.T) {
 // Served requests count their prompt, cached and predicted tokens, and a
 // replica that DNS removed leaves no series behind.
 func TestTokenCountersAndDepartedReplicas(t *testing.T) {
-	g := startGateway(t, testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})))
+	cfg := testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true}))
+	cfg.StreamUsage = false // a stream's usage is not asked for (TestStreamUsageAsked)
+	g := startGateway(t, cfg)
 	prompt := words(500, 64)
 	for range 2 {
 		resp, err := g.post(t.Context(), "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2}, nil)

@@ -177,6 +177,9 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			}
 			remote = ar.pd == "remote"
 		}
+		if in.askedUsage = s.asksUsage(in); in.askedUsage {
+			body = withStreamUsage(body)
+		}
 		t = s.attempt(ctx, in, body, remote, a.rep, r, reqID)
 		if t.err == nil && !retryable(t.resp.StatusCode) {
 			break

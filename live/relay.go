@@ -408,10 +408,12 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 		h.Set(HeaderPredicted, strconv.Itoa(a.dec.PredictedCachedTokens))
 	}
 	h.Set(HeaderQueued, formatMs(a.queued))
-	if cl := resp.Header.Get("Content-Length"); cl != "" && resp.ContentLength >= 0 {
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	// A stream the proxy takes its usage event out of is shorter than the
+	// engine's.
+	if cl := resp.Header.Get("Content-Length"); cl != "" && resp.ContentLength >= 0 && !(sse && in.askedUsage) {
 		h.Set("Content-Length", cl)
 	}
-	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	ok := resp.StatusCode == http.StatusOK
 	ar.status = resp.StatusCode
 	if t.n > 0 {
@@ -439,11 +441,9 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	}
 	if t.eof {
 		// The whole answer came in the first read: nothing to wait for.
-		if ans != nil {
-			ans.feed((*t.buf)[:t.n])
-		}
+		out := ans.pass((*t.buf)[:t.n], true)
 		s.settle(in, a, t, ans, true, "", passThrough, ar)
-		w.Write((*t.buf)[:t.n])
+		w.Write(out)
 		s.met.duration(m, t.rep, time.Since(began))
 		return
 	}
@@ -468,10 +468,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	})
 	watch.Stop()
 	buf := *t.buf
-	pending := buf[:t.n]
-	if ans != nil {
-		ans.feed(pending)
-	}
+	pending := ans.pass(buf[:t.n], false)
 	upDone, piped := false, false
 	var failure string
 	var werr error
@@ -518,10 +515,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 		}
 		n, err := t.resp.Body.Read(buf)
 		idleTimer.Stop()
-		pending = buf[:n]
-		if n > 0 && ans != nil {
-			ans.feed(pending)
-		}
+		pending = ans.pass(buf[:n], err != nil)
 		if err != nil {
 			// The engine is done (or broke): its slot is free before the
 			// last write.
@@ -624,15 +618,15 @@ func (s *Server) pump(r *http.Request, ctx context.Context, t *try, p *pipe, ans
 	pb := bufPool.Get().(*[]byte)
 	defer bufPool.Put(pb)
 	buf := *pb
+	// The handler may still be writing what pass last returned it.
+	var out []byte
 	for {
 		idleTimer.Reset(s.cfg.StreamIdleTimeout)
 		n, err := t.resp.Body.Read(buf)
 		idleTimer.Stop()
-		if n > 0 {
-			if ans != nil {
-				ans.feed(buf[:n])
-			}
-			if !p.push(buf[:n]) {
+		if n > 0 || err != nil {
+			b := ans.passTo(buf[:n], err != nil, &out)
+			if len(b) > 0 && !p.push(b) {
 				return ans != nil && ans.done, ""
 			}
 		}

@@ -1182,54 +1182,73 @@ func byteTokenizer(t testing.TB) string {
 // (builtin:sim by default); a stream without usage is metered with the
 // edge's count. The access log says the same count.
 func TestTenancyMetersTheEnginesPromptCount(t *testing.T) {
-	up := newUpstream(t, server.Config{Engine: testEngineConfig()})
-	tok := byteTokenizer(t)
-	g := startTenantGateway(t, up, func(c *config.Config) { c.Models[0].Tokenizer = tok; c.Log.AccessSample = 1 }, Deps{})
-	_, key := g.createKey(t, map[string]any{"name": "team-a"})
-	prompt := words(100, 40)
-	edge := len(prompt) // a token per byte
-	const maxTokens = 5
+	for _, asked := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream_usage=%v", asked), func(t *testing.T) {
+			up := newUpstream(t, server.Config{Engine: testEngineConfig()})
+			tok := byteTokenizer(t)
+			g := startTenantGateway(t, up, func(c *config.Config) {
+				c.Models[0].Tokenizer = tok
+				c.Log.AccessSample = 1
+				c.StreamUsage = asked
+			}, Deps{})
+			_, key := g.createKey(t, map[string]any{"name": "team-a"})
+			prompt := words(100, 40)
+			edge := len(prompt) // a token per byte
+			const maxTokens = 5
 
-	resp, body := callWith(t, g.testGateway, key, completion(prompt, maxTokens), nil)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	var whole struct {
-		Usage struct {
-			PromptTokens int `json:"prompt_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(body, &whole); err != nil {
-		t.Fatal(err)
-	}
-	engine := whole.Usage.PromptTokens
-	if engine <= 0 || engine == edge {
-		t.Fatalf("the engine counted %d prompt tokens, the edge %d: the test needs two different counts", engine, edge)
-	}
-	// A stream that asks for usage, and one that does not.
-	for _, usage := range []bool{true, false} {
-		b := completion(prompt, maxTokens)
-		b["stream"] = true
-		if usage {
-			b["stream_options"] = map[string]any{"include_usage": true}
-		}
-		if resp, body := callWith(t, g.testGateway, key, b, nil); resp.StatusCode != http.StatusOK {
-			t.Fatalf("stream (usage %v): %d %s", usage, resp.StatusCode, body)
-		}
-	}
-	var prompts int64
-	for _, u := range g.usageRows(t, "") {
-		prompts += u.PromptTokens
-	}
-	if want := int64(2*engine + edge); prompts != want {
-		t.Fatalf("metered %d prompt tokens, want %d (the engine's %d twice, the edge's %d once for the stream without usage)", prompts, want, engine, edge)
-	}
-	logs := g.logs.String()
-	if c := strings.Count(logs, fmt.Sprintf("prompt_tokens=%d ", engine)); c != 2 {
-		t.Errorf("%d access log lines with the engine's prompt_tokens=%d, want 2:\n%s", c, engine, logs)
-	}
-	if !strings.Contains(logs, fmt.Sprintf("prompt_tokens=%d ", edge)) {
-		t.Errorf("no access log line with the edge's prompt_tokens=%d:\n%s", edge, logs)
+			resp, body := callWith(t, g.testGateway, key, completion(prompt, maxTokens), nil)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			var whole struct {
+				Usage struct {
+					PromptTokens int `json:"prompt_tokens"`
+				} `json:"usage"`
+			}
+			if err := json.Unmarshal(body, &whole); err != nil {
+				t.Fatal(err)
+			}
+			engine := whole.Usage.PromptTokens
+			if engine <= 0 || engine == edge {
+				t.Fatalf("the engine counted %d prompt tokens, the edge %d: the test needs two different counts", engine, edge)
+			}
+			// A stream that asks for usage, and one that does not: each
+			// client gets what it asked for.
+			for _, usage := range []bool{true, false} {
+				b := completion(prompt, maxTokens)
+				b["stream"] = true
+				if usage {
+					b["stream_options"] = map[string]any{"include_usage": true}
+				}
+				resp, body := callWith(t, g.testGateway, key, b, nil)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("stream (usage %v): %d %s", usage, resp.StatusCode, body)
+				}
+				if got := strings.Contains(string(body), `"usage"`); got != usage || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+					t.Fatalf("stream (usage asked %v): usage in the stream %v, want %v, and data: [DONE] last:\n%s", usage, got, usage, body)
+				}
+			}
+			var prompts int64
+			for _, u := range g.usageRows(t, "") {
+				prompts += u.PromptTokens
+			}
+			// The stream without usage: the engine's count when the proxy
+			// asked for it, else the edge's.
+			want, edges := int64(3*engine), 0
+			if !asked {
+				want, edges = int64(2*engine+edge), 1
+			}
+			if prompts != want {
+				t.Fatalf("metered %d prompt tokens, want %d (the engine counts %d, the edge %d)", prompts, want, engine, edge)
+			}
+			logs := g.logs.String()
+			if c := strings.Count(logs, fmt.Sprintf("prompt_tokens=%d ", engine)); c != 3-edges {
+				t.Errorf("%d access log lines with the engine's prompt_tokens=%d, want %d:\n%s", c, engine, 3-edges, logs)
+			}
+			if c := strings.Count(logs, fmt.Sprintf("prompt_tokens=%d ", edge)); c != edges {
+				t.Errorf("%d access log lines with the edge's prompt_tokens=%d, want %d:\n%s", c, edge, edges, logs)
+			}
+		})
 	}
 }
 

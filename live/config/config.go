@@ -113,6 +113,12 @@ type Config struct {
 	// ForwardClientAuth forwards the client's Authorization and Cookie
 	// headers to the engines. Default false.
 	ForwardClientAuth bool `yaml:"forward_client_auth"`
+	// StreamUsage asks the engine for the usage of a streamed request
+	// that has no stream_options (stream_options.include_usage), and
+	// keeps the usage-only chunk it adds from the client: metering, the
+	// TPM true-up and the engine-measured hit rate then read the engine's
+	// counts for every stream. Default true.
+	StreamUsage bool `yaml:"stream_usage"`
 
 	// TLS serves the client listener over TLS (HTTP/1.1 and h2) when its
 	// cert_file and key_file are set.
@@ -714,6 +720,7 @@ func Default() Config {
 		MaxConcurrentStreams: 100,
 		MaxInflightBodyBytes: GiB,
 		ResponseBufferBytes:  MiB,
+		StreamUsage:          true,
 		Procs:                "adaptive",
 		Sysmon:               "awake",
 		Log:                  Log{Format: "text", Level: "info", AccessSample: 1},

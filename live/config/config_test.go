@@ -86,6 +86,7 @@ func TestDefaultValues(t *testing.T) {
 		{"response_buffer_bytes", d.ResponseBufferBytes, MiB},
 		{"predicted_cached_header", d.PredictedCachedHeader, false},
 		{"forward_client_auth", d.ForwardClientAuth, false},
+		{"stream_usage", d.StreamUsage, true},
 		{"pprof", d.Pprof, false},
 		{"procs", d.Procs, "adaptive"},
 		{"sysmon", d.Sysmon, "awake"},
@@ -160,6 +161,7 @@ max_inflight_body_bytes: 2KiB
 response_buffer_bytes: 64KiB
 predicted_cached_header: true
 forward_client_auth: true
+stream_usage: false
 pprof: true
 procs: fixed
 sysmon: go

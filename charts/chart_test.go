@@ -438,8 +438,8 @@ func (r *rendering) checkCommon(t *testing.T) {
 		for _, sp := range svc.Spec.Ports {
 			if sp.Port == ref.Port.Number {
 				found = true
-				if sp.AppProtocol == nil || *sp.AppProtocol != "kubernetes.io/h2c" {
-					t.Errorf("InferencePool/%s: the picker's Service port %d has appProtocol %q, want kubernetes.io/h2c", name, sp.Port, deref(sp.AppProtocol))
+				if sp.AppProtocol == nil || (*sp.AppProtocol != "http2" && *sp.AppProtocol != "kubernetes.io/h2c") {
+					t.Errorf("InferencePool/%s: the picker's Service port %d has appProtocol %q, want http2 (TLS) or kubernetes.io/h2c", name, sp.Port, deref(sp.AppProtocol))
 				}
 			}
 		}
@@ -985,18 +985,34 @@ func TestEPP(t *testing.T) {
 	if sa := d.Spec.Template.Spec.ServiceAccountName; sa != "inferrail-epp" {
 		t.Errorf("picker runs as ServiceAccount %q", sa)
 	}
-	svc := r.services["inferrail-epp"]
-	grpc := false
-	for _, p := range svc.Spec.Ports {
-		if p.Name == "grpc" {
-			grpc = true
-			if p.AppProtocol == nil || *p.AppProtocol != "kubernetes.io/h2c" || p.Port != 9002 {
-				t.Errorf("picker Service grpc port %d appProtocol %q, want 9002 kubernetes.io/h2c", p.Port, deref(p.AppProtocol))
+	// ext_proc over TLS by default (the picker's secure_serving), the
+	// Service saying http2; h2c when secureServing is off.
+	grpcPort := func(r *rendering) string {
+		t.Helper()
+		for _, p := range r.services["inferrail-epp"].Spec.Ports {
+			if p.Name == "grpc" {
+				if p.Port != 9002 {
+					t.Errorf("picker Service grpc port %d, want 9002", p.Port)
+				}
+				return deref(p.AppProtocol)
 			}
 		}
-	}
-	if !grpc {
 		t.Error("the picker's Service has no grpc port")
+		return ""
+	}
+	secure := func(r *rendering) any {
+		var c map[string]any
+		if err := yaml.Unmarshal([]byte(r.configMaps["inferrail-epp"].Data["live.yaml"]), &c); err != nil {
+			t.Fatal(err)
+		}
+		return c["epp"].(map[string]any)["secure_serving"]
+	}
+	if ap, ss := grpcPort(r), secure(r); ap != "http2" || ss != true {
+		t.Errorf("by default the picker's Service says %q and its config secure_serving %v; want http2 and true", ap, ss)
+	}
+	plain := mustRender(t, []string{"testdata/values-epp.yaml"}, map[string]any{"epp": map[string]any{"secureServing": false}})
+	if ap, ss := grpcPort(plain), secure(plain); ap != "kubernetes.io/h2c" || ss != false {
+		t.Errorf("with secureServing false the picker's Service says %q and its config secure_serving %v; want kubernetes.io/h2c and false", ap, ss)
 	}
 
 	// RBAC: read pods and InferencePools, nothing else.
@@ -1152,6 +1168,7 @@ func TestBadValues(t *testing.T) {
 		{"own admin token file", map[string]any{"config": map[string]any{"admin_token_file": "/x"}}, []string{"config.admin_token_file"}},
 		{"two pickers", map[string]any{"epp": map[string]any{"replicaCount": 2}}, []string{"/epp/replicaCount"}},
 		{"own epp listen", map[string]any{"epp": map[string]any{"enabled": true}, "config": map[string]any{"epp": map[string]any{"listen": "127.0.0.1:9002"}}}, []string{"config.epp.listen", "epp.port"}},
+		{"own epp secure_serving", map[string]any{"epp": map[string]any{"enabled": true}, "config": map[string]any{"epp": map[string]any{"secure_serving": false}}}, []string{"config.epp.secure_serving", "epp.secureServing"}},
 		{"pool mismatch", map[string]any{"epp": map[string]any{"enabled": true, "pool": map[string]any{"name": "other"}, "inferencePool": map[string]any{"create": true}}}, []string{"epp.pool.name"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

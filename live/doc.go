@@ -67,7 +67,7 @@
 // request path (authenticate before the body, authorize once the model is
 // known, reserve once the request is weighed, release when it ends), and
 // admin.go the admin API that manages keys and reads usage and status.
-// epp.go is `inferrail epp` (ServeEPP): the same inbound.go path
+// epp.go is `inferrail epp` (ServeEPP; epp_tls.go its TLS): the same inbound.go path
 // behind Envoy's ext_proc as the Gateway API Inference Extension's endpoint
 // picker (one stream's life in epp_stream.go, an InferencePool's pods as
 // replicas in epp_pool.go).

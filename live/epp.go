@@ -13,6 +13,7 @@ import (
 	extProcPb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -130,7 +131,17 @@ func (s *Server) serveEPP(ctx context.Context, stop <-chan struct{}, o eppOption
 	}
 	// A buffered body is one message: room for the largest one taken.
 	maxMsg := int(s.cfg.MaxBodyBytes) + 1<<20
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg))
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg)}
+	tlsMode := "off (h2c)"
+	if s.cfg.EPP.SecureServing {
+		tc, what, err := s.eppTLS()
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		opts, tlsMode = append(opts, grpc.Creds(credentials.NewTLS(tc))), what
+	}
+	gs := grpc.NewServer(opts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	extProcPb.RegisterExternalProcessorServer(gs, &eppService{s: s, web: s.Handler()})
@@ -148,9 +159,9 @@ func (s *Server) serveEPP(ctx context.Context, stop <-chan struct{}, o eppOption
 		return err
 	}
 	if _, al := s.Addrs(); al != nil {
-		s.log.Info("serving the endpoint picker", "listen", lis.Addr().String(), "admin", al.String(), "pool", s.cfg.EPP.Pool.Name)
+		s.log.Info("serving the endpoint picker", "listen", lis.Addr().String(), "tls", tlsMode, "admin", al.String(), "pool", s.cfg.EPP.Pool.Name)
 	} else {
-		s.log.Info("serving the endpoint picker", "listen", lis.Addr().String(), "pool", s.cfg.EPP.Pool.Name)
+		s.log.Info("serving the endpoint picker", "listen", lis.Addr().String(), "tls", tlsMode, "pool", s.cfg.EPP.Pool.Name)
 	}
 
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))

@@ -49,6 +49,7 @@ func eppConfig(t testing.TB, ups ...*upstream) *config.Config {
 	c := testConfig(t, ups...)
 	c.AdminListen = "127.0.0.1:0"
 	c.EPP.Listen = "127.0.0.1:0"
+	c.EPP.SecureServing = false // h2c; TestEPPServesTLS covers TLS
 	c.DrainDelay, c.DrainTimeout = 0, 2*time.Second
 	return c
 }

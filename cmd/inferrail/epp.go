@@ -43,11 +43,11 @@ you want the gateway to behave when the picker is down. The picker is not
 leader-elected and its readiness is not leader-gated: run one replica.`,
 		Example: `  inferrail epp --config examples/live.yaml --check
   inferrail epp --config /etc/inferrail/live.yaml
-  grpc_health_probe -addr 127.0.0.1:9002 -service readiness
+  grpc_health_probe -addr 127.0.0.1:9002 -tls -tls-no-verify -service readiness
   curl -s 127.0.0.1:9090/metrics | grep inferrail_requests_total
 
   # The Envoy side (an ext_proc HTTP filter):
-  #   grpc_service: {envoy_grpc: {cluster_name: inferrail-epp}}   # h2c to :9002
+  #   grpc_service: {envoy_grpc: {cluster_name: inferrail-epp}}   # TLS to :9002 (epp.secure_serving; false: h2c)
   #   processing_mode:
   #     request_header_mode: SEND
   #     request_body_mode: FULL_DUPLEX_STREAMED

@@ -322,9 +322,18 @@ type Tracing struct {
 // EPP configures `inferrail epp`: the Gateway API Inference Extension's
 // endpoint-picker protocol (Envoy ext_proc over gRPC).
 type EPP struct {
-	// Listen is the ext_proc gRPC address (plaintext h2c). Default
-	// "127.0.0.1:9002".
+	// Listen is the ext_proc gRPC address. Default "127.0.0.1:9002".
 	Listen string `yaml:"listen"`
+	// SecureServing serves ext_proc over TLS, as the Gateway API
+	// Inference Extension's reference picker does by default: the
+	// gateways (kgateway, Envoy Gateway, Istio, GKE) connect to a picker
+	// with TLS and do not verify its certificate. Without TLS files the
+	// certificate is self-signed, made at start. false serves plaintext
+	// h2c. Default true.
+	SecureServing bool `yaml:"secure_serving"`
+	// TLS names the certificate and key to serve (re-read when they
+	// change) in place of a self-signed one.
+	TLS TLS `yaml:"tls"`
 	// Pool, when its name is set, takes a model's replicas from the ready
 	// pods of an InferencePool, watched in Kubernetes.
 	Pool InferencePool `yaml:"pool"`
@@ -740,7 +749,7 @@ func Default() Config {
 		Record:      Record{RotateBytes: 256 * MiB, RotateInterval: time.Hour, FlushInterval: 10 * time.Second, Sample: 1, Buffer: 65536},
 		DNSRefresh:  10 * time.Second,
 		Tracing:     Tracing{SampleRatio: 0.1, Timeout: 10 * time.Second, ServiceName: "inferrail"},
-		EPP:         EPP{Listen: "127.0.0.1:9002", Pool: InferencePool{Namespace: "default"}},
+		EPP:         EPP{Listen: "127.0.0.1:9002", SecureServing: true, Pool: InferencePool{Namespace: "default"}},
 		Auth:        AuthNone,
 		Tenancy: Tenancy{
 			AuthCacheTTL:       5 * time.Second,

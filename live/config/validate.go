@@ -260,6 +260,10 @@ func (c *Config) Validate() error {
 	k.positive("dns_refresh", c.DNSRefresh)
 	k.tracing(&c.Tracing)
 	k.listen("epp.listen", c.EPP.Listen, false)
+	k.tls("epp.tls", c.EPP.TLS)
+	if !c.EPP.SecureServing && (c.EPP.TLS.CertFile != "" || c.EPP.TLS.KeyFile != "") {
+		k.fail("epp.tls", "is served only with epp.secure_serving: true (false serves plaintext h2c)")
+	}
 	if p := c.EPP.Pool; p.Name != "" {
 		k.poolModel = p.Model
 		if p.Model == "" && len(c.Models) == 1 {

@@ -275,6 +275,13 @@ func TestValidateRules(t *testing.T) {
 		{"dns replay without port", func(c *Config) { withDNS(c).KVEventsReplayPort = 5558 }, "models[0].dns[0].kv_events_replay_port", "needs kv_events_port"},
 		{"dns topic without port", func(c *Config) { withDNS(c).KVEventsTopic = "kv" }, "models[0].dns[0].kv_events_topic", "needs kv_events_port"},
 		{"dns replay port big", func(c *Config) { g := withDNS(c); g.KVEventsPort = 5557; g.KVEventsReplayPort = 1 << 20 }, "models[0].dns[0].kv_events_replay_port", "from 1 to 65535"},
+		{"epp tls without key", func(c *Config) { c.EPP.TLS.CertFile = filepath.Join(tmp, "c.pem") }, "epp.tls.key_file", "required with epp.tls.cert_file"},
+		{"epp tls plaintext", func(c *Config) {
+			cert, key := filepath.Join(tmp, "c.pem"), filepath.Join(tmp, "k.pem")
+			os.WriteFile(cert, []byte("x"), 0o600)
+			os.WriteFile(key, []byte("x"), 0o600)
+			c.EPP.SecureServing, c.EPP.TLS.CertFile, c.EPP.TLS.KeyFile = false, cert, key
+		}, "epp.tls", "only with epp.secure_serving: true"},
 		// tenancy
 		{"auth unknown", func(c *Config) { c.Auth = "basic" }, "auth", `must be "none" or "keys"`},
 		{"keys need a store", func(c *Config) { c.Auth = AuthKeys }, "tenancy.store", "required with auth: keys"},

@@ -164,6 +164,10 @@ the InferencePool it watches.
 {{- fail (printf "config.epp.listen (%v): leave it out: the chart sets it to %q from epp.port" $epp.listen $listen) -}}
 {{- end -}}
 {{- $_ := set $epp "listen" $listen -}}
+{{- if and (hasKey $epp "secure_serving") (ne $epp.secure_serving .Values.epp.secureServing) -}}
+{{- fail (printf "config.epp.secure_serving (%v): leave it out: the chart sets it from epp.secureServing (%v)" $epp.secure_serving .Values.epp.secureServing) -}}
+{{- end -}}
+{{- $_ := set $epp "secure_serving" .Values.epp.secureServing -}}
 {{- $pool := include "inferrail.epp.poolName" . -}}
 {{- if $pool -}}
 {{- $p := deepCopy (default (dict) (get $epp "pool")) -}}

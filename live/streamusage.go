@@ -37,6 +37,10 @@ func withStreamUsage(body []byte) []byte {
 	return append(out, body[i:]...)
 }
 
+// maxHeldEvent bounds the start of an event held for its end (a usage
+// event is a few hundred bytes).
+const maxHeldEvent = 64 << 10
+
 // keyUsage marks the bytes that may hold a usage event.
 var keyUsage = []byte(`"usage"`)
 
@@ -86,7 +90,9 @@ func (a *answer) withoutUsage(p []byte, end bool, buf *[]byte) []byte {
 		}
 		data = data[n:]
 	}
-	if end {
+	// A usage event is small: a longer start is some other event's, and
+	// goes out now rather than grow held without bound.
+	if end || len(data) > maxHeldEvent {
 		out = append(out, data...)
 		data = nil
 	}

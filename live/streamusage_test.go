@@ -241,6 +241,29 @@ func TestWithoutUsageProperty(t *testing.T) {
 	})
 }
 
+// An event that never ends is not held without bound: past maxHeldEvent
+// its bytes go out as they come, and a usage event after it is still
+// taken out.
+func TestWithoutUsageBounded(t *testing.T) {
+	a := newAnswer(true, false)
+	a.strip = true
+	piece := bytes.Repeat([]byte("x"), 16<<10)
+	in, out := 0, 0
+	for range 64 { // 1 MiB of one event
+		in += len(piece)
+		out += len(a.pass(piece, false))
+		if held := in - out; held > maxHeldEvent+len(piece) || len(a.held) > maxHeldEvent {
+			t.Fatalf("after %d bytes %d held", in, held)
+		}
+	}
+	usage := "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3}}\n\n"
+	rest := "\n\n" + usage + "data: [DONE]\n\n"
+	got := a.pass([]byte(rest), true)
+	if out += len(got); out != in+len(rest)-len(usage) || !bytes.HasSuffix(got, []byte("\n\ndata: [DONE]\n\n")) {
+		t.Fatalf("%d bytes out of %d, want all but the usage event's %d; last %q", out, in+len(rest), len(usage), got)
+	}
+}
+
 // The engine's bytes, however cut, reach the client as they do whole.
 func FuzzWithoutUsage(f *testing.F) {
 	f.Add([]byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\ndata: [DONE]\n\n"), uint8(7))

@@ -311,3 +311,55 @@ func BenchmarkAnswerPass(b *testing.B) {
 		})
 	}
 }
+
+// lateWriter is a client that reads nothing for its first write's first
+// delay, then everything: the relay hands the engine's side to its
+// watchdog (pump) meanwhile.
+type lateWriter struct {
+	h     http.Header
+	delay time.Duration
+	mu    sync.Mutex
+	body  bytes.Buffer
+	first bool
+}
+
+func (w *lateWriter) Header() http.Header { return w.h }
+func (w *lateWriter) WriteHeader(int)     {}
+func (w *lateWriter) Flush()              {}
+func (w *lateWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	first := !w.first
+	w.first = true
+	w.mu.Unlock()
+	if first {
+		time.Sleep(w.delay)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.body.Write(p)
+}
+
+// The usage event is taken out on the watchdog's side too: a client that
+// stalls past slowWrite gets the stream without it.
+func TestStreamUsageSlowClient(t *testing.T) {
+	up := newUpstream(t, server.Config{Engine: testEngineConfig()})
+	g := startGateway(t, testConfig(t, up))
+	body := `{"prompt": "a late reader asks", "max_tokens": 30, "stream": true, "ignore_eos": true}`
+	lw := &lateWriter{h: http.Header{}, delay: 10 * slowWrite}
+	g.Handler().ServeHTTP(lw, httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(body)))
+	got := lw.body.String()
+	var r openai.Reader
+	evs, err := r.Feed([]byte(got), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := 0
+	for _, e := range evs {
+		if e.Generated() {
+			text++
+		}
+	}
+	if strings.Contains(got, `"usage"`) || !strings.HasSuffix(got, "data: [DONE]\n\n") || text == 0 {
+		t.Fatalf("a late client got %d text events, usage %v, [DONE] last %v:\n%s", text, strings.Contains(got, `"usage"`), strings.HasSuffix(got, "data: [DONE]\n\n"), got)
+	}
+}

@@ -21,9 +21,9 @@ import (
 	"github.com/inferrail/inferrail/live/config"
 )
 
-// servePicker runs the picker of c until the test ends and returns its
-// ext_proc address.
-func servePicker(t *testing.T, c *config.Config) net.Addr {
+// servePicker runs the picker of c until the test ends and returns it and
+// its ext_proc address.
+func servePicker(t *testing.T, c *config.Config) (*Server, net.Addr) {
 	t.Helper()
 	s, err := New(c, Deps{})
 	if err != nil {
@@ -43,7 +43,7 @@ func servePicker(t *testing.T, c *config.Config) net.Addr {
 	})
 	var addr net.Addr
 	waitUntil(t, "the picker to listen", 5*time.Second, func() bool { addr, _ = s.Addrs(); return addr != nil })
-	return addr
+	return s, addr
 }
 
 // healthOver asks the picker at addr for its health with creds.
@@ -92,11 +92,22 @@ func TestEPPServesTLS(t *testing.T) {
 	t.Run("self-signed", func(t *testing.T) {
 		c := eppConfig(t, up)
 		c.EPP.SecureServing = true
-		addr := servePicker(t, c)
+		s, addr := servePicker(t, c)
 		waitUntil(t, "SERVING over TLS", 5*time.Second, func() bool {
 			st, _, err := healthOver(t, addr, skipVerify)
 			return err == nil && st == healthpb.HealthCheckResponse_SERVING
 		})
+		// A whole request through "Envoy" over TLS, as kgateway and Envoy
+		// AI Gateway connect (no verification).
+		conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(skipVerify))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		e := &testEPP{Server: s, client: extProcPb.NewExternalProcessorClient(conn)}
+		if b := e.open(t, envoyReq{path: "/v1/completions", body: completionBody("", words(1, 10), 2, false)}).serve(); len(b) == 0 {
+			t.Fatal("no answer relayed through the picker over TLS")
+		}
 		_, cert, _ := healthOver(t, addr, skipVerify)
 		if cert == nil || cert.Subject.CommonName != "inferrail-epp" || cert.NotAfter.Before(time.Now().AddDate(9, 0, 0)) {
 			t.Fatalf("served certificate %+v; want inferrail-epp, valid for years", cert)
@@ -124,7 +135,7 @@ func TestEPPServesTLS(t *testing.T) {
 		c := eppConfig(t, up)
 		c.EPP.SecureServing = true
 		c.EPP.TLS.CertFile, c.EPP.TLS.KeyFile = certFile, keyFile
-		addr := servePicker(t, c)
+		_, addr := servePicker(t, c)
 		pool := x509.NewCertPool()
 		pool.AddCert(one.Cert)
 		verified := credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"})
@@ -142,7 +153,7 @@ func TestEPPServesTLS(t *testing.T) {
 
 	t.Run("h2c", func(t *testing.T) {
 		c := eppConfig(t, up) // secure_serving: false
-		addr := servePicker(t, c)
+		_, addr := servePicker(t, c)
 		waitUntil(t, "SERVING over h2c", 5*time.Second, func() bool {
 			st, _, err := healthOver(t, addr, insecure.NewCredentials())
 			return err == nil && st == healthpb.HealthCheckResponse_SERVING

@@ -12,8 +12,6 @@ import (
 	"net"
 	"os"
 	"time"
-
-	"github.com/inferrail/inferrail/internal/netguard"
 )
 
 // eppTLS is the TLS configuration the picker serves ext_proc with
@@ -22,19 +20,11 @@ import (
 // does (gateways do not verify it). what says which, for the log.
 func (s *Server) eppTLS() (tc *tls.Config, what string, err error) {
 	if t := s.cfg.EPP.TLS; t.Enabled() {
-		cr, err := netguard.NewCertReloader(netguard.CertConfig{
-			CertFile: t.CertFile, KeyFile: t.KeyFile,
-			OnError: func(err error) {
-				s.log.Error("tls certificate reload failed; keeping the current one", "listener", "epp", "error", err.Error())
-			},
-			OnReload: func(leaf *x509.Certificate) {
-				s.log.Info("tls certificate reloaded", "listener", "epp", "subject", leaf.Subject.String(), "not_after", leaf.NotAfter)
-			},
-		})
+		tc, err := s.certFiles("epp", t)
 		if err != nil {
 			return nil, "", fmt.Errorf("live: epp.tls: %w", err)
 		}
-		return cr.Config(), "files", nil
+		return tc, "files", nil
 	}
 	cert, err := selfSigned(time.Now())
 	if err != nil {

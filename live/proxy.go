@@ -152,6 +152,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	backoff := s.cfg.Retry.Backoff
+	in.askedUsage = s.asksUsage(in)
 	var t *try
 	passThrough := false // t is a failed last try's answer, already accounted for
 	for n := 0; ; n++ {
@@ -177,7 +178,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			}
 			remote = ar.pd == "remote"
 		}
-		if in.askedUsage = s.asksUsage(in); in.askedUsage {
+		if in.askedUsage {
 			body = withStreamUsage(body)
 		}
 		t = s.attempt(ctx, in, body, remote, a.rep, r, reqID)

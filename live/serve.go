@@ -247,20 +247,29 @@ func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (g
 	s.met.conns.set(label, func() int { return gl.Stats().Open })
 	g := guarded{Listener: gl}
 	if t.Enabled() {
-		cr, err := netguard.NewCertReloader(netguard.CertConfig{
-			CertFile: t.CertFile, KeyFile: t.KeyFile,
-			OnError: func(err error) {
-				s.log.Error("tls certificate reload failed; keeping the current one", "listener", label, "error", err.Error())
-			},
-			OnReload: func(leaf *x509.Certificate) {
-				s.log.Info("tls certificate reloaded", "listener", label, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter)
-			},
-		})
-		if err != nil {
+		if g.tls, err = s.certFiles(label, t); err != nil {
 			gl.Close()
 			return guarded{}, fmt.Errorf("live: %s: tls: %w", field, err)
 		}
-		g.tls = cr.Config()
 	}
 	return g, nil
+}
+
+// certFiles serves t's certificate and key, read again when they change;
+// a reload that fails keeps the current pair. Both are logged, naming the
+// listener.
+func (s *Server) certFiles(listener string, t config.TLS) (*tls.Config, error) {
+	cr, err := netguard.NewCertReloader(netguard.CertConfig{
+		CertFile: t.CertFile, KeyFile: t.KeyFile,
+		OnError: func(err error) {
+			s.log.Error("tls certificate reload failed; keeping the current one", "listener", listener, "error", err.Error())
+		},
+		OnReload: func(leaf *x509.Certificate) {
+			s.log.Info("tls certificate reloaded", "listener", listener, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cr.Config(), nil
 }

@@ -27,6 +27,11 @@ type Request struct {
 	BlockHashes []kvblock.Hash
 	// MaxTokens is the request's max_tokens (0: none given).
 	MaxTokens int
+	// PrefillOnly says the request generates nothing (an embedding): it
+	// is weighed as its prompt alone, whatever MaxTokens and
+	// DefaultMaxTokens say, never prefilled remotely, and its answer does
+	// not teach the core the answers' lengths.
+	PrefillOnly bool
 	// Priority is the request's class (higher is served first), capped at
 	// Queue.MaxPriority; negative counts as 0.
 	Priority int
@@ -842,12 +847,18 @@ func (c *Core) tooLong(req Request) (limit int, long bool) {
 	if limit == 0 {
 		limit = c.cfg.ContextLen
 	}
-	return limit, limit > 0 && req.PromptKnown && req.PromptTokens+max(req.MaxTokens, 1) > limit
+	out := max(req.MaxTokens, 1)
+	if req.PrefillOnly {
+		out = 0
+	}
+	return limit, limit > 0 && req.PromptKnown && req.PromptTokens+out > limit
 }
 
 // maxTokens is the output e is weighed with.
 func (c *Core) maxTokens(e *entry) int {
 	switch {
+	case e.req.PrefillOnly:
+		return 0
 	case e.req.MaxTokens > 0:
 		return e.req.MaxTokens
 	case c.cfg.DefaultMaxTokens > 0:
@@ -866,6 +877,8 @@ func (c *Core) outTokens(e *entry) int {
 	mt := c.maxTokens(e)
 	est, ok := c.out_.get()
 	switch {
+	case e.req.PrefillOnly:
+		return 0
 	case !ok || c.cfg.Admission == AdmitTokenFlow:
 		return mt
 	case mt == 0:
@@ -953,7 +966,7 @@ func (c *Core) finished(now time.Duration, t Ticket, u Usage, held []kvblock.Has
 	if e.st == stPending {
 		c.unpend(r, e)
 	}
-	if u.Known {
+	if u.Known && !e.req.PrefillOnly {
 		c.out_.add(u.CompletionTokens)
 	}
 	c.endAttempt(r, e)

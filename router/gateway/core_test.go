@@ -31,6 +31,9 @@ func TestWeight(t *testing.T) {
 		{"MaxModelLen minus the prompt", AdmitKV, 0, 1000, promptReq(1, 100, 0), 63}, // ceil(1000/16)
 		{"prompt alone", AdmitKV, 0, 0, promptReq(1, 100, 0), 7},                     // ceil(100/16)
 		{"no prompt, no output", AdmitKV, 0, 0, plainReq(1, 0, 0), 1},
+		{"prefill only over DefaultMaxTokens", AdmitKV, 64, 0, prefillReq(promptReq(1, 100, 50)), 7}, // ceil(100/16)
+		{"prefill only under MaxModelLen", AdmitKV, 0, 1000, prefillReq(promptReq(1, 100, 0)), 7},    // ceil(100/16)
+		{"prefill only, tokenflow", AdmitTokenFlow, 64, 1000, prefillReq(promptReq(1, 100, 0)), 7},   // ceil(100/16)
 		{"tokenflow", AdmitTokenFlow, 0, 0, promptReq(1, 100, 50), 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,6 +145,21 @@ func TestWeightLearnsOutputLength(t *testing.T) {
 				t.Fatalf("weight %d with max_tokens 16, want 8", d.Weight)
 			}
 		})
+	}
+}
+
+// An embedding's answer (prefill only, no output) teaches nothing of the
+// answers' lengths: the generations' reservations stay as they were.
+func TestPrefillOnlyTeachesNoOutputLength(t *testing.T) {
+	cfg := testConfig("round_robin")
+	cfg.Admission, cfg.OutputQuantile, cfg.OutputMinSamples = AdmitKV, 0.5, 2
+	c := newCore(t, cfg, 1, ReplicaConfig{CapacityBlocks: 10000})
+	for i := range 4 {
+		d := submit(t, c, 0, prefillReq(plainReq(uint64(i), 100, 0)), Dispatched)
+		c.Finished(0, d.Ticket, Usage{Known: true, PromptTokens: 100, CompletionTokens: 0}, nil)
+	}
+	if d := submit(t, c, 0, plainReq(9, 100, 1000), Dispatched); d.Weight != 69 { // ceil((100+1000)/16)
+		t.Fatalf("weight %d after four embeddings, want 69 (nothing learned)", d.Weight)
 	}
 }
 
@@ -331,7 +349,9 @@ func TestTooLong(t *testing.T) {
 		{plainReq(2, 100, 0), Rejected}, // the engine generates at least one token
 		{plainReq(3, 90, 10), Dispatched},
 		{plainReq(4, 99, 0), Dispatched},
-		{Request{ID: 5, PromptTokens: 500}, Dispatched}, // an estimate: not checked
+		{Request{ID: 5, PromptTokens: 500}, Dispatched},                                       // an estimate: not checked
+		{Request{ID: 6, PromptTokens: 100, PromptKnown: true, PrefillOnly: true}, Dispatched}, // an embedding generates nothing
+		{Request{ID: 7, PromptTokens: 101, PromptKnown: true, PrefillOnly: true}, Rejected},
 	} {
 		d, others := c.Submit(0, tc.req)
 		if d.Kind != tc.want || len(others) != 0 {
@@ -341,7 +361,7 @@ func TestTooLong(t *testing.T) {
 			t.Fatalf("%+v: %+v", tc.req, d)
 		}
 	}
-	if s := c.State(0, 0); s.Load.InFlight != 3 {
+	if s := c.State(0, 0); s.Load.InFlight != 4 {
 		t.Fatalf("in flight %d", s.Load.InFlight)
 	}
 }

@@ -46,6 +46,8 @@ type ExplainedRequest struct {
 	PromptKnown  bool `json:"prompt_known"`
 	PromptBlocks int  `json:"prompt_blocks"`
 	MaxTokens    int  `json:"max_tokens"`
+	// PrefillOnly: an embedding, weighed as its prompt alone.
+	PrefillOnly bool `json:"prefill_only,omitempty"`
 	// Priority is the class after capping at the queue's max_priority.
 	Priority int    `json:"priority"`
 	Tenant   string `json:"tenant"`
@@ -145,7 +147,7 @@ func (c *Core) Explain(now time.Duration, req Request) Explanation {
 	ex := Explanation{
 		Model: c.cfg.Model, AtMs: float64(now) / float64(time.Millisecond), Policy: c.rt.Policy().Name(), Terms: []router.Term{},
 		Request: ExplainedRequest{ID: req.ID, PromptTokens: req.PromptTokens, PromptKnown: req.PromptKnown, PromptBlocks: len(req.BlockHashes),
-			MaxTokens: req.MaxTokens, Priority: e.prio, Tenant: e.req.Tenant, Session: req.Session},
+			MaxTokens: req.MaxTokens, PrefillOnly: req.PrefillOnly, Priority: e.prio, Tenant: e.req.Tenant, Session: req.Session},
 		Admission:  ExplainedAdmission{Mode: string(c.cfg.Admission), OutputTokens: c.outTokens(e), QueuedAhead: c.q.ahead(e.prio)},
 		Candidates: []ExplainedCandidate{},
 	}

@@ -49,6 +49,12 @@ func promptReq(id uint64, tokens, out int) Request {
 	return Request{ID: id, PromptTokens: tokens, PromptKnown: true, BlockHashes: hashesOf(id, tokens), MaxTokens: out}
 }
 
+// prefillReq is q as an embedding: prefill only.
+func prefillReq(q Request) Request {
+	q.PrefillOnly = true
+	return q
+}
+
 // plainReq is a request without block hashes.
 func plainReq(id uint64, tokens, out int) Request {
 	return Request{ID: id, PromptTokens: tokens, PromptKnown: true, MaxTokens: out}

@@ -102,6 +102,21 @@ func TestPDDeciders(t *testing.T) {
 	}
 }
 
+// An embedding is computed where it is routed: no decider sends it to a
+// prefill replica, however long its prompt.
+func TestPDEmbeddingsStayLocal(t *testing.T) {
+	for _, dec := range []string{DecideAlways, DecideThreshold, DecideDynamo} {
+		cfg := testConfig("cost_model")
+		cfg.PD.Decider = dec
+		c := pdCore(t, cfg, RolePrefill, RoleDecode)
+		d, _ := c.Submit(0, prefillReq(plainReq(1, 4000, 0)))
+		mustKind(t, d, Dispatched)
+		if d.Prefill != -1 || d.Replica != 1 {
+			t.Errorf("%s: %+v, want r1 with a local prefill", dec, d)
+		}
+	}
+}
+
 // The cost decider prefills remotely when the decode replica is busy
 // prefilling and the prefill replica is idle, locally when the transfer
 // costs more than it saves.

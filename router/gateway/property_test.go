@@ -158,6 +158,7 @@ func genOp(t *rapid.T) op {
 			PromptTokens: p,
 			PromptKnown:  rapid.IntRange(0, 9).Draw(t, "known") > 0,
 			MaxTokens:    rapid.SampledFrom([]int{0, 1, 16, 100, 300}).Draw(t, "max_tokens"),
+			PrefillOnly:  rapid.IntRange(0, 7).Draw(t, "prefill_only") == 0,
 			Priority:     rapid.IntRange(-1, 4).Draw(t, "priority"),
 			Tenant:       rapid.SampledFrom([]string{"", "a", "b", "c"}).Draw(t, "tenant"),
 			TenantWeight: rapid.IntRange(0, 3).Draw(t, "tenant_weight"),
@@ -279,6 +280,8 @@ func (r *runner) addNew() {
 // prompt and max_tokens but the cached ones (tokenflow: no cache credit).
 func (r *runner) maxTokens(q Request) int {
 	switch {
+	case q.PrefillOnly: // an embedding: its prompt alone
+		return 0
 	case q.MaxTokens > 0:
 		return q.MaxTokens
 	case r.cfg.DefaultMaxTokens > 0:
@@ -312,7 +315,7 @@ func (r *runner) learns() bool {
 func (r *runner) checkWeight(m *mreq, cached, w int, what string) {
 	hi := r.weight(m, cached)
 	lo := hi
-	if r.learns() {
+	if r.learns() && !m.req.PrefillOnly {
 		lo = r.weightOut(m, cached, 0)
 		if r.maxTokens(m.req) == 0 {
 			hi = r.weightOut(m, cached, r.longest)
@@ -534,7 +537,11 @@ func (r *runner) tooLong(q Request) bool {
 	if limit == 0 {
 		limit = r.cfg.ContextLen // the engines' own length: checked, never weighed
 	}
-	return limit > 0 && q.PromptKnown && q.PromptTokens+max(q.MaxTokens, 1) > limit
+	out := max(q.MaxTokens, 1)
+	if q.PrefillOnly {
+		out = 0
+	}
+	return limit > 0 && q.PromptKnown && q.PromptTokens+out > limit
 }
 
 func (r *runner) lineOf(q Request) lineKey {
@@ -663,7 +670,7 @@ func (r *runner) apply(o op) {
 		if m.seg != 0 && o.heldExtra > 0 {
 			held = hashesOf(m.seg, m.req.PromptTokens+o.heldExtra)
 		}
-		if o.usage.Known && o.usage.CompletionTokens > 0 {
+		if o.usage.Known && o.usage.CompletionTokens > 0 && !m.req.PrefillOnly {
 			r.answers++
 			r.longest = max(r.longest, o.usage.CompletionTokens)
 		}

@@ -695,9 +695,9 @@ func (s *Server) status(_ *http.Request) (int, any, *adminError) {
 }
 
 // explainEndpoint is POST /admin/explain: the body is a generation request
-// as a client would send it (an OpenAI chat or completions body; ?endpoint=
-// chat or completions says which, else a body with a prompt is a
-// completion), with the headers the proxy reads (x-inferrail-tenant,
+// as a client would send it (an OpenAI chat, completions or embeddings
+// body; ?endpoint=chat, completions or embeddings says which, else a body
+// with a prompt is a completion, one with an input an embedding), with the headers the proxy reads (x-inferrail-tenant,
 // x-inferrail-priority). It is read, resolved and tokenized as the proxy
 // does (the tokenization is counted in inferrail_tokenize_total) and the
 // model's gateway core explains what it would decide now, and why, without
@@ -706,12 +706,15 @@ func (s *Server) status(_ *http.Request) (int, any, *adminError) {
 // that does not parse is a 400 in OpenAI's error shape; an unknown model a
 // 404.
 func (s *Server) explainEndpoint(r *http.Request) (int, any, *adminError) {
-	chat := true
+	op := opChat
 	switch ep := r.URL.Query().Get("endpoint"); ep {
-	case "", "chat", "completions":
-		chat = ep != "completions"
+	case "", "chat":
+	case "completions":
+		op = opCompletion
+	case "embeddings":
+		op = opEmbedding
 	default:
-		return 0, nil, badField("endpoint", "must be chat or completions, got %.40q", ep)
+		return 0, nil, badField("endpoint", "must be chat, completions or embeddings, got %.40q", ep)
 	}
 	limit := int64(s.cfg.MaxBodyBytes)
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
@@ -722,11 +725,16 @@ func (s *Server) explainEndpoint(r *http.Request) (int, any, *adminError) {
 		return 0, nil, &adminError{status: http.StatusRequestEntityTooLarge, code: "body_too_large", msg: fmt.Sprintf("the request body exceeds max_body_bytes (%d)", limit)}
 	}
 	if r.URL.Query().Get("endpoint") == "" {
-		if f, err := readFields(body); err == nil && f.Prompt != nil {
-			chat = false
+		if f, err := readFields(body); err == nil {
+			switch {
+			case f.Prompt != nil:
+				op = opCompletion
+			case f.Input != nil:
+				op = opEmbedding
+			}
 		}
 	}
-	in, perr := s.parse(r.Header, body, chat)
+	in, perr := s.parse(r.Header, body, op)
 	if perr != nil {
 		code := perr.code
 		if code == "" {

@@ -13,8 +13,10 @@ import (
 // fields are what the proxy reads of a request body; everything else passes
 // through untouched, for the engine to validate.
 type fields struct {
-	Model     *string
-	Prompt    json.RawMessage
+	Model  *string
+	Prompt json.RawMessage
+	// Input is an embeddings request's input.
+	Input     json.RawMessage
 	CacheSalt *string
 	User      *string
 	// MaxTokens and MaxCompletionTokens are the values of max_tokens and
@@ -110,6 +112,8 @@ func (f *fields) set(key, raw []byte, start, end int) error {
 		return str(&f.Model)
 	case "prompt":
 		f.Prompt = raw
+	case "input":
+		f.Input = raw
 	case "cache_salt":
 		return str(&f.CacheSalt)
 	case "user":

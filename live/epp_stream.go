@@ -267,7 +267,7 @@ func (st *eppStream) onHeaders(msg *extProcPb.ProcessingRequest, h *extProcPb.Ht
 	if !validRequestID(st.reqID) {
 		st.reqID = s.newRequestID()
 	}
-	if st.method != http.MethodPost || (path != "/v1/completions" && path != "/v1/chat/completions") {
+	if _, ok := opOf(path); st.method != http.MethodPost || !ok {
 		// Answered here as live's client handler answers it.
 		return true, st.answerWeb()
 	}
@@ -366,8 +366,8 @@ func (st *eppStream) send(r *extProcPb.ProcessingResponse) error {
 // the body passed on (its model rewritten for an alias).
 func (st *eppStream) route() error {
 	s := st.s
-	chat := st.ar.path == "/v1/chat/completions"
-	in, perr := s.parse(st.hdr, st.body, chat)
+	op, _ := opOf(st.ar.path)
+	in, perr := s.parse(st.hdr, st.body, op)
 	if perr != nil {
 		return st.reject(perr)
 	}

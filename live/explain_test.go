@@ -95,7 +95,7 @@ func TestAdminExplainBadInput(t *testing.T) {
 		{"empty", "", ``, nil, 400, "JSON object"},
 		{"unknown model", "", `{"model": "gpt-9", "prompt": "hi"}`, nil, 404, "gpt-9"},
 		{"bad priority", "", `{"model": "sim", "prompt": "hi"}`, map[string]string{HeaderPriority: "high"}, 400, HeaderPriority},
-		{"bad endpoint", "?endpoint=embeddings", `{"model": "sim", "prompt": "hi"}`, nil, 400, "endpoint"},
+		{"bad endpoint", "?endpoint=rerank", `{"model": "sim", "prompt": "hi"}`, nil, 400, "endpoint"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

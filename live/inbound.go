@@ -19,9 +19,32 @@ import (
 // it, submits it and waits for the core's decision the same way; only how
 // an answer reaches the client differs.
 
-// inbound is a generation request as the gateway core sees it.
+// opKind is the OpenAI operation a request asks for (its path).
+type opKind uint8
+
+const (
+	opCompletion opKind = iota // POST /v1/completions
+	opChat                     // POST /v1/chat/completions
+	opEmbedding                // POST /v1/embeddings: prefill only
+)
+
+// opOf is the operation served at path, false for none.
+func opOf(path string) (opKind, bool) {
+	switch path {
+	case "/v1/completions":
+		return opCompletion, true
+	case "/v1/chat/completions":
+		return opChat, true
+	case "/v1/embeddings":
+		return opEmbedding, true
+	}
+	return 0, false
+}
+
+// inbound is a request routed to the engines, as the gateway core sees it.
 type inbound struct {
-	chat bool
+	op   opKind
+	chat bool   // ep == opChat
 	body []byte // forwarded as is (its model rewritten for an alias)
 	f    fields
 	m    *model
@@ -71,7 +94,7 @@ func retryAfterSeconds(d time.Duration) int { return max(1, int(math.Ceil(d.Seco
 
 // parse reads a generation request's fields and headers: its model (an
 // alias resolved, and rewritten in the body), its priority.
-func (s *Server) parse(h http.Header, body []byte, chat bool) (*inbound, *apiError) {
+func (s *Server) parse(h http.Header, body []byte, op opKind) (*inbound, *apiError) {
 	f, err := readFields(body)
 	if err != nil {
 		return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", msg: err.Error(), outcome: "bad_request"}
@@ -102,7 +125,7 @@ func (s *Server) parse(h http.Header, body []byte, chat bool) (*inbound, *apiErr
 	if f.KVParams {
 		body = withoutKVParams(body)
 	}
-	return &inbound{chat: chat, body: body, f: f, m: m, req: gateway.Request{Priority: prio}}, nil
+	return &inbound{op: op, chat: op == opChat, body: body, f: f, m: m, req: gateway.Request{Priority: prio, PrefillOnly: op == opEmbedding}}, nil
 }
 
 // weigh tokenizes in's prompt at the edge (to predict what each replica
@@ -110,7 +133,7 @@ func (s *Server) parse(h http.Header, body []byte, chat bool) (*inbound, *apiErr
 // its size, block hashes, tenant and session.
 func (s *Server) weigh(ctx context.Context, in *inbound, h http.Header) {
 	m, f := in.m, in.f
-	ids, outcome := s.tokenize(ctx, m, in.chat, in.body, f)
+	ids, outcome := s.tokenize(ctx, m, in.op, in.body, f)
 	s.met.tokenized(m, outcome)
 	in.ids = ids
 	in.salt = m.salt
@@ -120,7 +143,9 @@ func (s *Server) weigh(ctx context.Context, in *inbound, h http.Header) {
 	}
 	req := &in.req
 	req.PromptKnown = ids != nil
-	req.MaxTokens = f.maxTokens(in.chat)
+	if in.op != opEmbedding { // an embedding generates nothing
+		req.MaxTokens = f.maxTokens(in.chat)
+	}
 	req.Bytes = int64(len(in.body))
 	if ids != nil {
 		req.PromptTokens = len(ids)
@@ -261,12 +286,13 @@ func (s *Server) showPredicted(in *inbound) bool {
 }
 
 // answerOf is the reader of a successful answer to in (sse: an event
-// stream): in approximate mode it keeps the answer's text when the model's
-// encoder can read it back into tokens, so the index learns its blocks
-// too.
+// stream): in approximate mode it keeps a generation's text when the
+// model's encoder can read it back into tokens, so the index learns its
+// blocks too (an embedding's answer holds no text: its usage is read from
+// its tail).
 func answerOf(in *inbound, sse bool) *answer {
 	_, canRead := in.m.enc.(TextEncoder)
-	a := newAnswer(sse, canRead && in.m.index == router.IndexApproximate && in.ids != nil)
+	a := newAnswer(sse, canRead && in.m.index == router.IndexApproximate && in.ids != nil && in.op != opEmbedding)
 	a.strip = sse && in.askedUsage
 	return a
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/embed"
 	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/engine/kvevents"
 	"github.com/inferrail/inferrail/engine/server"
@@ -70,6 +71,10 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 			Status int `json:"status"`
 		} `json:"error"`
 		RequestID struct{ Header, ID string } `json:"requestId"`
+		Embedding struct {
+			Object               string
+			N, Dim, PromptTokens int
+		} `json:"embedding"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -77,6 +82,9 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 	if res.Chat.Object != "chat.completion" || res.Chat.Finish != "length" || res.ChatStream.Chunks < 3 || len(strings.Fields(res.ChatStream.Text)) != 6 || res.CompletionStream.Chunks < 3 || len(strings.Fields(res.CompletionStream.Text)) != 7 ||
 		res.Error == nil || res.Error.Status != 404 || res.RequestID.Header != "sdk-1" || res.RequestID.ID == "chatcmpl-sdk-1" || !strings.HasPrefix(res.RequestID.ID, "chatcmpl-") {
 		t.Fatalf("through the gateway: %s", out)
+	}
+	if e := res.Embedding; e.Object != "list" || e.N != 1 || e.Dim != embed.DefaultDim || e.PromptTokens != 3 {
+		t.Fatalf("embeddings through the gateway: %+v", e)
 	}
 }
 

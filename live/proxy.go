@@ -53,7 +53,7 @@ func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg st
 
 // handleGenerate proxies POST /v1/completions and /v1/chat/completions.
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
-	chat := r.URL.Path == "/v1/chat/completions"
+	op, _ := opOf(r.URL.Path)
 	began := time.Now()
 	// The proxy's own id keys the decision log's sampling and goes
 	// upstream; the client's, when it is a sane one, is echoed back.
@@ -71,7 +71,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		defer func() { s.rec.end(tok, reqID, in, ar) }()
 	}
 	if s.tr != nil {
-		if ctx, sp := s.tr.server(r, chat); sp != nil {
+		if ctx, sp := s.tr.server(r, op); sp != nil {
 			r = r.WithContext(ctx)
 			defer func() { endServer(sp, in, ar, reqID) }()
 		}
@@ -87,7 +87,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var perr *apiError
-	in, perr = s.parse(r.Header, body, chat)
+	in, perr = s.parse(r.Header, body, op)
 	if perr == nil {
 		perr = s.authorize(g, in, r.Header)
 	}
@@ -412,22 +412,29 @@ func retryable(code int) bool {
 
 // tokenize returns the prompt's token ids as the engine will see them, or
 // nil with the reason it could not.
-func (s *Server) tokenize(ctx context.Context, m *model, chat bool, body []byte, f fields) ([]uint32, tokOutcome) {
+func (s *Server) tokenize(ctx context.Context, m *model, op opKind, body []byte, f fields) ([]uint32, tokOutcome) {
 	enc := m.enc
 	if enc == nil {
 		return nil, tokSkipped
 	}
-	if chat {
+	if op == opChat {
 		// The body bounds its messages' text.
 		if len(body) > m.promptLimit() {
 			return nil, tokTooLong
 		}
 		return s.tok.do(ctx, func() ([]uint32, error) { return enc.EncodeChat(body) })
 	}
-	if len(f.Prompt) > m.promptLimit() {
+	raw := f.Prompt
+	if op == opEmbedding {
+		// One text, tokenized as a completion's prompt (vLLM adds the
+		// special tokens to both); a chat-style body (messages) or
+		// several texts are routed without a prediction.
+		raw = f.Input
+	}
+	if len(raw) > m.promptLimit() {
 		return nil, tokTooLong
 	}
-	prompt, ok := completionPrompt(f.Prompt)
+	prompt, ok := completionPrompt(raw)
 	if !ok {
 		return nil, tokSkipped
 	}

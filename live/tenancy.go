@@ -482,7 +482,7 @@ func bucketKind(id string) string {
 // default_max_tokens, else nothing: the answer is charged at the end).
 func (t *tenants) estimate(in *inbound) int {
 	out := in.req.MaxTokens
-	if out <= 0 {
+	if out <= 0 && !in.req.PrefillOnly { // an embedding generates nothing
 		out = t.perModel[in.m.name].defaultMaxTokens
 	}
 	return min(max(in.req.PromptTokens, 0)+max(out, 0), limit.MaxLimit)

@@ -143,10 +143,13 @@ func (e *countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.Rea
 	return nil
 }
 
-// operation is gen_ai.operation.name of a generation request.
-func operation(chat bool) attribute.KeyValue {
-	if chat {
+// operation is gen_ai.operation.name of a request for op.
+func operation(op opKind) attribute.KeyValue {
+	switch op {
+	case opChat:
 		return semconv.GenAIOperationNameChat
+	case opEmbedding:
+		return semconv.GenAIOperationNameEmbeddings
 	}
 	return semconv.GenAIOperationNameTextCompletion
 }
@@ -155,7 +158,7 @@ func operation(chat bool) attribute.KeyValue {
 // traceparent; the span is named again once the model is known. It returns
 // a nil span for a request that is not traced: a client's traceparent not
 // sampled (forwarded to the engine as it is), or a new trace not drawn.
-func (t *tracer) server(r *http.Request, chat bool) (context.Context, trace.Span) {
+func (t *tracer) server(r *http.Request, kind opKind) (context.Context, trace.Span) {
 	ctx := r.Context()
 	if len(r.Header["Traceparent"]) > 0 {
 		ctx = t.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
@@ -167,7 +170,7 @@ func (t *tracer) server(r *http.Request, chat bool) (context.Context, trace.Span
 	} else if t.ratio < 1 && rand.Float64() >= t.ratio {
 		return r.Context(), nil
 	}
-	op := operation(chat)
+	op := operation(kind)
 	return t.t.Start(ctx, op.Value.AsString(), trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(op, semconv.GenAIProviderNameKey.String(providerName), semconv.HTTPRequestMethodPost, semconv.URLPath(r.URL.Path)))
 }
@@ -188,7 +191,7 @@ func endServer(sp trace.Span, in *inbound, ar *accessRecord, reqID string) {
 	}
 	attrs := []attribute.KeyValue{semconv.HTTPResponseStatusCode(status), attribute.String("inferrail.request_id", reqID)}
 	if in != nil {
-		sp.SetName(operation(in.chat).Value.AsString() + " " + in.m.name)
+		sp.SetName(operation(in.op).Value.AsString() + " " + in.m.name)
 		attrs = append(attrs, semconv.GenAIRequestModel(in.m.name), attrRequestStream.Bool(in.f.Stream), semconv.GenAIRequestMaxTokens(in.req.MaxTokens))
 		if ar.promptTokens > 0 {
 			attrs = append(attrs, semconv.GenAIUsageInputTokens(ar.promptTokens))
@@ -270,7 +273,7 @@ func (t *tracer) upstream(ctx context.Context, in *inbound, rep *replica) (conte
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, nil // not traced: a client's traceparent goes on as it came
 	}
-	op := operation(in.chat)
+	op := operation(in.op)
 	attrs := []attribute.KeyValue{op, semconv.GenAIProviderNameKey.String(providerName), semconv.GenAIRequestModel(in.m.name),
 		attribute.String("inferrail.replica", rep.name)}
 	if host, port, err := net.SplitHostPort(rep.base.Host); err == nil {

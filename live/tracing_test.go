@@ -381,7 +381,7 @@ func BenchmarkTracingSpans(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				ctx, srv := tr.server(r, true)
+				ctx, srv := tr.server(r, opChat)
 				rsp := tr.route(ctx, m)
 				endRoute(rsp, in, a, gateway.Decision{Kind: gateway.Dispatched}, nil, time.Microsecond)
 				t := &try{}

@@ -1,5 +1,5 @@
 // Drives inferrail engine with the official OpenAI Node SDK: models, chat and
-// completions, streaming and not, an error, and request ids. Prints one JSON
+// completions, streaming and not, embeddings, an error, and request ids. Prints one JSON
 // object for TestOpenAINodeSDK. Usage: BASE_URL=http://127.0.0.1:PORT node openai_sdk.cjs
 const OpenAI = require('openai');
 
@@ -45,6 +45,10 @@ async function main() {
     }
   }
   out.completionStream = ps;
+
+  // The SDK asks for base64 and decodes it.
+  const emb = await client.embeddings.create({ model, input: 'alpha beta gamma' });
+  out.embedding = { object: emb.object, n: emb.data.length, dim: emb.data[0].embedding.length, promptTokens: emb.usage.prompt_tokens };
 
   try {
     await client.chat.completions.create({ model: 'no-such-model', messages });

@@ -1015,9 +1015,12 @@ func TestEPP(t *testing.T) {
 		t.Errorf("with secureServing false the picker's Service says %q and its config secure_serving %v; want kubernetes.io/h2c and false", ap, ss)
 	}
 
-	// RBAC: read pods and InferencePools, nothing else.
+	// RBAC: read pods, InferencePools and InferenceObjectives (in the
+	// groups the picker watches), nothing else.
 	role := r.roles["inferrail-epp"]
-	want := map[string][]string{"/pods": {"get", "list", "watch"}, "inference.networking.k8s.io/inferencepools": {"get", "list", "watch"}}
+	rw := []string{"get", "list", "watch"}
+	want := map[string][]string{"/pods": rw, "inference.networking.k8s.io/inferencepools": rw,
+		"llm-d.ai/inferenceobjectives": rw, "inference.networking.x-k8s.io/inferenceobjectives": rw}
 	got := map[string][]string{}
 	for _, rule := range role.Rules {
 		for _, g := range rule.APIGroups {

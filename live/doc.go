@@ -70,5 +70,6 @@
 // epp.go is `inferrail epp` (ServeEPP; epp_tls.go its TLS): the same inbound.go path
 // behind Envoy's ext_proc as the Gateway API Inference Extension's endpoint
 // picker (one stream's life in epp_stream.go, an InferencePool's pods as
-// replicas in epp_pool.go).
+// replicas in epp_pool.go, its InferenceObjectives' priorities in
+// epp_objectives.go).
 package live

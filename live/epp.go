@@ -112,6 +112,7 @@ func (s *Server) CheckEPP() error {
 
 func (s *Server) serveEPP(ctx context.Context, stop <-chan struct{}, o eppOptions) error {
 	var watcher *poolWatcher
+	var objWatcher *objectiveWatcher
 	if s.cfg.EPP.Pool.Name != "" {
 		m, err := s.poolModel()
 		if err != nil {
@@ -124,6 +125,7 @@ func (s *Server) serveEPP(ctx context.Context, stop <-chan struct{}, o eppOption
 			}
 		}
 		watcher = s.newPoolWatcher(m, kube, o.resync)
+		objWatcher = s.newObjectiveWatcher(kube, o.resync)
 	}
 	lis, err := net.Listen("tcp", s.cfg.EPP.Listen)
 	if err != nil {
@@ -169,6 +171,7 @@ func (s *Server) serveEPP(ctx context.Context, stop <-chan struct{}, o eppOption
 	bg.Go(func() { s.Run(bgCtx) })
 	if watcher != nil {
 		bg.Go(func() { watcher.run(bgCtx) })
+		bg.Go(func() { objWatcher.run(bgCtx) })
 	}
 	bg.Go(func() { s.reportHealth(bgCtx, hs) })
 	closeAll := func() {

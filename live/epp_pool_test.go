@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -66,7 +68,7 @@ func podObj(t *testing.T, name, app, ip string, ready, terminating bool) *unstru
 // failing watch is retried. The picker routes among them.
 func TestEPPPoolWatcher(t *testing.T) {
 	kube := fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{poolGVR: "InferencePoolList", podGVR: "PodList"},
+		map[schema.GroupVersionResource]string{poolGVR: "InferencePoolList", podGVR: "PodList", objectiveGVRs[0]: "InferenceObjectiveList", objectiveGVRs[1]: "InferenceObjectiveList"},
 		poolObj(t, map[string]string{"app": "vllm"}, 8000),
 		podObj(t, "p1", "vllm", "127.0.0.11", true, false),
 		podObj(t, "p2", "vllm", "127.0.0.12", false, false),
@@ -74,6 +76,16 @@ func TestEPPPoolWatcher(t *testing.T) {
 		podObj(t, "p4", "other", "127.0.0.14", true, false),
 		podObj(t, "p5", "vllm", "", true, false),
 	)
+	// The cluster serves no InferenceObjectives of the older group (its
+	// CRD not installed): the picker goes on without them.
+	var absent atomic.Int32
+	kube.PrependReactor("list", "inferenceobjectives", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetResource().Group != objectiveGVRs[1].Group {
+			return false, nil, nil
+		}
+		absent.Add(1)
+		return true, nil, apierrors.NewNotFound(a.GetResource().GroupResource(), "")
+	})
 	// The first two pod watches fail: the watcher backs off and retries.
 	var fails atomic.Int32
 	kube.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
@@ -85,7 +97,8 @@ func TestEPPPoolWatcher(t *testing.T) {
 	c := eppConfig(t) // no replicas of its own: the pool's are all
 	c.EPP.Pool = config.InferencePool{Name: "vllm", Namespace: poolNS}
 	c.Models[0].Policy = "round_robin"
-	e := startEPP(t, c, Deps{}, eppOptions{kube: kube, resync: 200 * time.Millisecond})
+	logs := &syncBuffer{}
+	e := startEPP(t, c, Deps{Logger: slog.New(slog.NewTextHandler(logs, nil))}, eppOptions{kube: kube, resync: 200 * time.Millisecond})
 	m := e.models[0]
 	replicas := func() []string {
 		var out []string
@@ -163,6 +176,10 @@ func TestEPPPoolWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("the pool back with a ready pod", "127.0.0.12:8000")
+	// The absent group was looked for again every resync, said once.
+	if n := strings.Count(logs.String(), "inferenceobjectives not served"); absent.Load() < 2 || n != 1 {
+		t.Errorf("the absent InferenceObjective group: listed %d times, logged %d times; want several and once", absent.Load(), n)
+	}
 }
 
 // Without a Kubernetes configuration, a pool is refused before anything

@@ -371,6 +371,7 @@ func (st *eppStream) route() error {
 	if perr != nil {
 		return st.reject(perr)
 	}
+	s.applyObjective(st.hdr, in)
 	st.in = in
 	m := in.m
 	st.ar.model = m.name
@@ -400,7 +401,7 @@ func (st *eppStream) route() error {
 	ep := endpointOf(a.rep)
 
 	set := []*corev3.HeaderValueOption{setHeader(eppDestination, ep)}
-	var remove []string
+	remove := objectiveHeaders // the engine needs none
 	if a.pre != nil {
 		// P/D: the decode pod's routing sidecar (llm-d's) runs the
 		// prefill there; the decode replica's first byte says it is done.
@@ -408,7 +409,7 @@ func (st *eppStream) route() error {
 		st.ar.prefill = a.pre.name
 	} else {
 		// A client's own value would send its prompt where it chooses.
-		remove = removePrefiller
+		remove = removePrefillerObjective
 	}
 	rewritten := len(in.body) != len(st.body) || (len(in.body) > 0 && &in.body[0] != &st.body[0])
 	if rewritten {
@@ -712,12 +713,13 @@ func headerValue(hv *corev3.HeaderValue) string {
 	return hv.GetValue()
 }
 
+// removePrefillerObjective is the header removal of every pick without a
+// prefill: a client's prefiller and objective headers (shared, never
+// written).
+var removePrefillerObjective = append([]string{eppPrefiller}, objectiveHeaders...)
+
 // setHeader is a header mutation that replaces any value the header had:
 // a client cannot add an endpoint of its own to the pick.
-// removePrefiller is the header removal of every pick without a prefill
-// (shared, never written).
-var removePrefiller = []string{eppPrefiller}
-
 func setHeader(k, v string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{
 		Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(v)},

@@ -34,8 +34,11 @@ import (
 type Server struct {
 	// cfg is the configuration the server started with; what a reload
 	// changes is in rl (reload.go).
-	cfg    config.Config
-	models []*model
+	cfg config.Config
+	// objectives are the InferencePool's InferenceObjectives, for the
+	// endpoint picker (epp_objectives.go).
+	objectives objectives
+	models     []*model
 	// routes resolves model names and aliases (a reload swaps it).
 	routes   atomic.Pointer[routeTable]
 	upstream *http.Client

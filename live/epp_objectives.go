@@ -33,22 +33,26 @@ var objectiveGVRs = []schema.GroupVersionResource{
 	{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Resource: "inferenceobjectives"},
 }
 
-// The request headers that name an objective: llm-d's, then the older
-// name. Neither goes on to the engine.
+// The request headers of llm-d's picker the picker reads, each under
+// llm-d's name and the older one: the objective a request names and its
+// fairness flow. None goes on to the engine.
 const (
 	HeaderObjective    = "X-Llm-D-Inference-Objective"
 	HeaderObjectiveOld = "X-Gateway-Inference-Objective"
+	HeaderFairness     = "X-Llm-D-Inference-Fairness-Id"
+	HeaderFairnessOld  = "X-Gateway-Inference-Fairness-Id"
 )
 
 // objectiveHeaders are the header removals of every pick.
-var objectiveHeaders = []string{"x-llm-d-inference-objective", "x-gateway-inference-objective"}
+var objectiveHeaders = []string{"x-llm-d-inference-objective", "x-gateway-inference-objective",
+	"x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id"}
 
-// objectiveOf returns the objective h names ("" for none).
-func objectiveOf(h http.Header) string {
-	if v := h.Get(HeaderObjective); v != "" {
+// headerOf returns the value of the header named name, else of old.
+func headerOf(h http.Header, name, old string) string {
+	if v := h.Get(name); v != "" {
 		return v
 	}
-	return h.Get(HeaderObjectiveOld)
+	return h.Get(old)
 }
 
 // objectives are the priorities of the pool's InferenceObjectives by name;
@@ -68,13 +72,19 @@ func (o *objectives) priority(name string) (p int32, known bool) {
 	return p, known
 }
 
-// applyObjective makes the priority of the objective h names in's class: a
-// negative one is sheddable, rejected at once rather than queued when no
-// replica can take it (as llm-d's picker sheds negative priorities when
-// the pool is saturated), at the lowest class. A request without the
-// header keeps the class x-inferrail-priority gave it.
-func (s *Server) applyObjective(h http.Header, in *inbound) {
-	name := objectiveOf(h)
+// applyPickerHeaders reads llm-d's request headers into in, once weigh
+// has read inferrail's. A fairness id is in's tenant (its flow in the
+// queue) unless x-inferrail-tenant names one (it outranks the body's
+// user). The priority of the objective h names is in's class: a negative
+// one is sheddable, rejected at once rather than queued when no replica
+// can take it (as llm-d's picker sheds negative priorities when the pool
+// is saturated), at the lowest class. A request without an objective
+// keeps the class x-inferrail-priority gave it.
+func (s *Server) applyPickerHeaders(h http.Header, in *inbound) {
+	if id := headerOf(h, HeaderFairness, HeaderFairnessOld); id != "" && h.Get(HeaderTenant) == "" {
+		in.req.Tenant = id
+	}
+	name := headerOf(h, HeaderObjective, HeaderObjectiveOld)
 	if name == "" {
 		return
 	}

@@ -141,3 +141,33 @@ func TestEPPInferenceObjectives(t *testing.T) {
 	}
 	again.cancel()
 }
+
+// llm-d's fairness id is the request's flow in the queue (deficit round
+// robin between flows of a class): three requests of one flow queued
+// before one of another leave a, b, a, a.
+func TestEPPFairnessID(t *testing.T) {
+	up := newUpstream(t, server.Config{Engine: testEngineConfig()})
+	c := eppConfig(t, up)
+	c.Models[0].MaxConcurrency = 1
+	c.Models[0].Queue.MaxRequests = 10
+	e := startEPP(t, c, Deps{}, eppOptions{})
+	req := func(i int, hdr map[string]string) envoyReq {
+		return envoyReq{path: "/v1/completions", body: completionBody("", words(100*i, 10), 2, false), header: hdr}
+	}
+	blocker := e.open(t, req(1, nil))
+	var queue []*eppCall
+	for i, hdr := range []map[string]string{
+		{HeaderFairness: "a"}, {HeaderFairness: "a"}, {HeaderFairness: "a"}, {HeaderFairnessOld: "b"},
+	} {
+		queue = append(queue, e.send(t, req(2+i, hdr)))
+		waitUntil(t, "the request queued", 5*time.Second, func() bool { _, _, q, _ := coreLoad(e.Server); return q == i+1 })
+	}
+	blocker.cancel()
+	for n, i := range []int{0, 3, 1, 2} {
+		queue[i].readPick()
+		if _, _, q, _ := coreLoad(e.Server); q != 3-n {
+			t.Fatalf("after request %d was picked %d are queued, want %d: another left first", i, q, 3-n)
+		}
+		queue[i].cancel()
+	}
+}

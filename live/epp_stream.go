@@ -371,12 +371,12 @@ func (st *eppStream) route() error {
 	if perr != nil {
 		return st.reject(perr)
 	}
-	s.applyObjective(st.hdr, in)
 	st.in = in
 	m := in.m
 	st.ar.model = m.name
 	st.ctx, st.cancel = context.WithTimeout(st.gone, s.cfg.RequestTimeout)
 	s.weigh(st.ctx, in, st.hdr)
+	s.applyPickerHeaders(st.hdr, in)
 	if in.ids != nil {
 		st.ar.promptTokens = len(in.ids)
 	}

@@ -43,8 +43,8 @@ const (
 	HeaderFairnessOld  = "X-Gateway-Inference-Fairness-Id"
 )
 
-// objectiveHeaders are the header removals of every pick.
-var objectiveHeaders = []string{"x-llm-d-inference-objective", "x-gateway-inference-objective",
+// pickerHeaders are llm-d's request headers, removed from every pick.
+var pickerHeaders = []string{"x-llm-d-inference-objective", "x-gateway-inference-objective",
 	"x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id"}
 
 // headerOf returns the value of the header named name, else of old.

@@ -82,7 +82,7 @@ func TestEPPInferenceObjectives(t *testing.T) {
 	if blocker.pick.endpoint != up.addr {
 		t.Fatalf("pick %+v", blocker.pick)
 	}
-	for _, h := range objectiveHeaders {
+	for _, h := range pickerHeaders {
 		if !slices.Contains(blocker.pick.removed, h) {
 			t.Errorf("header %s not removed (removed %v)", h, blocker.pick.removed)
 		}

@@ -401,7 +401,7 @@ func (st *eppStream) route() error {
 	ep := endpointOf(a.rep)
 
 	set := []*corev3.HeaderValueOption{setHeader(eppDestination, ep)}
-	remove := objectiveHeaders // the engine needs none
+	remove := pickerHeaders // llm-d's request headers: the engine needs none
 	if a.pre != nil {
 		// P/D: the decode pod's routing sidecar (llm-d's) runs the
 		// prefill there; the decode replica's first byte says it is done.
@@ -714,9 +714,9 @@ func headerValue(hv *corev3.HeaderValue) string {
 }
 
 // removePrefillerObjective is the header removal of every pick without a
-// prefill: a client's prefiller and objective headers (shared, never
-// written).
-var removePrefillerObjective = append([]string{eppPrefiller}, objectiveHeaders...)
+// prefill: a client's prefiller header and llm-d's request headers
+// (shared, never written).
+var removePrefillerObjective = append([]string{eppPrefiller}, pickerHeaders...)
 
 // setHeader is a header mutation that replaces any value the header had:
 // a client cannot add an endpoint of its own to the pick.

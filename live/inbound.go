@@ -44,7 +44,7 @@ func opOf(path string) (opKind, bool) {
 // inbound is a request routed to the engines, as the gateway core sees it.
 type inbound struct {
 	op   opKind
-	chat bool   // ep == opChat
+	chat bool   // op == opChat
 	body []byte // forwarded as is (its model rewritten for an alias)
 	f    fields
 	m    *model

@@ -51,7 +51,8 @@ func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg st
 	w.Write(b)
 }
 
-// handleGenerate proxies POST /v1/completions and /v1/chat/completions.
+// handleGenerate proxies POST /v1/completions, /v1/chat/completions and
+// /v1/embeddings.
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	op, _ := opOf(r.URL.Path)
 	began := time.Now()

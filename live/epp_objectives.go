@@ -153,18 +153,14 @@ func (w *objectiveWatcher) follow(ctx context.Context, i int) {
 			}
 		default:
 			fails++
-			wait = min(100*time.Millisecond<<min(fails, 7), 10*time.Second)
+			wait = watchBackoff(fails)
 			if msg := err.Error(); msg != failing {
 				failing = msg
 				w.log.Warn("inferenceobjective watch failing; retrying", "resource", what, "error", msg, "in", wait.String())
 			}
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, wait) {
 			return
-		case <-t.C:
 		}
 	}
 }

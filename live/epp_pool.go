@@ -157,7 +157,7 @@ func (w *poolWatcher) run(ctx context.Context) {
 		wait := 100 * time.Millisecond // a watch that ended: list again soon
 		if err != nil {
 			fails++
-			wait = min(100*time.Millisecond<<min(fails, 7), 10*time.Second)
+			wait = watchBackoff(fails)
 			if msg := err.Error(); msg != w.failing {
 				w.failing = msg
 				w.log.Warn("inferencepool watch failing; retrying", "pool", w.ns+"/"+w.name, "error", msg, "in", wait.String())
@@ -172,13 +172,27 @@ func (w *poolWatcher) run(ctx context.Context) {
 				continue
 			}
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, wait) {
 			return
-		case <-t.C:
 		}
+	}
+}
+
+// watchBackoff is the wait after the fails-th failure in a row of a
+// Kubernetes list or watch: 200 ms doubling, at most 10 s.
+func watchBackoff(fails int) time.Duration {
+	return min(100*time.Millisecond<<min(fails, 7), 10*time.Second)
+}
+
+// pause waits d, false when ctx ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

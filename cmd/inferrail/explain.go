@@ -157,8 +157,12 @@ func printExplanation(w io.Writer, ex *gateway.Explanation) error {
 	if r.PromptKnown {
 		tok = fmt.Sprintf("tokenized, %d blocks", r.PromptBlocks)
 	}
-	fmt.Fprintf(bw, "request: prompt %d tokens (%s), max_tokens %d (reserves %d), priority %d, tenant %q, %d queued ahead\n",
-		r.PromptTokens, tok, r.MaxTokens, a.OutputTokens, r.Priority, r.Tenant, a.QueuedAhead)
+	out := fmt.Sprintf("max_tokens %d (reserves %d)", r.MaxTokens, a.OutputTokens)
+	if r.PrefillOnly {
+		out = "an embedding (reserves no output)"
+	}
+	fmt.Fprintf(bw, "request: prompt %d tokens (%s), %s, priority %d, tenant %q, %d queued ahead\n",
+		r.PromptTokens, tok, out, r.Priority, r.Tenant, a.QueuedAhead)
 	if ex.Objective != "" {
 		fmt.Fprintf(bw, "objective: %s\n", ex.Objective)
 	}

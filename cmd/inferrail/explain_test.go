@@ -50,6 +50,11 @@ func TestExplainCommand(t *testing.T) {
 			t.Fatalf("no %q in:\n%s", want, out)
 		}
 	}
+	// An embedding, told by its input: weighed as its prompt alone.
+	withStdin(t, `{"model": "m", "input": "hello world"}`, func() { code, out, errOut = runCLI("explain", "--admin", admin) })
+	if code != 0 || !strings.Contains(out, "an embedding (reserves no output)") {
+		t.Fatalf("an embedding: exit %d: %s %s", code, out, errOut)
+	}
 	withStdin(t, body, func() { code, out, errOut = runCLI("explain", "--admin", admin, "--json") })
 	var ex gateway.Explanation
 	if code != 0 || json.Unmarshal([]byte(out), &ex) != nil || ex.Winner == nil || len(ex.Candidates) != 2 {

@@ -6,7 +6,8 @@
 //
 // It speaks vLLM's OpenAI-compatible wire format (POST /v1/completions and
 // /v1/chat/completions, streaming and not; POST /v1/embeddings with package
-// embed's deterministic embeddings; GET /v1/models, /health, /version,
+// embed's deterministic embeddings; POST /score, /v1/score, /rerank,
+// /v1/rerank and /v2/rerank scoring pairs with them; GET /v1/models, /health, /version,
 // /metrics; POST /reset_prefix_cache), tokenizes with the builtin:sim
 // tokenizer (engine/simtok), generates deterministic text, publishes KV cache
 // events through a hook, aborts a request as soon as its client goes away and

@@ -119,6 +119,12 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
+	for _, p := range []string{"/score", "/v1/score"} {
+		mux.HandleFunc("POST "+p, s.handleScore)
+	}
+	for _, p := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
+		mux.HandleFunc("POST "+p, s.handleRerank)
+	}
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
@@ -140,6 +146,7 @@ func (s *Server) Handler() http.Handler {
 	// Unknown paths and wrong methods answer as vLLM's FastAPI app does.
 	allowed := map[string]string{
 		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/embeddings": "POST", "/v1/models": "GET", "/health": "GET",
+		"/score": "POST", "/v1/score": "POST", "/rerank": "POST", "/v1/rerank": "POST", "/v2/rerank": "POST",
 		"/version": "GET", "/reset_prefix_cache": "POST", "/metrics": "GET",
 	}
 	if s.cfg.KVTransfer.produces() {

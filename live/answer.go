@@ -47,6 +47,11 @@ type answer struct {
 	// completion and cached are the usage's completion_tokens and
 	// cached_tokens, prompt its prompt_tokens (-1: not seen).
 	completion, cached, prompt int
+	// prefillOnly: an embedding's or a score's answer, whose usage may
+	// say total_tokens alone (vLLM's rerank): that is its prompt. total
+	// is total_tokens (-1: not seen).
+	prefillOnly bool
+	total       int
 	// strip: the proxy asked for this stream's usage, which the client
 	// does not get (streamusage.go); held is an event's start not yet
 	// ended, out the bytes pass returned last.
@@ -62,7 +67,7 @@ func newAnswer(stream, keepText bool) *answer {
 	}
 	r, text, pending, held, out, check := a.r, a.a.Text[:0], a.pending[:0], a.held[:0], a.out[:0], a.check
 	r.Reset()
-	*a = answer{stream: stream, keepText: keepText, completion: -1, cached: -1, prompt: -1, r: r, pending: pending, held: held, out: out, check: check}
+	*a = answer{stream: stream, keepText: keepText, completion: -1, cached: -1, prompt: -1, total: -1, r: r, pending: pending, held: held, out: out, check: check}
 	a.a.Text = text
 	a.a.MaxText = maxAnswerBytes
 	if !keepText {
@@ -168,19 +173,26 @@ func (a *answer) outputTokens(retokenized int) (int, bool) {
 }
 
 // promptTokens is the prompt's length as the engine counted it (its
-// usage's prompt_tokens), false when the answer did not say (a stream
-// whose client did not ask for usage, an unreadable body).
+// usage's prompt_tokens, or for an answer that generated nothing its
+// total_tokens), false when the answer did not say (a stream whose client
+// did not ask for usage, an unreadable body).
 func (a *answer) promptTokens() (int, bool) {
-	if a == nil || a.prompt <= 0 {
+	switch {
+	case a == nil:
 		return 0, false
+	case a.prompt > 0:
+		return a.prompt, true
+	case a.prefillOnly && a.total > 0:
+		return a.total, true
 	}
-	return a.prompt, true
+	return 0, false
 }
 
 var (
 	keyCompletion = []byte(`"completion_tokens":`)
 	keyCached     = []byte(`"cached_tokens":`)
 	keyPrompt     = []byte(`"prompt_tokens":`)
+	keyTotal      = []byte(`"total_tokens":`)
 )
 
 // usageIn reads the usage counts in the tail of a body whose text is not
@@ -194,6 +206,9 @@ func (a *answer) usageIn(data []byte) {
 	}
 	if n, ok := intAfter(data, keyPrompt); ok && n > 0 {
 		a.prompt = n
+	}
+	if n, ok := intAfter(data, keyTotal); ok {
+		a.total = n
 	}
 }
 

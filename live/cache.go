@@ -252,7 +252,7 @@ func semanticTenant(keyID, header string) string {
 // request's answer.
 func (s *Server) lookupCaches(ctx context.Context, r *http.Request, g *grant, in *inbound) (*cacheTurn, *apiError) {
 	mc := s.caches.forModel(in.m.name)
-	if mc == nil || in.op == opEmbedding { // the caches keep generations
+	if mc == nil || in.op.prefillOnly() { // the caches keep generations
 		return nil, nil
 	}
 	keyID := cacheKeyID(g)

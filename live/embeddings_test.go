@@ -175,3 +175,82 @@ func TestEPPEmbeddings(t *testing.T) {
 		t.Fatalf("%v requests ok, want 2", outcome(e.Server, "ok"))
 	}
 }
+
+// vLLM's scoring endpoints (a cross-encoder's /score and /rerank) are
+// routed as requests that generate nothing, weighed by their size (not
+// tokenized: the model joins each pair its own way), the engine's answer
+// passed whole, and metered by its count: prompt_tokens, or total_tokens
+// alone as vLLM's rerank answers.
+func TestScoringProxied(t *testing.T) {
+	up := newUpstream(t, server.Config{Engine: testEngineConfig()})
+	g := startTenantGateway(t, up, nil, Deps{})
+	_, key := g.createKey(t, map[string]any{"name": "ranker"})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	docs := []string{"reset your password in settings", "the capital of france is paris"}
+	var metered int
+	for _, path := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
+		resp, err := g.post(t.Context(), path, map[string]any{"model": "sim", "query": "reset my password", "documents": docs}, auth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Results []struct {
+				Index int `json:"index"`
+			} `json:"results"`
+			Usage struct {
+				TotalTokens int `json:"total_tokens"`
+			} `json:"usage"`
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &r) != nil || len(r.Results) != 2 || r.Results[0].Index != 0 || r.Usage.TotalTokens == 0 ||
+			resp.Header.Get(HeaderReplica) != "a" || resp.Header.Get(HeaderPredicted) != "" {
+			t.Fatalf("%s: %d %v %s", path, resp.StatusCode, resp.Header, b)
+		}
+		metered += r.Usage.TotalTokens
+	}
+	for _, path := range []string{"/score", "/v1/score"} {
+		resp, err := g.post(t.Context(), path, map[string]any{"text_1": "reset my password", "text_2": docs}, auth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Data  []struct{ Score float64 } `json:"data"`
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &r) != nil || len(r.Data) != 2 || r.Data[0].Score <= r.Data[1].Score {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+		}
+		metered += r.Usage.PromptTokens
+	}
+	var prompt, output, requests int64
+	for _, u := range g.usageRows(t, "") {
+		prompt, output, requests = prompt+u.PromptTokens, output+u.OutputTokens, requests+u.Requests
+	}
+	if requests != 5 || prompt != int64(metered) || output != 0 {
+		t.Fatalf("metered %d requests, %d prompt and %d output tokens; want 5, %d (the engine's counts) and 0", requests, prompt, output, metered)
+	}
+	// The engine's refusal passes through; the wrong method is 405.
+	resp, err := g.post(t.Context(), "/v1/rerank", map[string]any{"documents": docs}, auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "query") {
+		t.Fatalf("no query: %d %s", resp.StatusCode, b)
+	}
+	req, _ := http.NewRequest(http.MethodGet, g.base+"/rerank", nil)
+	r, err := g.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "POST" {
+		t.Fatalf("GET /rerank: %d, Allow %q", r.StatusCode, r.Header.Get("Allow"))
+	}
+}

@@ -25,8 +25,17 @@ type opKind uint8
 const (
 	opCompletion opKind = iota // POST /v1/completions
 	opChat                     // POST /v1/chat/completions
-	opEmbedding                // POST /v1/embeddings: prefill only
+	opEmbedding                // POST /v1/embeddings
+	opScore                    // POST /score, /v1/score (vLLM's)
+	opRerank                   // POST /rerank, /v1/rerank, /v2/rerank (Jina's and Cohere's shape)
 )
+
+// prefillOnly says op generates nothing: the engine computes its prompt
+// and answers.
+func (op opKind) prefillOnly() bool { return op >= opEmbedding }
+
+// scorePaths are vLLM's scoring endpoints for a cross-encoder model.
+var scorePaths = []string{"/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"}
 
 // opOf is the operation served at path, false for none.
 func opOf(path string) (opKind, bool) {
@@ -37,6 +46,10 @@ func opOf(path string) (opKind, bool) {
 		return opChat, true
 	case "/v1/embeddings":
 		return opEmbedding, true
+	case "/score", "/v1/score":
+		return opScore, true
+	case "/rerank", "/v1/rerank", "/v2/rerank":
+		return opRerank, true
 	}
 	return 0, false
 }
@@ -125,7 +138,7 @@ func (s *Server) parse(h http.Header, body []byte, op opKind) (*inbound, *apiErr
 	if f.KVParams {
 		body = withoutKVParams(body)
 	}
-	return &inbound{op: op, chat: op == opChat, body: body, f: f, m: m, req: gateway.Request{Priority: prio, PrefillOnly: op == opEmbedding}}, nil
+	return &inbound{op: op, chat: op == opChat, body: body, f: f, m: m, req: gateway.Request{Priority: prio, PrefillOnly: op.prefillOnly()}}, nil
 }
 
 // weigh tokenizes in's prompt at the edge (to predict what each replica
@@ -143,7 +156,7 @@ func (s *Server) weigh(ctx context.Context, in *inbound, h http.Header) {
 	}
 	req := &in.req
 	req.PromptKnown = ids != nil
-	if in.op != opEmbedding { // an embedding generates nothing
+	if !in.op.prefillOnly() { // an embedding or a score generates nothing
 		req.MaxTokens = f.maxTokens(in.chat)
 	}
 	req.Bytes = int64(len(in.body))
@@ -288,11 +301,12 @@ func (s *Server) showPredicted(in *inbound) bool {
 // answerOf is the reader of a successful answer to in (sse: an event
 // stream): in approximate mode it keeps a generation's text when the
 // model's encoder can read it back into tokens, so the index learns its
-// blocks too (an embedding's answer holds no text: its usage is read from
-// its tail).
+// blocks too (an embedding's or a score's answer holds no text: its usage
+// is read from its tail).
 func answerOf(in *inbound, sse bool) *answer {
 	_, canRead := in.m.enc.(TextEncoder)
-	a := newAnswer(sse, canRead && in.m.index == router.IndexApproximate && in.ids != nil && in.op != opEmbedding)
+	a := newAnswer(sse, canRead && in.m.index == router.IndexApproximate && in.ids != nil && !in.op.prefillOnly())
 	a.strip = sse && in.askedUsage
+	a.prefillOnly = in.op.prefillOnly()
 	return a
 }

@@ -51,8 +51,8 @@ func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg st
 	w.Write(b)
 }
 
-// handleGenerate proxies POST /v1/completions, /v1/chat/completions and
-// /v1/embeddings.
+// handleGenerate proxies POST /v1/completions, /v1/chat/completions,
+// /v1/embeddings and vLLM's scoring endpoints.
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	op, _ := opOf(r.URL.Path)
 	began := time.Now()
@@ -424,6 +424,11 @@ func (s *Server) tokenize(ctx context.Context, m *model, op opKind, body []byte,
 			return nil, tokTooLong
 		}
 		return s.tok.do(ctx, func() ([]uint32, error) { return enc.EncodeChat(body) })
+	}
+	if op == opScore || op == opRerank {
+		// A cross-encoder reads each pair joined its own way: weighed by
+		// the body's size.
+		return nil, tokSkipped
 	}
 	raw := f.Prompt
 	if op == opEmbedding {

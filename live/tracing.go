@@ -150,6 +150,10 @@ func operation(op opKind) attribute.KeyValue {
 		return semconv.GenAIOperationNameChat
 	case opEmbedding:
 		return semconv.GenAIOperationNameEmbeddings
+	case opScore:
+		return semconv.GenAIOperationNameKey.String("score")
+	case opRerank:
+		return semconv.GenAIOperationNameKey.String("rerank")
 	}
 	return semconv.GenAIOperationNameTextCompletion
 }

@@ -98,7 +98,9 @@ func kubeClient(path string) (dynamic.Interface, error) {
 // poolGroup is the discovery group of the pool's replicas (their names
 // are "pool-NAME-ip:port").
 func (s *Server) poolGroup() config.DNSGroup {
-	return config.DNSGroup{Name: "pool-" + s.cfg.EPP.Pool.Name, Scheme: "http"}
+	p := s.cfg.EPP.Pool
+	return config.DNSGroup{Name: "pool-" + p.Name, Scheme: "http",
+		KVEventsPort: p.KVEventsPort, KVEventsReplayPort: p.KVEventsReplayPort, KVEventsTopic: p.KVEventsTopic}
 }
 
 // poolModel is the model whose replicas the pool's pods are.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +22,9 @@ import (
 	"k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferrail/inferrail/engine/kvevents"
 	"github.com/inferrail/inferrail/live/config"
 )
 
@@ -197,5 +202,46 @@ func TestEPPPoolNeedsAKubeconfig(t *testing.T) {
 	}
 	if err := s.ServeEPP(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "epp.pool.kubeconfig") {
 		t.Fatalf("ServeEPP: %v", err)
+	}
+}
+
+// With index: events, each pod of the pool is subscribed to at
+// epp.pool.kv_events_port: the engine's events fill the index, and a
+// repeated prompt is predicted cached on the pod that holds it.
+func TestEPPPoolKVEvents(t *testing.T) {
+	kc := kvevents.DefaultConfig()
+	kc.EnableKVCacheEvents, kc.Endpoint, kc.ForceBind, kc.Topic = true, "tcp://127.0.0.1:0", true, "kv"
+	up, pub := publishingEngine(t, testEngineConfig(), kc)
+	host, port, _ := net.SplitHostPort(up.addr)
+	pn, _ := strconv.Atoi(port)
+	_, kport, _ := net.SplitHostPort(strings.TrimPrefix(pub.Addr(), "tcp://"))
+	kp, _ := strconv.Atoi(kport)
+	kube := fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{poolGVR: "InferencePoolList", podGVR: "PodList", objectiveGVRs[0]: "InferenceObjectiveList", objectiveGVRs[1]: "InferenceObjectiveList"},
+		poolObj(t, map[string]string{"app": "vllm"}, int32(pn)),
+		podObj(t, "p1", "vllm", host, true, false),
+	)
+	c := eppConfig(t)
+	c.Models[0].Index = config.IndexEvents
+	c.EPP.Pool = config.InferencePool{Name: "vllm", Namespace: poolNS, KVEventsPort: kp, KVEventsTopic: "kv"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e := startEPP(t, c, Deps{}, eppOptions{kube: kube})
+	waitUntil(t, "the pod", 10*time.Second, func() bool { return len(e.models[0].live()) == 1 })
+	// ZMQ's slow joiner: send until the pod's event batches are applied.
+	rep := e.models[0].live()[0].name
+	waitUntil(t, "KV events from the pod", 20*time.Second, func() bool {
+		e.open(t, envoyReq{path: "/v1/completions", body: completionBody("", words(3000, 40), 2, false)}).serve()
+		time.Sleep(50 * time.Millisecond)
+		return testutil.ToFloat64(e.met.kvEvents.WithLabelValues(e.models[0].name, rep, "applied")) > 0
+	})
+	prompt := words(9000, 100)
+	e.open(t, envoyReq{path: "/v1/completions", body: completionBody("", prompt, 2, false)}).serve()
+	time.Sleep(100 * time.Millisecond)
+	again := e.open(t, envoyReq{path: "/v1/completions", body: completionBody("", prompt, 2, false)})
+	again.serve()
+	if p := again.respHeaders[strings.ToLower(HeaderPredicted)]; p != "96" {
+		t.Fatalf("the repeat predicted %q cached tokens, want 96 (the engine's events)", p)
 	}
 }

@@ -352,6 +352,14 @@ type InferencePool struct {
 	// Kubeconfig is a kubeconfig file; "" uses the in-cluster
 	// configuration (the pod's service account).
 	Kubeconfig string `yaml:"kubeconfig"`
+	// KVEventsPort is the port each pod's engine publishes its KV events
+	// on (tcp://POD_IP:PORT: vLLM's --kv-events-config endpoint
+	// tcp://*:PORT); required when the pool's model has index: events.
+	KVEventsPort int `yaml:"kv_events_port"`
+	// KVEventsReplayPort is each pod's replay port, optional.
+	KVEventsReplayPort int `yaml:"kv_events_replay_port"`
+	// KVEventsTopic is the topic subscribed to; "" is every topic.
+	KVEventsTopic string `yaml:"kv_events_topic"`
 }
 
 // TLS names a certificate and its key, PEM files read again when they

@@ -113,8 +113,9 @@ func loopback(addr string) bool {
 type checker struct {
 	errs []error
 	// poolModel is the model whose replicas epp.pool's pods are ("" without
-	// a pool): it needs no replicas or dns of its own.
+	// a pool): it needs no replicas or dns of its own; pool is epp.pool.
 	poolModel string
+	pool      InferencePool
 }
 
 func (k *checker) fail(path, format string, args ...any) {
@@ -265,7 +266,7 @@ func (c *Config) Validate() error {
 		k.fail("epp.tls", "is served only with epp.secure_serving: true (false serves plaintext h2c)")
 	}
 	if p := c.EPP.Pool; p.Name != "" {
-		k.poolModel = p.Model
+		k.poolModel, k.pool = p.Model, p
 		if p.Model == "" && len(c.Models) == 1 {
 			k.poolModel = c.Models[0].Name
 		}
@@ -276,6 +277,11 @@ func (c *Config) Validate() error {
 			k.fail("epp.pool.model", "must name the model whose replicas the pool's pods are, when several models are configured")
 		} else if _, ok := c.Model(p.Model); p.Model != "" && !ok {
 			k.fail("epp.pool.model", "must name a configured model, got %q", p.Model)
+		}
+		k.intIn("epp.pool.kv_events_port", p.KVEventsPort, 0, 65535)
+		k.intIn("epp.pool.kv_events_replay_port", p.KVEventsReplayPort, 0, 65535)
+		if p.KVEventsPort == 0 && (p.KVEventsReplayPort != 0 || p.KVEventsTopic != "") {
+			k.fail("epp.pool.kv_events_port", "required with kv_events_replay_port or kv_events_topic (the port each pod publishes its KV events on)")
 		}
 	}
 
@@ -497,6 +503,9 @@ func (k *checker) model(p string, m *Model) {
 	k.pd(p, m)
 	if len(m.Replicas) == 0 && len(m.DNS) == 0 && (m.Name == "" || m.Name != k.poolModel) {
 		k.fail(p, "needs at least one entry in replicas or dns")
+	}
+	if events && m.Name != "" && m.Name == k.poolModel && k.pool.KVEventsPort == 0 {
+		k.fail("epp.pool.kv_events_port", "required with index: events for %s, the pool's model (the port each pod's engine publishes its KV events on, such as 5557); or set its index: approximate", m.Name)
 	}
 
 	names := map[string]int{}

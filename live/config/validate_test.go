@@ -103,6 +103,12 @@ func TestValidateRules(t *testing.T) {
 		{"epp listen", func(c *Config) { c.EPP.Listen = "nowhere" }, "epp.listen", "host:port"},
 		{"epp pool model unknown", func(c *Config) { c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", Model: "nope"} }, "epp.pool.model", "configured model"},
 		{"epp pool namespace", func(c *Config) { c.EPP.Pool = InferencePool{Name: "p"} }, "epp.pool.namespace", "namespace"},
+		{"epp pool events without a port", func(c *Config) {
+			m0(c).Replicas, m0(c).Index = nil, IndexEvents
+			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d"}
+		}, "epp.pool.kv_events_port", "required with index: events"},
+		{"epp pool kv port", func(c *Config) { c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", KVEventsPort: 70000} }, "epp.pool.kv_events_port", ""},
+		{"epp pool topic without a port", func(c *Config) { c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", KVEventsTopic: "kv"} }, "epp.pool.kv_events_port", "required with"},
 		// the hardening bounds
 		{"read_timeout zero", func(c *Config) { c.ReadTimeout = 0 }, "read_timeout", "positive"},
 		{"write_timeout zero", func(c *Config) { c.WriteTimeout = 0 }, "write_timeout", "positive"},
@@ -377,6 +383,10 @@ func TestValidateAccepts(t *testing.T) {
 		{"only an inferencepool", func(c *Config) {
 			c.Models[0].Replicas = nil
 			c.EPP.Pool = InferencePool{Name: "vllm", Namespace: "llm"}
+		}},
+		{"an inferencepool's events", func(c *Config) {
+			c.Models[0].Replicas, c.Models[0].Index = nil, IndexEvents
+			c.EPP.Pool = InferencePool{Name: "vllm", Namespace: "llm", KVEventsPort: 5557, KVEventsReplayPort: 5558, KVEventsTopic: "kv"}
 		}},
 		{"only dns", func(c *Config) {
 			c.Models[0].Replicas = nil

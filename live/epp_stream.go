@@ -13,6 +13,7 @@ import (
 	procmode "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extProcPb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -60,6 +61,7 @@ type eppStream struct {
 	took         time.Duration
 	ctx          context.Context // the request's deadline (request_timeout)
 	cancel       context.CancelFunc
+	span         trace.Span // the request's SERVER span (nil: not traced)
 
 	// The response.
 	status    int
@@ -130,6 +132,7 @@ func (st *eppStream) release() {
 	st.stopGone()
 	if st.generate {
 		st.s.logAccess(&http.Request{RemoteAddr: clientAddr(st.hdr)}, &st.ar)
+		endServer(st.span, st.in, &st.ar, st.reqID)
 	}
 }
 
@@ -367,6 +370,14 @@ func (st *eppStream) send(r *extProcPb.ProcessingResponse) error {
 func (st *eppStream) route() error {
 	s := st.s
 	op, _ := opOf(st.ar.path)
+	parent := st.gone
+	if s.tr != nil {
+		// The request's trace goes on from Envoy's traceparent (the
+		// client's, or Envoy's own span with its tracing on).
+		if ctx, sp := s.tr.serverOf(st.gone, st.hdr, st.ar.path, op); sp != nil {
+			parent, st.span = ctx, sp
+		}
+	}
 	in, perr := s.parse(st.hdr, st.body, op)
 	if perr != nil {
 		return st.reject(perr)
@@ -374,7 +385,7 @@ func (st *eppStream) route() error {
 	st.in = in
 	m := in.m
 	st.ar.model = m.name
-	st.ctx, st.cancel = context.WithTimeout(st.gone, s.cfg.RequestTimeout)
+	st.ctx, st.cancel = context.WithTimeout(parent, s.cfg.RequestTimeout)
 	s.weigh(st.ctx, in, st.hdr)
 	s.applyPickerHeaders(st.hdr, in)
 	if in.ids != nil {
@@ -387,11 +398,14 @@ func (st *eppStream) route() error {
 	}
 	a := &attempt{}
 	st.a, st.first = a, a
+	rsp := s.tr.route(st.ctx, m)
 	decided := time.Now()
 	d := m.submit(a, in.req)
 	st.took = time.Since(decided)
 	s.met.decisionTime(m, st.took)
-	if e := s.wait(st.ctx, st.gone, in, a, d); e != nil {
+	e := s.wait(st.ctx, st.gone, in, a, d)
+	endRoute(rsp, in, a, d, e, st.took)
+	if e != nil {
 		return st.reject(e)
 	}
 	st.rep = a.rep
@@ -410,6 +424,12 @@ func (st *eppStream) route() error {
 	} else {
 		// A client's own value would send its prompt where it chooses.
 		remove = removePrefillerObjective
+	}
+	if st.span != nil && st.span.IsRecording() {
+		// The engine's own spans, when it traces, go under the pick's.
+		for k, vs := range s.tr.headersOf(st.ctx, st.span) {
+			set = append(set, setHeader(strings.ToLower(k), vs[0]))
+		}
 	}
 	rewritten := len(in.body) != len(st.body) || (len(in.body) > 0 && &in.body[0] != &st.body[0])
 	if rewritten {

@@ -124,6 +124,8 @@ type eppPick struct {
 	// the headers removed.
 	prefiller string
 	removed   []string
+	// traceparent is the traceparent header set, if any.
+	traceparent string
 }
 
 // eppCall is one ext_proc stream.
@@ -271,6 +273,8 @@ func (c *eppCall) readPick() {
 				c.pick.contentLength = string(h.GetHeader().GetRawValue())
 			case eppPrefiller:
 				c.pick.prefiller = string(h.GetHeader().GetRawValue())
+			case "traceparent":
+				c.pick.traceparent = string(h.GetHeader().GetRawValue())
 			}
 		}
 		c.pick.removed = append(c.pick.removed, common.GetHeaderMutation().GetRemoveHeaders()...)

@@ -163,20 +163,35 @@ func operation(op opKind) attribute.KeyValue {
 // a nil span for a request that is not traced: a client's traceparent not
 // sampled (forwarded to the engine as it is), or a new trace not drawn.
 func (t *tracer) server(r *http.Request, kind opKind) (context.Context, trace.Span) {
-	ctx := r.Context()
-	if len(r.Header["Traceparent"]) > 0 {
-		ctx = t.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	return t.serverOf(r.Context(), r.Header, r.URL.Path, kind)
+}
+
+// serverOf is server for a request known by its headers h and path, its
+// context parent: the proxy's, or the endpoint picker's for a request
+// Envoy asks it about.
+func (t *tracer) serverOf(parent context.Context, h http.Header, path string, kind opKind) (context.Context, trace.Span) {
+	ctx := parent
+	if len(h["Traceparent"]) > 0 {
+		ctx = t.prop.Extract(ctx, propagation.HeaderCarrier(h))
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		if !sc.IsSampled() {
-			return r.Context(), nil
+			return parent, nil
 		}
 	} else if t.ratio < 1 && rand.Float64() >= t.ratio {
-		return r.Context(), nil
+		return parent, nil
 	}
 	op := operation(kind)
 	return t.t.Start(ctx, op.Value.AsString(), trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(op, semconv.GenAIProviderNameKey.String(providerName), semconv.HTTPRequestMethodPost, semconv.URLPath(r.URL.Path)))
+		trace.WithAttributes(op, semconv.GenAIProviderNameKey.String(providerName), semconv.HTTPRequestMethodPost, semconv.URLPath(path)))
+}
+
+// headersOf is the trace context of sp as request headers (traceparent,
+// and tracestate when there is one), for the engine to continue.
+func (t *tracer) headersOf(ctx context.Context, sp trace.Span) http.Header {
+	h := http.Header{}
+	t.prop.Inject(trace.ContextWithSpan(ctx, sp), propagation.HeaderCarrier(h))
+	return h
 }
 
 // endServer sets what the request came to on its SERVER span, from its

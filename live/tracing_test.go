@@ -393,3 +393,73 @@ func BenchmarkTracingSpans(b *testing.B) {
 		})
 	}
 }
+
+// The endpoint picker traces as the proxy does: a SERVER span continuing
+// Envoy's traceparent, the routing decision's INTERNAL span under it, the
+// response's usage on it once Envoy has relayed the answer, and the
+// engine's traceparent set to the pick's span (no CLIENT span: Envoy
+// sends the request). A rejection is traced too.
+func TestEPPTraces(t *testing.T) {
+	rc := newOTLPReceiver(t)
+	up := newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})
+	c := eppConfig(t, up)
+	c.Tracing.Endpoint, c.Tracing.SampleRatio, c.Tracing.Timeout = rc.url, 1, time.Second
+	c.Models[0].MaxConcurrency, c.Models[0].Queue.MaxRequests = 1, 0
+	e := startEPP(t, c, Deps{}, eppOptions{})
+	parent := "00-" + clientTrace + "-00f067aa0ba902b7-01"
+	call := e.open(t, envoyReq{path: "/v1/completions", body: completionBody("", words(10, 30), 4, true), header: map[string]string{"traceparent": parent}})
+	// Busy: the next request is refused (queueing is off), traced too.
+	refused := e.open(t, envoyReq{path: "/v1/completions", body: completionBody("", words(50, 10), 2, false), header: map[string]string{"traceparent": parent}})
+	if refused.pick.status() != 429 {
+		t.Fatalf("with the replica busy: %d, want 429", refused.pick.status())
+	}
+	resp := call.forward()
+	call.respond(resp, "")
+	call.relayBody(resp)
+	call.finish()
+	waitUntil(t, "four spans at the receiver", 10*time.Second, func() bool { return len(rc.got()) >= 4 })
+	var servers, routes []*tracepb.Span
+	for _, sp := range rc.got() {
+		if got := hex.EncodeToString(sp.TraceId); got != clientTrace {
+			t.Errorf("span %q: trace id %s, want Envoy's %s", sp.Name, got, clientTrace)
+		}
+		switch sp.Kind {
+		case tracepb.Span_SPAN_KIND_SERVER:
+			servers = append(servers, sp)
+		case tracepb.Span_SPAN_KIND_INTERNAL:
+			routes = append(routes, sp)
+		default:
+			t.Errorf("span %q of kind %v: the picker sends nothing itself", sp.Name, sp.Kind)
+		}
+	}
+	if len(servers) != 2 || len(routes) != 2 {
+		t.Fatalf("%d server and %d route spans, want 2 and 2", len(servers), len(routes))
+	}
+	model := e.models[0].name
+	var ok, rejected *tracepb.Span
+	for _, sp := range servers {
+		if hex.EncodeToString(sp.ParentSpanId) != "00f067aa0ba902b7" || sp.Name != "text_completion "+model {
+			t.Errorf("server span %q, parent %x", sp.Name, sp.ParentSpanId)
+		}
+		switch attrOf(sp, "http.response.status_code").GetIntValue() {
+		case 200:
+			ok = sp
+		case 429:
+			rejected = sp
+		}
+	}
+	if ok == nil || rejected == nil {
+		t.Fatalf("server spans %v: want one 200, one 429", servers)
+	}
+	if v := attrOf(ok, "gen_ai.usage.output_tokens"); v == nil || v.GetIntValue() != 4 {
+		t.Errorf("the answered span's output tokens %v, want 4", v)
+	}
+	for _, r := range routes {
+		if !bytes.Equal(r.ParentSpanId, ok.SpanId) && !bytes.Equal(r.ParentSpanId, rejected.SpanId) {
+			t.Errorf("route span %q is not under a server span", r.Name)
+		}
+	}
+	if want := "00-" + clientTrace + "-" + hex.EncodeToString(ok.SpanId) + "-01"; call.pick.traceparent != want {
+		t.Errorf("the engine's traceparent %q, want %q (the pick's span)", call.pick.traceparent, want)
+	}
+}

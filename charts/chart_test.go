@@ -1037,6 +1037,28 @@ func TestEPP(t *testing.T) {
 		t.Errorf("RoleBinding subjects %+v do not name the picker's ServiceAccount", rb.Subjects)
 	}
 
+	// Several pickers with leader election: the config says so, each pod
+	// is named in the Lease by its name, and the Role may hold a Lease.
+	ha := mustRender(t, []string{"testdata/values-epp.yaml"}, map[string]any{"epp": map[string]any{"replicaCount": 3, "leaderElection": map[string]any{"enabled": true}}})
+	var hc map[string]any
+	if err := yaml.Unmarshal([]byte(ha.configMaps["inferrail-epp"].Data["live.yaml"]), &hc); err != nil {
+		t.Fatal(err)
+	}
+	if le := hc["epp"].(map[string]any)["leader_election"]; le.(map[string]any)["enabled"] != true || *ha.deployments["inferrail-epp"].Spec.Replicas != 3 {
+		t.Errorf("leader_election %v, %d replicas", le, *ha.deployments["inferrail-epp"].Spec.Replicas)
+	}
+	podName := false
+	for _, e := range ha.deployments["inferrail-epp"].Spec.Template.Spec.Containers[0].Env {
+		podName = podName || e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}
+	leases := false
+	for _, rule := range ha.roles["inferrail-epp"].Rules {
+		leases = leases || slices.Equal(rule.APIGroups, []string{"coordination.k8s.io"}) && slices.Equal(rule.Resources, []string{"leases"}) && slices.Equal(rule.Verbs, []string{"get", "create", "update"})
+	}
+	if !podName || !leases {
+		t.Errorf("with leader election: POD_NAME set %v, the Role may hold leases %v", podName, leases)
+	}
+
 	// The pool: the picker watches the one the chart creates, which names
 	// the picker as its endpoint picker and selects the engines.
 	pool := r.inferencePools["inferrail"]
@@ -1169,7 +1191,8 @@ func TestBadValues(t *testing.T) {
 		{"no admin port", map[string]any{"config": map[string]any{"admin_listen": "localhost"}}, []string{"config.admin_listen"}},
 		{"no admin token", map[string]any{"adminToken": map[string]any{"create": false}}, []string{"adminToken", "admin_token_file"}},
 		{"own admin token file", map[string]any{"config": map[string]any{"admin_token_file": "/x"}}, []string{"config.admin_token_file"}},
-		{"two pickers", map[string]any{"epp": map[string]any{"replicaCount": 2}}, []string{"/epp/replicaCount"}},
+		{"two pickers", map[string]any{"epp": map[string]any{"enabled": true, "replicaCount": 2}}, []string{"epp.replicaCount 2", "epp.leaderElection.enabled"}},
+		{"own epp leader_election", map[string]any{"epp": map[string]any{"enabled": true}, "config": map[string]any{"epp": map[string]any{"leader_election": map[string]any{"enabled": true}}}}, []string{"config.epp.leader_election.enabled", "epp.leaderElection.enabled"}},
 		{"own epp listen", map[string]any{"epp": map[string]any{"enabled": true}, "config": map[string]any{"epp": map[string]any{"listen": "127.0.0.1:9002"}}}, []string{"config.epp.listen", "epp.port"}},
 		{"own epp secure_serving", map[string]any{"epp": map[string]any{"enabled": true}, "config": map[string]any{"epp": map[string]any{"secure_serving": false}}}, []string{"config.epp.secure_serving", "epp.secureServing"}},
 		{"pool mismatch", map[string]any{"epp": map[string]any{"enabled": true, "pool": map[string]any{"name": "other"}, "inferencePool": map[string]any{"create": true}}}, []string{"epp.pool.name"}},

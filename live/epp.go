@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"k8s.io/client-go/dynamic"
+	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/inferrail/inferrail/router/gateway"
 )
@@ -79,6 +80,9 @@ type eppOptions struct {
 	// resync is how often the pool and its pods are listed again (0: a
 	// minute).
 	resync time.Duration
+	// leases is the leader election's Lease client; nil builds one as
+	// kube.
+	leases coordinationv1.LeasesGetter
 }
 
 // ServeEPP runs `inferrail epp`: it serves the endpoint-picker protocol
@@ -127,6 +131,16 @@ func (s *Server) serveEPP(ctx context.Context, stop <-chan struct{}, o eppOption
 		watcher = s.newPoolWatcher(m, kube, o.resync)
 		objWatcher = s.newObjectiveWatcher(kube, o.resync)
 	}
+	leases := o.leases
+	if s.cfg.EPP.LeaderElection.Enabled {
+		if leases == nil {
+			var err error
+			if leases, err = leaseClient(s.cfg.EPP.Pool.Kubeconfig); err != nil {
+				return err
+			}
+		}
+		s.standby.Store(true) // until this picker holds the lease
+	}
 	lis, err := net.Listen("tcp", s.cfg.EPP.Listen)
 	if err != nil {
 		return fmt.Errorf("live: listen on %s: %w (change epp.listen in the configuration)", s.cfg.EPP.Listen, err)
@@ -173,6 +187,13 @@ func (s *Server) serveEPP(ctx context.Context, stop <-chan struct{}, o eppOption
 		bg.Go(func() { watcher.run(bgCtx) })
 		bg.Go(func() { objWatcher.run(bgCtx) })
 	}
+	electCtx, stopElection := context.WithCancel(bgCtx)
+	defer stopElection()
+	if s.cfg.EPP.LeaderElection.Enabled {
+		id := electionIdentity()
+		s.log.Info("leader election", "lease", s.cfg.EPP.Pool.Namespace+"/"+s.leaseName(), "identity", id)
+		bg.Go(func() { s.elect(electCtx, leases, id) })
+	}
 	bg.Go(func() { s.reportHealth(bgCtx, hs) })
 	closeAll := func() {
 		gs.Stop()
@@ -189,6 +210,7 @@ func (s *Server) serveEPP(ctx context.Context, stop <-chan struct{}, o eppOption
 	case <-ctx.Done():
 	}
 	s.Drain()
+	stopElection() // the lease given up: a standby takes over now
 	s.setHealth(hs)
 	s.log.Info("draining", "delay", s.cfg.DrainDelay.String(), "timeout", s.cfg.DrainTimeout.String())
 	if s.cfg.DrainDelay > 0 {
@@ -235,8 +257,8 @@ func (s *Server) reportHealth(ctx context.Context, hs *health.Server) {
 
 // setHealth sets every gRPC health service: liveness serves while the
 // process does; the others while /readyz would answer 200 (a replica of
-// every model passed a probe or answered within health.ready_window, and
-// no drain has begun).
+// every model passed a probe or answered within health.ready_window, no
+// drain has begun and, with leader election, this picker holds the lease).
 func (s *Server) setHealth(hs *health.Server) {
 	ready := healthpb.HealthCheckResponse_NOT_SERVING
 	if s.readyNow() {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -75,22 +76,47 @@ type poolPort struct {
 // default, in case a watch missed an event.
 const poolResync = time.Minute
 
-// kubeClient builds a dynamic Kubernetes client from a kubeconfig file,
-// or from the in-cluster configuration (the pod's service account) when
-// path is "".
-func kubeClient(path string) (dynamic.Interface, error) {
-	var rc *rest.Config
-	var err error
+// kubeConfig is the Kubernetes client configuration: a kubeconfig file,
+// or the in-cluster configuration (the pod's service account) when path
+// is "".
+func kubeConfig(path string) (*rest.Config, error) {
 	if path != "" {
-		if rc, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+		rc, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
 			return nil, fmt.Errorf("live: epp.pool.kubeconfig: %w", err)
 		}
-	} else if rc, err = rest.InClusterConfig(); err != nil {
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
 		return nil, fmt.Errorf("live: epp.pool: not running in a cluster and no epp.pool.kubeconfig given: %w", err)
+	}
+	return rc, nil
+}
+
+// kubeClient builds a dynamic Kubernetes client from kubeConfig(path).
+func kubeClient(path string) (dynamic.Interface, error) {
+	rc, err := kubeConfig(path)
+	if err != nil {
+		return nil, err
 	}
 	c, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("live: epp.pool: kubernetes client: %w", err)
+	}
+	return c, nil
+}
+
+// leaseClient builds the Lease client of the leader election from
+// kubeConfig(path).
+func leaseClient(path string) (coordinationv1.LeasesGetter, error) {
+	rc, err := kubeConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := coordinationv1.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("live: epp.leader_election: kubernetes client: %w", err)
 	}
 	return c, nil
 }

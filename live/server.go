@@ -66,6 +66,9 @@ type Server struct {
 	bodies *bodyBudget
 	// draining fails readiness once shutdown has begun.
 	draining atomic.Bool
+	// standby fails readiness while another endpoint picker holds the
+	// lease (epp.leader_election; epp_leader.go).
+	standby atomic.Bool
 	// addrMu guards the addresses Serve listens on.
 	addrMu                sync.Mutex
 	clientAddr, adminAddr net.Addr
@@ -479,6 +482,11 @@ func (s *Server) handleLive(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if s.draining.Load() {
 		s.writeError(w, http.StatusServiceUnavailable, "service_unavailable", "draining", "the gateway is shutting down")
+		return
+	}
+	if s.standby.Load() {
+		s.writeError(w, http.StatusServiceUnavailable, "service_unavailable", "standby",
+			fmt.Sprintf("another endpoint picker holds the lease %s (epp.leader_election): this one takes over when it lapses", s.leaseName()))
 		return
 	}
 	window := s.loaded().cfg.Health.Ready()

@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
 
 func newEPPCmd(stdout, stderr io.Writer, keepAwake func() error) *cobra.Command {
@@ -27,10 +28,12 @@ listener serves the same metrics, /livez and /readyz as live.
 
 The configuration is live's YAML (examples/live.yaml), with its epp section:
 epp.listen (default 127.0.0.1:9002) and epp.pool {name, namespace, model,
-kubeconfig}: with a pool name, the model's replicas are the ready pods of that
-InferencePool (inference.networking.k8s.io/v1) at its first target port,
-watched with the in-cluster service account or the kubeconfig; without one,
-they come from replicas and dns as in live. --check validates it, loads every
+kubeconfig, kv_events_port}: with a pool name, the model's replicas are the
+ready pods of that InferencePool (inference.networking.k8s.io/v1) at its first
+target port, watched with the in-cluster service account or the kubeconfig,
+and its InferenceObjectives give requests their priority; without one, they
+come from replicas and dns as in live. epp.leader_election runs several
+pickers for one pool, only the holder of a Lease ready. --check validates it, loads every
 tokenizer and profile, prints what it would run and exits.
 
 Envoy's ext_proc filter needs: processing_mode with request_header_mode SEND,
@@ -39,8 +42,9 @@ SEND, response_body_mode FULL_DUPLEX_STREAMED (for usage; NONE works without
 it), request_trailer_mode and response_trailer_mode SEND or SKIP;
 allow_mode_override false; a message_timeout longer than a queued request
 waits (queue.timeout; 1000s as GIE's charts set it); failure_mode_allow as
-you want the gateway to behave when the picker is down. The picker is not
-leader-elected and its readiness is not leader-gated: run one replica.`,
+you want the gateway to behave when the picker is down. Run one replica, or
+several with epp.leader_election.enabled (only the lease holder is ready; the
+others watch the pool and take over when it lapses or is given up).`,
 		Example: `  inferrail epp --config examples/live.yaml --check
   inferrail epp --config /etc/inferrail/live.yaml
   grpc_health_probe -addr 127.0.0.1:9002 -tls -tls-no-verify -service readiness
@@ -72,6 +76,9 @@ leader-elected and its readiness is not leader-gated: run one replica.`,
 				fmt.Fprintf(stdout, "%s: ok\n%s", path, cfg.Summary())
 				return nil
 			}
+			// client-go's leader election logs through klog: into the
+			// process log with the rest.
+			klog.SetSlogLogger(s.Logger())
 			return serveUntilSignal(cmd.Context(), cfg, s.Logger(), s.ServeEPP)
 		},
 	}

@@ -337,6 +337,31 @@ type EPP struct {
 	// Pool, when its name is set, takes a model's replicas from the ready
 	// pods of an InferencePool, watched in Kubernetes.
 	Pool InferencePool `yaml:"pool"`
+	// LeaderElection runs several pickers for one pool, one of them
+	// ready at a time.
+	LeaderElection LeaderElection `yaml:"leader_election"`
+}
+
+// LeaderElection lets several endpoint pickers run for one InferencePool
+// (as the reference picker's --ha-enable-leader-election): they hold a
+// Lease (coordination.k8s.io/v1) in the pool's namespace in turn, and only
+// its holder is ready (/readyz and gRPC health but liveness), so the
+// gateway sends ext_proc to it; the others watch the pool and its pods
+// all along, ready to take over when the lease lapses.
+type LeaderElection struct {
+	// Enabled turns it on; it needs epp.pool. Default false.
+	Enabled bool `yaml:"enabled"`
+	// LeaseName is the Lease's name. Default "inferrail-epp-" and the
+	// pool's name.
+	LeaseName string `yaml:"lease_name"`
+	// LeaseDuration is how long a standby waits, from the holder's last
+	// renewal, before it takes the lease. Default 15s.
+	LeaseDuration time.Duration `yaml:"lease_duration"`
+	// RenewDeadline is how long the holder keeps trying to renew before
+	// it gives the lease up. Default 10s.
+	RenewDeadline time.Duration `yaml:"renew_deadline"`
+	// RetryPeriod is the wait between tries to take or renew. Default 2s.
+	RetryPeriod time.Duration `yaml:"retry_period"`
 }
 
 // InferencePool names an InferencePool (inference.networking.k8s.io/v1)
@@ -757,8 +782,9 @@ func Default() Config {
 		Record:      Record{RotateBytes: 256 * MiB, RotateInterval: time.Hour, FlushInterval: 10 * time.Second, Sample: 1, Buffer: 65536},
 		DNSRefresh:  10 * time.Second,
 		Tracing:     Tracing{SampleRatio: 0.1, Timeout: 10 * time.Second, ServiceName: "inferrail"},
-		EPP:         EPP{Listen: "127.0.0.1:9002", SecureServing: true, Pool: InferencePool{Namespace: "default"}},
-		Auth:        AuthNone,
+		EPP: EPP{Listen: "127.0.0.1:9002", SecureServing: true, Pool: InferencePool{Namespace: "default"},
+			LeaderElection: LeaderElection{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}},
+		Auth: AuthNone,
 		Tenancy: Tenancy{
 			AuthCacheTTL:       5 * time.Second,
 			UsageFlushInterval: 10 * time.Second,

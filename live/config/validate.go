@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/inferrail/inferrail/calibrate"
 	"github.com/inferrail/inferrail/respcache"
 	"github.com/inferrail/inferrail/router"
@@ -282,6 +284,24 @@ func (c *Config) Validate() error {
 		k.intIn("epp.pool.kv_events_replay_port", p.KVEventsReplayPort, 0, 65535)
 		if p.KVEventsPort == 0 && (p.KVEventsReplayPort != 0 || p.KVEventsTopic != "") {
 			k.fail("epp.pool.kv_events_port", "required with kv_events_replay_port or kv_events_topic (the port each pod publishes its KV events on)")
+		}
+	}
+	if le := c.EPP.LeaderElection; le.Enabled {
+		const lp = "epp.leader_election"
+		if c.EPP.Pool.Name == "" {
+			k.fail(lp+".enabled", "needs epp.pool: the lease is held in the InferencePool's namespace")
+		}
+		if errs := validation.IsDNS1123Subdomain(le.LeaseName); le.LeaseName != "" && len(errs) > 0 {
+			k.fail(lp+".lease_name", "%q is not a Lease name: %s", le.LeaseName, strings.Join(errs, "; "))
+		}
+		k.positive(lp+".lease_duration", le.LeaseDuration)
+		k.positive(lp+".renew_deadline", le.RenewDeadline)
+		k.positive(lp+".retry_period", le.RetryPeriod)
+		switch {
+		case le.RenewDeadline > 0 && le.LeaseDuration <= le.RenewDeadline:
+			k.fail(lp+".lease_duration", "must be longer than renew_deadline (%v), got %v", le.RenewDeadline, le.LeaseDuration)
+		case le.RetryPeriod > 0 && float64(le.RenewDeadline) <= 1.2*float64(le.RetryPeriod):
+			k.fail(lp+".renew_deadline", "must be longer than 1.2 retry_period (%v), got %v", le.RetryPeriod, le.RenewDeadline)
 		}
 	}
 

@@ -108,6 +108,23 @@ func TestValidateRules(t *testing.T) {
 			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d"}
 		}, "epp.pool.kv_events_port", "required with index: events"},
 		{"epp pool kv port", func(c *Config) { c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", KVEventsPort: 70000} }, "epp.pool.kv_events_port", ""},
+		{"epp leader election without a pool", func(c *Config) { c.EPP.LeaderElection.Enabled = true }, "epp.leader_election.enabled", "needs epp.pool"},
+		{"epp lease name", func(c *Config) {
+			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d"}
+			c.EPP.LeaderElection.Enabled, c.EPP.LeaderElection.LeaseName = true, "Not_A_Name"
+		}, "epp.leader_election.lease_name", "not a Lease name"},
+		{"epp lease shorter than renew", func(c *Config) {
+			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d"}
+			c.EPP.LeaderElection.Enabled, c.EPP.LeaderElection.LeaseDuration = true, 5*time.Second
+		}, "epp.leader_election.lease_duration", "longer than renew_deadline"},
+		{"epp renew within retries", func(c *Config) {
+			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d"}
+			c.EPP.LeaderElection.Enabled, c.EPP.LeaderElection.RetryPeriod = true, 9*time.Second
+		}, "epp.leader_election.renew_deadline", "1.2 retry_period"},
+		{"epp retry period zero", func(c *Config) {
+			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d"}
+			c.EPP.LeaderElection.Enabled, c.EPP.LeaderElection.RetryPeriod = true, 0
+		}, "epp.leader_election.retry_period", "positive"},
 		{"epp pool topic without a port", func(c *Config) { c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", KVEventsTopic: "kv"} }, "epp.pool.kv_events_port", "required with"},
 		// the hardening bounds
 		{"read_timeout zero", func(c *Config) { c.ReadTimeout = 0 }, "read_timeout", "positive"},

@@ -168,6 +168,15 @@ the InferencePool it watches.
 {{- fail (printf "config.epp.secure_serving (%v): leave it out: the chart sets it from epp.secureServing (%v)" $epp.secure_serving .Values.epp.secureServing) -}}
 {{- end -}}
 {{- $_ := set $epp "secure_serving" .Values.epp.secureServing -}}
+{{- $le := deepCopy (default (dict) (get $epp "leader_election")) -}}
+{{- if and (hasKey $le "enabled") (ne $le.enabled .Values.epp.leaderElection.enabled) -}}
+{{- fail (printf "config.epp.leader_election.enabled (%v): leave it out: the chart sets it from epp.leaderElection.enabled (%v)" $le.enabled .Values.epp.leaderElection.enabled) -}}
+{{- end -}}
+{{- if and (gt (int .Values.epp.replicaCount) 1) (not .Values.epp.leaderElection.enabled) -}}
+{{- fail (printf "epp.replicaCount %v: several pickers need epp.leaderElection.enabled (else each would be ready and route with its own view of the load)" .Values.epp.replicaCount) -}}
+{{- end -}}
+{{- $_ := set $le "enabled" .Values.epp.leaderElection.enabled -}}
+{{- $_ := set $epp "leader_election" $le -}}
 {{- $pool := include "inferrail.epp.poolName" . -}}
 {{- if $pool -}}
 {{- $p := deepCopy (default (dict) (get $epp "pool")) -}}

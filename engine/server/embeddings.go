@@ -47,14 +47,8 @@ type embeddingResponse struct {
 // for others). They are computed here, not scheduled on the engine: an
 // embedding costs the mock engine no KV blocks and no step time.
 func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
-	var req embeddingRequest
-	if err := s.decode(w, r, &req); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	model, err := s.checkModel(req.Model)
-	if err != nil {
-		writeAPIError(w, err)
+	req, model, ok := decodePooling(s, w, r, func(q *embeddingRequest) *string { return q.Model })
+	if !ok {
 		return
 	}
 	texts, err := embeddingInputs(req.Input)
@@ -109,38 +103,50 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
+// decodePooling reads the body of a pooling endpoint's request (an
+// embedding's, a score's) into a T and resolves its model (model reads it
+// from the T); false when it has answered an error.
+func decodePooling[T any](s *Server, w http.ResponseWriter, r *http.Request, model func(*T) *string) (*T, string, bool) {
+	var req T
+	if err := s.decode(w, r, &req); err != nil {
+		writeAPIError(w, err)
+		return nil, "", false
+	}
+	name, err := s.checkModel(model(&req))
+	if err != nil {
+		writeAPIError(w, err)
+		return nil, "", false
+	}
+	return &req, name, true
+}
+
 // embeddingInputs reads input: a string or a list of strings, none of them
 // blank. Token id lists are refused: the mock embeds text only.
 func embeddingInputs(raw json.RawMessage) ([]string, error) {
+	return texts("input", "the mock engine embeds text, not token ids", raw)
+}
+
+// texts reads field: a string or a list of strings, none blank, at most
+// maxEmbeddingInputs; why says why token ids are refused.
+func texts(field, why string, raw json.RawMessage) ([]string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, badRequest("input", "input is required: a string or a list of strings")
-	}
-	var one string
-	if err := json.Unmarshal(raw, &one); err == nil {
-		if err := checkInput(0, one); err != nil {
-			return nil, err
-		}
-		return []string{one}, nil
+		return nil, badRequest(field, "%s is required: a string or a list of strings", field)
 	}
 	var list []string
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, badRequest("input", "input must be a string or a list of strings (the mock engine embeds text, not token ids)")
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		list = []string{one}
+	} else if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, badRequest(field, "%s must be a string or a list of strings (%s)", field, why)
 	}
 	if len(list) == 0 || len(list) > maxEmbeddingInputs {
-		return nil, badRequest("input", "input holds %d strings: must be from 1 to %d", len(list), maxEmbeddingInputs)
+		return nil, badRequest(field, "%s holds %d strings: must be from 1 to %d", field, len(list), maxEmbeddingInputs)
 	}
 	for i, t := range list {
-		if err := checkInput(i, t); err != nil {
-			return nil, err
+		if len(bytes.TrimSpace([]byte(t))) == 0 {
+			return nil, badRequest(field, "%s[%d] is empty: every %s must hold some text", field, i, field)
 		}
 	}
 	return list, nil
-}
-
-func checkInput(i int, t string) error {
-	if len(bytes.TrimSpace([]byte(t))) == 0 {
-		return badRequest("input", "input[%d] is empty: every input must hold some text", i)
-	}
-	return nil
 }

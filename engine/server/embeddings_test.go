@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -32,14 +31,7 @@ type embeddingReply struct {
 
 func postEmbeddings(t *testing.T, ts *testServer, body string) (int, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, ts.base+"/v1/embeddings", strings.NewReader(body))
-	resp, err := ts.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return postPath(t, ts, "/v1/embeddings", body)
 }
 
 // TestEmbeddings: OpenAI's shape, one embedding per input in order, the

@@ -73,14 +73,8 @@ type rerankResponse struct {
 // a string or a list of strings; one text_1 is scored against every
 // text_2, else the lists pair up in order (vLLM's rule).
 func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
-	var req scoreRequest
-	if err := s.decode(w, r, &req); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	model, err := s.checkModel(req.Model)
-	if err != nil {
-		writeAPIError(w, err)
+	req, model, ok := decodePooling(s, w, r, func(q *scoreRequest) *string { return q.Model })
+	if !ok {
 		return
 	}
 	a, err := scoreTexts("text_1", req.Text1)
@@ -118,14 +112,8 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 // documents by relevance to the query, best first, the top_n of them (0:
 // all).
 func (s *Server) handleRerank(w http.ResponseWriter, r *http.Request) {
-	var req rerankRequest
-	if err := s.decode(w, r, &req); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	model, err := s.checkModel(req.Model)
-	if err != nil {
-		writeAPIError(w, err)
+	req, model, ok := decodePooling(s, w, r, func(q *rerankRequest) *string { return q.Model })
+	if !ok {
 		return
 	}
 	if req.Query == nil || len(bytes.TrimSpace([]byte(*req.Query))) == 0 {
@@ -179,30 +167,9 @@ func (s *Server) scorePair(i int, a, b string) (score float64, tokens int, err e
 	return (1 + embed.Cosine(va, vb)) / 2, tokens, nil
 }
 
-// scoreTexts reads field: a string or a list of strings, none blank, at
-// most maxEmbeddingInputs.
+// scoreTexts reads a scored field: a string or a list of strings.
 func scoreTexts(field string, raw json.RawMessage) ([]string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, badRequest(field, "%s is required: a string or a list of strings", field)
-	}
-	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		raw = fmt.Appendf(nil, "[%s]", raw)
-	}
-	var list []string
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, badRequest(field, "%s must be a string or a list of strings (the mock engine scores text)", field)
-	}
-	if len(list) == 0 || len(list) > maxEmbeddingInputs {
-		return nil, badRequest(field, "%s holds %d texts: must be from 1 to %d", field, len(list), maxEmbeddingInputs)
-	}
-	for i, t := range list {
-		if len(bytes.TrimSpace([]byte(t))) == 0 {
-			return nil, badRequest(field, "%s[%d] is empty: every text must hold some", field, i)
-		}
-	}
-	return list, nil
+	return texts(field, "the mock engine scores text", raw)
 }
 
 // poolingID is a response id of a pooling endpoint (kind "score" or

@@ -135,7 +135,7 @@ func (s *Server) serveEPP(ctx context.Context, stop <-chan struct{}, o eppOption
 	if s.cfg.EPP.LeaderElection.Enabled {
 		if leases == nil {
 			var err error
-			if leases, err = leaseClient(s.cfg.EPP.Pool.Kubeconfig); err != nil {
+			if leases, err = leaseClient(s.cfg.EPP.Pool.Kubeconfig, s.cfg.EPP.LeaderElection.RenewDeadline); err != nil {
 				return err
 			}
 		}

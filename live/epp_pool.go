@@ -108,12 +108,14 @@ func kubeClient(path string) (dynamic.Interface, error) {
 }
 
 // leaseClient builds the Lease client of the leader election from
-// kubeConfig(path).
-func leaseClient(path string) (coordinationv1.LeasesGetter, error) {
+// kubeConfig(path), each call bounded by timeout (the elector's own calls
+// are bounded by their context but for giving the lease up at shutdown).
+func leaseClient(path string, timeout time.Duration) (coordinationv1.LeasesGetter, error) {
 	rc, err := kubeConfig(path)
 	if err != nil {
 		return nil, err
 	}
+	rc.Timeout = timeout
 	c, err := coordinationv1.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("live: epp.leader_election: kubernetes client: %w", err)

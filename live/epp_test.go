@@ -569,7 +569,7 @@ type eppStep struct {
 // test client in Envoy's place forwarding to the picked endpoint, get the
 // same requests (completions and chats, streamed and not, bodies in one
 // chunk and in several, FULL_DUPLEX_STREAMED and BUFFERED, an alias, a
-// tenant, a session), in batches held in flight together, so load and the
+// tenant, a session, an embedding), in batches held in flight together, so load and the
 // KV index both count. Request by request the replica is the same, and
 // the picker's header, metadata and response headers agree.
 func TestEPPPicksAsLive(t *testing.T) {
@@ -597,6 +597,7 @@ func TestEPPPicksAsLive(t *testing.T) {
 			{path: "/v1/completions", body: completionBody("", shared+words(800, 16), 40, true), stream: true, mode: procmode.ProcessingMode_BUFFERED},
 		},
 		{{path: "/v1/chat/completions", body: chatBody("", "bob", words(900, 30), 4, false), mode: procmode.ProcessingMode_BUFFERED}},
+		{{path: "/v1/embeddings", body: []byte(`{"model":"sim","input":"` + shared + words(1200, 8) + `"}`), chunks: 2}},
 		{
 			{path: "/v1/completions", body: completionBody("", words(700, 64)+words(1000, 8), 40, true), stream: true},
 			{path: "/v1/chat/completions", body: chatBody("", "bob", words(900, 30), 40, true), stream: true, chunks: 2},

@@ -207,8 +207,10 @@ func (a *answer) usageIn(data []byte) {
 	if n, ok := intAfter(data, keyPrompt); ok && n > 0 {
 		a.prompt = n
 	}
-	if n, ok := intAfter(data, keyTotal); ok {
-		a.total = n
+	if a.prefillOnly { // its prompt, when the usage says nothing else
+		if n, ok := intAfter(data, keyTotal); ok {
+			a.total = n
+		}
 	}
 }
 

@@ -47,7 +47,6 @@ func (s *Server) elect(ctx context.Context, leases coordinationv1.LeasesGetter, 
 	le := s.cfg.EPP.LeaderElection
 	name, ns := s.leaseName(), s.cfg.EPP.Pool.Namespace
 	var mu sync.Mutex // orders a late OnStartedLeading after OnStoppedLeading
-	lost := false
 	for ctx.Err() == nil {
 		lock := &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -69,11 +68,8 @@ func (s *Server) elect(ctx context.Context, leases coordinationv1.LeasesGetter, 
 				OnStoppedLeading: func() {
 					mu.Lock()
 					defer mu.Unlock()
-					if !s.standby.Swap(true) {
-						lost = ctx.Err() == nil
-						if lost {
-							s.log.Warn("the lease was lost: standing by", "lease", ns+"/"+name, "identity", identity)
-						}
+					if !s.standby.Swap(true) && ctx.Err() == nil { // lost, not given up
+						s.log.Warn("the lease was lost: standing by", "lease", ns+"/"+name, "identity", identity)
 					}
 				},
 				OnNewLeader: func(holder string) {

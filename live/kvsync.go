@@ -75,13 +75,36 @@ func toGateway(evs []kvevents.Event, out []gateway.KVEvent, ids []uint64) ([]gat
 		for _, h := range e.BlockHashes {
 			ids = append(ids, h.V)
 		}
-		ge := gateway.KVEvent{Kind: e.Kind, Blocks: ids[start:len(ids):len(ids)], TokenIDs: e.TokenIDs, BlockSize: e.BlockSize, Medium: e.Medium}
+		ge := gateway.KVEvent{Kind: e.Kind, Blocks: ids[start:len(ids):len(ids)], TokenIDs: e.TokenIDs, BlockSize: e.BlockSize, Medium: e.Medium, LoRA: e.LoRAName}
 		if e.ParentBlockHash != nil {
 			ge.Parent, ge.HasParent = e.ParentBlockHash.V, true
+		} else if len(e.ExtraKeys) > 0 {
+			ge.CacheSalt = cacheSaltOf(e.ExtraKeys[0], e.LoRAName)
 		}
 		out = append(out, ge)
 	}
 	return out, ids
+}
+
+// cacheSaltOf reads the cache_salt in a prefix's first block's extra keys
+// (vLLM's: its LoRA name, its multimodal items' (identifier, offset)
+// pairs, its cache_salt, its prompt embeddings' digests, in that order):
+// the string that is not the LoRA name, the last one should there be
+// several; "" for none.
+func cacheSaltOf(keys []any, lora string) string {
+	salt := ""
+	for _, k := range keys {
+		s, ok := k.(string)
+		if !ok {
+			continue
+		}
+		if lora != "" && s == lora {
+			lora = "" // the LoRA name is the first such string
+			continue
+		}
+		salt = s
+	}
+	return salt
 }
 
 func (k *kvSync) close() {

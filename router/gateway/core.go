@@ -1187,7 +1187,7 @@ func (c *Core) kvEvents(now time.Duration, i int, evs []KVEvent) {
 	if r == nil || r.gone || c.rt.IndexMode() != router.IndexEvents {
 		return
 	}
-	c.evbuf = r.kv.translate(evs, c.salt, c.bs, c.evbuf[:0])
+	c.evbuf = r.kv.translate(evs, c.cfg.Model, c.salt, c.bs, c.evbuf[:0])
 	if len(c.evbuf) > 0 {
 		c.rt.KVEvents(i, c.evbuf)
 	}

@@ -32,6 +32,13 @@ type KVEvent struct {
 	// Medium is where the blocks are (vLLM's medium: GPU, CPU, DISK; ""
 	// is GPU).
 	Medium string
+	// LoRA and CacheSalt are the LoRA adapter and the cache_salt the
+	// engine mixed into a stored prefix's first block (vLLM's lora_name
+	// and its first block's extra keys): without a parent, its chain
+	// starts from kvblock.Salt(model, LoRA, CacheSalt), as the core's own
+	// hashes of such a request do, so an adapter's or a salted prompt's
+	// blocks are never taken for the plain model's.
+	LoRA, CacheSalt string
 }
 
 // FromEngine converts a simulated engine's event, which carries the
@@ -67,7 +74,7 @@ type kvTranslator struct {
 
 // translate turns events into engine events keyed by the core's hashes,
 // appended to out; buf is scratch for the hashes.
-func (k *kvTranslator) translate(evs []KVEvent, salt kvblock.Hash, bs int, out []engine.KVEvent) []engine.KVEvent {
+func (k *kvTranslator) translate(evs []KVEvent, model string, salt kvblock.Hash, bs int, out []engine.KVEvent) []engine.KVEvent {
 	if k.own == nil {
 		k.own = make(map[uint64]kvblock.Hash)
 		k.tier = make(map[uint64]kvblock.Hash)
@@ -103,6 +110,9 @@ func (k *kvTranslator) translate(evs []KVEvent, salt kvblock.Hash, bs int, out [
 				continue
 			}
 			parent := salt
+			if e.LoRA != "" || e.CacheSalt != "" {
+				parent = kvblock.Salt(model, e.LoRA, e.CacheSalt)
+			}
 			if e.HasParent {
 				p, ok := ids[e.Parent]
 				if !ok {

@@ -250,3 +250,34 @@ func TestKVEventsOffloadedBlocks(t *testing.T) {
 		}
 	}
 }
+
+// A prefix the engine stored under a cache_salt or a LoRA adapter is keyed
+// as the core keys such a request: a request with the same salt finds it,
+// the plain model's prompt with the same tokens does not.
+func TestKVEventsSaltedPrefixes(t *testing.T) {
+	c := eventsCore(t, 1)
+	tokens, plain := kvTokens(c)
+	salted := kvblock.AppendHashes(nil, kvblock.Salt(testModel, "", "s1"), tokens, 16)
+	adapter := kvblock.AppendHashes(nil, kvblock.Salt(testModel, "a1", ""), tokens, 16)
+	both := kvblock.AppendHashes(nil, kvblock.Salt(testModel, "a1", "s1"), tokens, 16)
+	ev := stored(tokens[:32], 0, false, 1, 2)
+	ev.CacheSalt = "s1"
+	c.KVEvents(0, 0, []KVEvent{ev})
+	// A child of a salted block follows its chain.
+	c.KVEvents(0, 0, []KVEvent{stored(tokens[32:48], 2, true, 3)})
+	if d := depth(c, 0, salted); d != 3 {
+		t.Fatalf("the salted prompt: depth %d, want 3", d)
+	}
+	if d := depth(c, 0, plain); d != 0 {
+		t.Fatalf("the plain prompt found %d blocks stored under a cache_salt", d)
+	}
+	ev = stored(tokens[:16], 0, false, 10)
+	ev.LoRA = "a1"
+	c.KVEvents(0, 0, []KVEvent{ev})
+	ev = stored(tokens[:16], 0, false, 20)
+	ev.LoRA, ev.CacheSalt = "a1", "s1"
+	c.KVEvents(0, 0, []KVEvent{ev})
+	if depth(c, 0, adapter) != 1 || depth(c, 0, both) != 1 || depth(c, 0, plain) != 0 {
+		t.Fatalf("adapter %d, adapter and salt %d, plain %d: want 1, 1, 0", depth(c, 0, adapter), depth(c, 0, both), depth(c, 0, plain))
+	}
+}

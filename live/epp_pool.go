@@ -134,7 +134,7 @@ func (s *Server) poolGroup() config.DNSGroup {
 // poolModel is the model whose replicas the pool's pods are.
 func (s *Server) poolModel() (*model, error) {
 	p := s.cfg.EPP.Pool
-	m, _ := s.lookup(p.Model)
+	m, _, _ := s.lookup(p.Model)
 	if m == nil {
 		return nil, fmt.Errorf("live: epp.pool.model: no model %q", p.Model)
 	}

@@ -71,6 +71,9 @@ type inbound struct {
 	// askedUsage: the proxy asked the engine for this stream's usage
 	// (streamusage.go).
 	askedUsage bool
+	// adapter is the LoRA adapter the request names ("" for the model
+	// itself): its blocks are keyed by it.
+	adapter string
 }
 
 // apiError is an answer in OpenAI's error shape, with what it is counted
@@ -116,7 +119,7 @@ func (s *Server) parse(h http.Header, body []byte, op opKind) (*inbound, *apiErr
 	if f.Model != nil {
 		name = *f.Model
 	}
-	m, alias := s.lookup(name)
+	m, alias, adapter := s.lookup(name)
 	if m == nil {
 		if name == "" {
 			return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", outcome: "unknown_model",
@@ -138,7 +141,11 @@ func (s *Server) parse(h http.Header, body []byte, op opKind) (*inbound, *apiErr
 	if f.KVParams {
 		body = withoutKVParams(body)
 	}
-	return &inbound{op: op, chat: op == opChat, body: body, f: f, m: m, req: gateway.Request{Priority: prio, PrefillOnly: op.prefillOnly()}}, nil
+	in := &inbound{op: op, chat: op == opChat, body: body, f: f, m: m, req: gateway.Request{Priority: prio, PrefillOnly: op.prefillOnly()}}
+	if adapter {
+		in.adapter = name // forwarded as named: the engine serves it
+	}
+	return in, nil
 }
 
 // weigh tokenizes in's prompt at the edge (to predict what each replica
@@ -151,8 +158,14 @@ func (s *Server) weigh(ctx context.Context, in *inbound, h http.Header) {
 	in.ids = ids
 	in.salt = m.salt
 	in.ownSalt = f.CacheSalt != nil && *f.CacheSalt != ""
-	if in.ownSalt {
-		in.salt = kvblock.Salt(m.name, "", *f.CacheSalt)
+	if in.ownSalt || in.adapter != "" {
+		// Keyed as the engine keys them: by the adapter and the
+		// cache_salt (gateway.KVEvent's LoRA and CacheSalt).
+		salt := ""
+		if in.ownSalt {
+			salt = *f.CacheSalt
+		}
+		in.salt = kvblock.Salt(m.name, in.adapter, salt)
 	}
 	req := &in.req
 	req.PromptKnown = ids != nil

@@ -79,13 +79,14 @@ type ReloadResult struct {
 // routeTable resolves the names clients ask for: each model's name and
 // aliases. A reload swaps it whole.
 type routeTable struct {
-	byName  map[string]*model
-	aliases map[string]bool
-	names   map[*model][]string // each model's name, then its aliases
+	byName   map[string]*model
+	aliases  map[string]bool
+	adapters map[string]bool
+	names    map[*model][]string // each model's name, then its aliases and adapters
 }
 
 func newRouteTable(models []*model, c *config.Config) *routeTable {
-	rt := &routeTable{byName: map[string]*model{}, aliases: map[string]bool{}, names: map[*model][]string{}}
+	rt := &routeTable{byName: map[string]*model{}, aliases: map[string]bool{}, adapters: map[string]bool{}, names: map[*model][]string{}}
 	for _, m := range models {
 		rt.byName[m.name] = m
 		rt.names[m] = []string{m.name}
@@ -93,6 +94,11 @@ func newRouteTable(models []*model, c *config.Config) *routeTable {
 			for _, a := range mc.Aliases {
 				rt.byName[a] = m
 				rt.aliases[a] = true
+				rt.names[m] = append(rt.names[m], a)
+			}
+			for _, a := range mc.Adapters {
+				rt.byName[a] = m
+				rt.adapters[a] = true
 				rt.names[m] = append(rt.names[m], a)
 			}
 		}
@@ -505,7 +511,7 @@ func effective(cur, next *config.Config) *config.Config {
 	for i, om := range cur.Models {
 		em := om
 		if nm, ok := modelNamed(next, om.Name); ok {
-			em.Aliases = nm.Aliases
+			em.Aliases, em.Adapters = nm.Aliases, nm.Adapters
 			em.Policy, em.ShadowPolicy = nm.Policy, nm.ShadowPolicy
 			em.Admission, em.Overcommit, em.OutputQuantile = nm.Admission, nm.Overcommit, nm.OutputQuantile
 			em.MaxPriority, em.Queue = nm.MaxPriority, nm.Queue

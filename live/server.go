@@ -309,17 +309,17 @@ func plural(n int, what string) string {
 	return what + "s"
 }
 
-// lookup resolves a model name or alias; "" is the only model when there is
-// one.
-func (s *Server) lookup(name string) (*model, bool) {
+// lookup resolves a model name, alias or LoRA adapter; "" is the only
+// model when there is one.
+func (s *Server) lookup(name string) (m *model, alias, adapter bool) {
 	if name == "" {
 		if len(s.models) == 1 {
-			return s.models[0], false
+			return s.models[0], false, false
 		}
-		return nil, false
+		return nil, false, false
 	}
 	rt := s.routes.Load()
-	return rt.byName[name], rt.aliases[name]
+	return rt.byName[name], rt.aliases[name], rt.adapters[name]
 }
 
 func (s *Server) newRequestID() string {

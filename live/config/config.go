@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -538,6 +539,13 @@ type Model struct {
 	// Aliases are other names clients may ask for; a request for an alias
 	// is rewritten to Name.
 	Aliases []string `yaml:"aliases"`
+	// Adapters are the LoRA adapters the model's engines serve (vLLM's
+	// --lora-modules names): a request for one goes to the model's
+	// replicas with its model field unchanged, and its prompt's KV blocks
+	// are keyed apart from the base model's and every other adapter's, as
+	// the engine keys them. Unique across every model's name, aliases and
+	// adapters.
+	Adapters []string `yaml:"adapters"`
 	// Policy is the routing policy, one of router.Names(). Default
 	// "cost_model".
 	Policy string `yaml:"policy"`
@@ -997,17 +1005,15 @@ func (t Tokenize) PromptBytesFor(maxModelLen int) int {
 	return int(MiB)
 }
 
-// Model returns the model called name, or whose alias name is.
+// Model returns the model called name, or whose alias or adapter name is.
 func (c *Config) Model(name string) (*Model, bool) {
 	for i := range c.Models {
 		m := &c.Models[i]
 		if m.Name == name {
 			return m, true
 		}
-		for _, a := range m.Aliases {
-			if a == name {
-				return m, true
-			}
+		if slices.Contains(m.Aliases, name) || slices.Contains(m.Adapters, name) {
+			return m, true
 		}
 	}
 	return nil, false
@@ -1046,6 +1052,9 @@ func (c *Config) Summary() string {
 		b.WriteString(m.Name)
 		if len(m.Aliases) > 0 {
 			fmt.Fprintf(&b, " (aliases %s)", strings.Join(m.Aliases, ", "))
+		}
+		if len(m.Adapters) > 0 {
+			fmt.Fprintf(&b, " (LoRA adapters %s)", strings.Join(m.Adapters, ", "))
 		}
 		fmt.Fprintf(&b, ": policy %s, index %s, tokenizer %s, block_size %d", m.Policy, m.Index, m.Tokenizer, m.BlockSize)
 		if m.ShadowPolicy != "" {

@@ -487,6 +487,14 @@ func (k *checker) models(models []Model) {
 			}
 			claim(ap, a)
 		}
+		for j, a := range m.Adapters {
+			ap := p + ".adapters[" + strconv.Itoa(j) + "]"
+			if msg := nameProblem(a); msg != "" {
+				k.fail(ap, "%s", msg)
+				continue
+			}
+			claim(ap, a)
+		}
 		k.model(p, m)
 	}
 }

@@ -215,6 +215,8 @@ func TestValidateRules(t *testing.T) {
 		{"alias empty", func(c *Config) { m0(c).Aliases = []string{""} }, "models[0].aliases[0]", "required"},
 		{"alias is own name", func(c *Config) { m0(c).Aliases = []string{"m"} }, "models[0].aliases[0]", `"m" is already used by models[0].name`},
 		{"alias twice", func(c *Config) { m0(c).Aliases = []string{"x", "x"} }, "models[0].aliases[1]", `"x" is already used by models[0].aliases[0]`},
+		{"adapter empty", func(c *Config) { m0(c).Adapters = []string{""} }, "models[0].adapters[0]", "required"},
+		{"adapter named as an alias", func(c *Config) { m0(c).Aliases, m0(c).Adapters = []string{"x"}, []string{"x"} }, "models[0].adapters[0]", `"x" is already used by models[0].aliases[0]`},
 		{"two models one name", func(c *Config) { c.Models = append(c.Models, c.Models[0]) }, "models[1].name", `"m" is already used by models[0].name`},
 		{"alias clashes with other model", func(c *Config) {
 			m := c.Models[0]

@@ -1,0 +1,97 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/live/config"
+)
+
+// A model's LoRA adapters are names of their own: a request for one goes
+// to the model's replicas with its model field as the client wrote it
+// (an alias is rewritten, an adapter never), and its prompt's blocks are
+// keyed by the adapter, as vLLM keys them: the same prompt under the base
+// model or another adapter is not predicted cached, under the same
+// adapter it is. /v1/models lists the adapters under their model.
+func TestLoRAAdapters(t *testing.T) {
+	eng, err := server.New(server.Config{Engine: testEngineConfig(), ServedModelNames: []string{server.DefaultModelName, "a1", "a2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { eng.Run(ctx); close(done) }()
+	var mu sync.Mutex
+	var sent []string // the model field of each generation the engine got
+	h := eng.Handler()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			b, _ := io.ReadAll(r.Body)
+			var f struct {
+				Model string `json:"model"`
+			}
+			json.Unmarshal(b, &f)
+			mu.Lock()
+			sent = append(sent, f.Model)
+			mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { up.Close(); cancel(); <-done })
+	c := testConfig(t)
+	c.Models[0].Replicas = []config.Replica{{Name: "a", URL: up.URL}}
+	c.Models[0].Adapters = []string{"a1", "a2"}
+	g := startGateway(t, c)
+	prompt := words(100, 200)
+	for i, step := range []struct {
+		model, predicted, sent string
+	}{
+		{"a1", "0", "a1"},
+		{"sim", "0", server.DefaultModelName}, // the base model: the adapter's blocks are not its
+		{"a1", "192", "a1"},
+		{"a2", "0", "a2"},
+		{server.DefaultModelName, "192", server.DefaultModelName},
+	} {
+		resp, err := g.post(t.Context(), "/v1/completions", map[string]any{"model": step.model, "prompt": prompt, "max_tokens": 2}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		mu.Lock()
+		last := sent[len(sent)-1]
+		mu.Unlock()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderPredicted) != step.predicted || last != step.sent {
+			t.Fatalf("request %d (%s): %d, predicted %q (want %s), the engine got model %q (want %q): %s",
+				i, step.model, resp.StatusCode, resp.Header.Get(HeaderPredicted), step.predicted, last, step.sent, b)
+		}
+	}
+	resp, err := g.client.Get(g.base + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Data []modelCard `json:"data"`
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	var ids []string
+	for _, m := range list.Data {
+		ids = append(ids, m.ID)
+		if m.Root != server.DefaultModelName {
+			t.Errorf("%s: root %q", m.ID, m.Root)
+		}
+	}
+	if !slices.Contains(ids, "a1") || !slices.Contains(ids, "a2") {
+		t.Fatalf("/v1/models lists %v", ids)
+	}
+}

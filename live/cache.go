@@ -256,7 +256,7 @@ func (s *Server) lookupCaches(ctx context.Context, r *http.Request, g *grant, in
 		return nil, nil
 	}
 	keyID := cacheKeyID(g)
-	res, err := mc.exact.Lookup(ctx, respcache.Request{Path: r.URL.Path, Body: in.body, Model: in.m.name, KeyID: keyID, Header: r.Header})
+	res, err := mc.exact.Lookup(ctx, respcache.Request{Path: r.URL.Path, Body: in.body, Model: in.engineModel(), KeyID: keyID, Header: r.Header})
 	if err != nil {
 		if r.Context().Err() != nil {
 			return nil, &apiError{status: statusClientGone, outcome: "client_gone", model: in.m.name}
@@ -280,7 +280,7 @@ func (s *Server) lookupCaches(ctx context.Context, r *http.Request, g *grant, in
 			hdr = vs[0]
 		}
 	}
-	sr, err := mc.sem.Lookup(ctx, semcache.Query{Path: r.URL.Path, Body: in.body, Tenant: semanticTenant(keyID, hdr), Model: in.m.name})
+	sr, err := mc.sem.Lookup(ctx, semcache.Query{Path: r.URL.Path, Body: in.body, Tenant: semanticTenant(keyID, hdr), Model: in.engineModel()})
 	if err != nil {
 		// Counted by the hooks; the request goes to the engines.
 		s.log.Debug("semantic cache lookup failed", "model", in.m.name, "error", err.Error())

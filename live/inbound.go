@@ -76,6 +76,16 @@ type inbound struct {
 	adapter string
 }
 
+// engineModel is the model the engine serves in: the model's name, or the
+// LoRA adapter the request names. The caches key answers by it and usage
+// is metered under it.
+func (in *inbound) engineModel() string {
+	if in.adapter != "" {
+		return in.adapter
+	}
+	return in.m.name
+}
+
 // apiError is an answer in OpenAI's error shape, with what it is counted
 // as in inferrail_requests_total.
 type apiError struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/live/config"
+	"github.com/inferrail/inferrail/respcache"
 )
 
 // A model's LoRA adapters are names of their own: a request for one goes
@@ -50,18 +51,19 @@ func TestLoRAAdapters(t *testing.T) {
 	c := testConfig(t)
 	c.Models[0].Replicas = []config.Replica{{Name: "a", URL: up.URL}}
 	c.Models[0].Adapters = []string{"a1", "a2"}
+	c.Models[0].ResponseCache.Enabled, c.Models[0].ResponseCache.TenantHeader = true, HeaderTenant
 	g := startGateway(t, c)
 	prompt := words(100, 200)
 	for i, step := range []struct {
-		model, predicted, sent string
+		model, predicted, sent, cache string
 	}{
-		{"a1", "0", "a1"},
-		{"sim", "0", server.DefaultModelName}, // the base model: the adapter's blocks are not its
-		{"a1", "192", "a1"},
-		{"a2", "0", "a2"},
-		{server.DefaultModelName, "192", server.DefaultModelName},
+		{"a1", "0", "a1", "miss"},
+		{"sim", "0", server.DefaultModelName, "miss"}, // the base model: the adapter's blocks and answer are not its
+		{"a2", "0", "a2", "miss"},
+		{"a1", "", "", "hit"},
+		{server.DefaultModelName, "", "", "hit"}, // the alias's answer: the same model
 	} {
-		resp, err := g.post(t.Context(), "/v1/completions", map[string]any{"model": step.model, "prompt": prompt, "max_tokens": 2}, nil)
+		resp, err := g.post(t.Context(), "/v1/completions", map[string]any{"model": step.model, "prompt": prompt, "max_tokens": 2, "temperature": 0}, map[string]string{HeaderTenant: "t"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +72,16 @@ func TestLoRAAdapters(t *testing.T) {
 		mu.Lock()
 		last := sent[len(sent)-1]
 		mu.Unlock()
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderPredicted) != step.predicted || last != step.sent {
+		// The exact cache keys answers by the engine's model: the base
+		// model's answer is never an adapter's.
+		want := step.cache
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(respcache.HeaderCache) != want {
+			t.Fatalf("request %d (%s): %d, cache %q, want %q", i, step.model, resp.StatusCode, resp.Header.Get(respcache.HeaderCache), want)
+		}
+		if want == "hit" {
+			continue // answered by the cache: no prediction, nothing sent
+		}
+		if resp.Header.Get(HeaderPredicted) != step.predicted || last != step.sent {
 			t.Fatalf("request %d (%s): %d, predicted %q (want %s), the engine got model %q (want %q): %s",
 				i, step.model, resp.StatusCode, resp.Header.Get(HeaderPredicted), step.predicted, last, step.sent, b)
 		}

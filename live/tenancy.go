@@ -676,7 +676,7 @@ func (s *Server) release(g *grant, in *inbound, ar *accessRecord) {
 		return
 	}
 	u := tenancy.Usage{
-		KeyID: g.keyID, Model: in.m.name, Hour: ar.began, Requests: 1,
+		KeyID: g.keyID, Model: in.engineModel(), Hour: ar.began, Requests: 1,
 		PromptTokens: int64(prompt), CachedTokens: int64(max(ar.cachedTokens, 0)), OutputTokens: int64(max(output, 0)),
 		QueueSeconds: ar.queued.Seconds(), TTFTSeconds: ar.ttft.Seconds(), DurationSeconds: time.Since(ar.began).Seconds(),
 	}

@@ -479,21 +479,18 @@ func (k *checker) models(models []Model) {
 		} else {
 			claim(p+".name", m.Name)
 		}
-		for j, a := range m.Aliases {
-			ap := p + ".aliases[" + strconv.Itoa(j) + "]"
-			if msg := nameProblem(a); msg != "" {
-				k.fail(ap, "%s", msg)
-				continue
+		for _, names := range []struct {
+			key  string
+			list []string
+		}{{"aliases", m.Aliases}, {"adapters", m.Adapters}} {
+			for j, a := range names.list {
+				ap := p + "." + names.key + "[" + strconv.Itoa(j) + "]"
+				if msg := nameProblem(a); msg != "" {
+					k.fail(ap, "%s", msg)
+					continue
+				}
+				claim(ap, a)
 			}
-			claim(ap, a)
-		}
-		for j, a := range m.Adapters {
-			ap := p + ".adapters[" + strconv.Itoa(j) + "]"
-			if msg := nameProblem(a); msg != "" {
-				k.fail(ap, "%s", msg)
-				continue
-			}
-			claim(ap, a)
 		}
 		k.model(p, m)
 	}

@@ -48,6 +48,19 @@ func (g *testGateway) embed(t *testing.T, body map[string]any, hdr map[string]st
 	return resp, a, b
 }
 
+// wantPostOnly checks that GET path is 405 with Allow: POST.
+func wantPostOnly(t *testing.T, g *testGateway, path string) {
+	t.Helper()
+	r, err := g.client.Get(g.base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "POST" {
+		t.Fatalf("GET %s: %d, Allow %q", path, r.StatusCode, r.Header.Get("Allow"))
+	}
+}
+
 // POST /v1/embeddings is routed like a generation: one text is tokenized
 // at the edge, weighed as its prompt alone and predicted from the index,
 // which learns its blocks; several texts go without a prediction; the
@@ -89,15 +102,7 @@ func TestEmbeddingsProxied(t *testing.T) {
 		t.Fatalf("a bad encoding_format: %d %s", resp.StatusCode, body)
 	}
 	// The wrong method is 405 with Allow.
-	req, _ := http.NewRequest(http.MethodGet, g.base+"/v1/embeddings", nil)
-	r, err := g.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Body.Close()
-	if r.StatusCode != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "POST" {
-		t.Fatalf("GET /v1/embeddings: %d, Allow %q", r.StatusCode, r.Header.Get("Allow"))
-	}
+	wantPostOnly(t, g, "/v1/embeddings")
 	if in, p := g.inFlight(); in != 0 || p != 0 {
 		t.Fatalf("slots held after the requests: %d in flight, %d pending", in, p)
 	}
@@ -244,13 +249,5 @@ func TestScoringProxied(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "query") {
 		t.Fatalf("no query: %d %s", resp.StatusCode, b)
 	}
-	req, _ := http.NewRequest(http.MethodGet, g.base+"/rerank", nil)
-	r, err := g.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Body.Close()
-	if r.StatusCode != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "POST" {
-		t.Fatalf("GET /rerank: %d, Allow %q", r.StatusCode, r.Header.Get("Allow"))
-	}
+	wantPostOnly(t, g.testGateway, "/rerank")
 }

@@ -423,7 +423,7 @@ func (st *eppStream) route() error {
 		st.ar.prefill = a.pre.name
 	} else {
 		// A client's own value would send its prompt where it chooses.
-		remove = removePrefillerObjective
+		remove = removeWithoutPrefill
 	}
 	if st.span != nil && st.span.IsRecording() {
 		// The engine's own spans, when it traces, go under the pick's.
@@ -733,10 +733,10 @@ func headerValue(hv *corev3.HeaderValue) string {
 	return hv.GetValue()
 }
 
-// removePrefillerObjective is the header removal of every pick without a
+// removeWithoutPrefill is the header removal of every pick without a
 // prefill: a client's prefiller header and llm-d's request headers
 // (shared, never written).
-var removePrefillerObjective = append([]string{eppPrefiller}, pickerHeaders...)
+var removeWithoutPrefill = append([]string{eppPrefiller}, pickerHeaders...)
 
 // setHeader is a header mutation that replaces any value the header had:
 // a client cannot add an endpoint of its own to the pick.

@@ -57,7 +57,6 @@ func opOf(path string) (opKind, bool) {
 // inbound is a request routed to the engines, as the gateway core sees it.
 type inbound struct {
 	op   opKind
-	chat bool   // op == opChat
 	body []byte // forwarded as is (its model rewritten for an alias)
 	f    fields
 	m    *model
@@ -151,7 +150,7 @@ func (s *Server) parse(h http.Header, body []byte, op opKind) (*inbound, *apiErr
 	if f.KVParams {
 		body = withoutKVParams(body)
 	}
-	in := &inbound{op: op, chat: op == opChat, body: body, f: f, m: m, req: gateway.Request{Priority: prio, PrefillOnly: op.prefillOnly()}}
+	in := &inbound{op: op, body: body, f: f, m: m, req: gateway.Request{Priority: prio, PrefillOnly: op.prefillOnly()}}
 	if adapter {
 		in.adapter = name // forwarded as named: the engine serves it
 	}
@@ -180,7 +179,7 @@ func (s *Server) weigh(ctx context.Context, in *inbound, h http.Header) {
 	req := &in.req
 	req.PromptKnown = ids != nil
 	if !in.op.prefillOnly() { // an embedding or a score generates nothing
-		req.MaxTokens = f.maxTokens(in.chat)
+		req.MaxTokens = f.maxTokens(in.op == opChat)
 	}
 	req.Bytes = int64(len(in.body))
 	if ids != nil {

@@ -1,14 +1,10 @@
 package live
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/inferrail/inferrail/engine/server"
@@ -23,33 +19,9 @@ import (
 // model or another adapter is not predicted cached, under the same
 // adapter it is. /v1/models lists the adapters under their model.
 func TestLoRAAdapters(t *testing.T) {
-	eng, err := server.New(server.Config{Engine: testEngineConfig(), ServedModelNames: []string{server.DefaultModelName, "a1", "a2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { eng.Run(ctx); close(done) }()
-	var mu sync.Mutex
-	var sent []string // the model field of each generation the engine got
-	h := eng.Handler()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			b, _ := io.ReadAll(r.Body)
-			var f struct {
-				Model string `json:"model"`
-			}
-			json.Unmarshal(b, &f)
-			mu.Lock()
-			sent = append(sent, f.Model)
-			mu.Unlock()
-			r.Body = io.NopCloser(bytes.NewReader(b))
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() { up.Close(); cancel(); <-done })
+	eng := newSeenEngine(t, server.Config{Engine: testEngineConfig(), ServedModelNames: []string{server.DefaultModelName, "a1", "a2"}})
 	c := testConfig(t)
-	c.Models[0].Replicas = []config.Replica{{Name: "a", URL: up.URL}}
+	c.Models[0].Replicas = []config.Replica{{Name: "a", URL: eng.url}}
 	c.Models[0].Adapters = []string{"a1", "a2"}
 	c.Models[0].ResponseCache.Enabled, c.Models[0].ResponseCache.TenantHeader = true, HeaderTenant
 	g := startGateway(t, c)
@@ -69,9 +41,7 @@ func TestLoRAAdapters(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		mu.Lock()
-		last := sent[len(sent)-1]
-		mu.Unlock()
+		last := eng.lastModel()
 		// The exact cache keys answers by the engine's model: the base
 		// model's answer is never an adapter's.
 		want := step.cache

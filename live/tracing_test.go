@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -83,17 +84,18 @@ func (rc *otlpReceiver) got() []*tracepb.Span {
 	return append([]*tracepb.Span(nil), rc.spans...)
 }
 
-// seenEngine is a mock engine that records the traceparent of each
-// request it is sent.
+// seenEngine is a mock engine of cfg that records the traceparent and
+// the model field of each generation request it is sent.
 type seenEngine struct {
-	url  string
-	mu   sync.Mutex
-	seen []string
+	url    string
+	mu     sync.Mutex
+	seen   []string
+	models []string
 }
 
-func newSeenEngine(t *testing.T) *seenEngine {
+func newSeenEngine(t *testing.T, cfg server.Config) *seenEngine {
 	e := &seenEngine{}
-	s, err := server.New(server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})
+	s, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +109,15 @@ func newSeenEngine(t *testing.T) *seenEngine {
 	h := s.Handler()
 	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v1/") && r.Method == http.MethodPost {
+			b, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			var f struct {
+				Model string `json:"model"`
+			}
+			json.Unmarshal(b, &f)
 			e.mu.Lock()
 			e.seen = append(e.seen, r.Header.Get("Traceparent"))
+			e.models = append(e.models, f.Model)
 			e.mu.Unlock()
 		}
 		h.ServeHTTP(w, r)
@@ -119,13 +128,17 @@ func newSeenEngine(t *testing.T) *seenEngine {
 	return e
 }
 
-func (e *seenEngine) last() string {
+// last is the last request's traceparent, lastModel its model field.
+func (e *seenEngine) last() string      { return e.lastOf(&e.seen) }
+func (e *seenEngine) lastModel() string { return e.lastOf(&e.models) }
+
+func (e *seenEngine) lastOf(list *[]string) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.seen) == 0 {
+	if len(*list) == 0 {
 		return ""
 	}
-	return e.seen[len(e.seen)-1]
+	return (*list)[len(*list)-1]
 }
 
 func attrOf(sp *tracepb.Span, key string) *commonpb.AnyValue {
@@ -140,7 +153,7 @@ func attrOf(sp *tracepb.Span, key string) *commonpb.AnyValue {
 // tracedGateway is a gateway in front of one recording engine, tracing to
 // endpoint at ratio.
 func tracedGateway(t *testing.T, endpoint string, ratio float64, log *slog.Logger) (*testGateway, *seenEngine) {
-	eng := newSeenEngine(t)
+	eng := newSeenEngine(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})
 	c := testConfig(t)
 	c.Models[0].Replicas = []config.Replica{{Name: "a", URL: eng.url}}
 	c.Tracing.Endpoint, c.Tracing.SampleRatio, c.Tracing.Timeout = endpoint, ratio, time.Second
@@ -374,7 +387,7 @@ func BenchmarkTracingSpans(b *testing.B) {
 			g := startGateway(b, testConfig(b, up))
 			m := g.models[0]
 			rep := m.live()[0]
-			in := &inbound{chat: true, m: m, req: gateway.Request{PromptTokens: 256, MaxTokens: 16}}
+			in := &inbound{op: opChat, m: m, req: gateway.Request{PromptTokens: 256, MaxTokens: 16}}
 			a := &attempt{rep: rep}
 			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
 			hdr := http.Header{}

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"math"
 	"net/http"
 	"time"
@@ -73,7 +72,7 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	resp := embeddingResponse{
-		ID: fmt.Sprintf("embd-%016x%016x", uint64(s.draw(1<<62)), s.nextID.Add(1)), Object: "list",
+		ID: s.poolingID("embd"), Object: "list",
 		Created: time.Now().Unix(), Model: model, Data: make([]embeddingData, len(texts)),
 	}
 	maxLen := s.cfg.Engine.MaxModelLen

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -139,15 +140,7 @@ func (s *Server) handleRerank(w http.ResponseWriter, r *http.Request) {
 		resp.Usage.TotalTokens += n
 		resp.Results[i] = rerankResult{Index: i, Document: rerankDocument{Text: d}, RelevanceScore: sc}
 	}
-	slices.SortStableFunc(resp.Results, func(x, y rerankResult) int {
-		switch {
-		case x.RelevanceScore > y.RelevanceScore:
-			return -1
-		case x.RelevanceScore < y.RelevanceScore:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(resp.Results, func(x, y rerankResult) int { return cmp.Compare(y.RelevanceScore, x.RelevanceScore) })
 	if req.TopN > 0 && req.TopN < len(resp.Results) {
 		resp.Results = resp.Results[:req.TopN]
 	}
@@ -159,8 +152,8 @@ func (s *Server) handleRerank(w http.ResponseWriter, r *http.Request) {
 // is refused as vLLM refuses it.
 func (s *Server) scorePair(i int, a, b string) (score float64, tokens int, err error) {
 	tokens = len(s.tok.Encode(a)) + len(s.tok.Encode(b))
-	if max := s.cfg.Engine.MaxModelLen; tokens > max {
-		return 0, 0, badRequest("text_2", "pair %d has %d tokens: this model's maximum context length is %d tokens", i, tokens, max)
+	if limit := s.cfg.Engine.MaxModelLen; tokens > limit {
+		return 0, 0, badRequest("text_2", "pair %d has %d tokens: this model's maximum context length is %d tokens", i, tokens, limit)
 	}
 	va, _ := embed.Vector(a, embed.DefaultDim)
 	vb, _ := embed.Vector(b, embed.DefaultDim)
@@ -172,8 +165,8 @@ func scoreTexts(field string, raw json.RawMessage) ([]string, error) {
 	return texts(field, "the mock engine scores text", raw)
 }
 
-// poolingID is a response id of a pooling endpoint (kind "score" or
-// "rerank").
+// poolingID is a response id of a pooling endpoint (kind "embd", "score"
+// or "rerank").
 func (s *Server) poolingID(kind string) string {
 	return fmt.Sprintf("%s-%016x%016x", kind, uint64(s.draw(1<<62)), s.nextID.Add(1))
 }

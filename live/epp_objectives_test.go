@@ -62,9 +62,11 @@ func TestEPPInferenceObjectives(t *testing.T) {
 	c.Models[0].Queue.MaxRequests = 10
 	c.Models[0].MaxPriority = 20
 	e := startEPP(t, c, Deps{}, eppOptions{kube: kube, resync: time.Hour})
-	waitUntil(t, "the pod and the objectives", 10*time.Second, func() bool {
-		_, known := e.objectives.priority("legacy")
-		return len(e.models[0].live()) == 1 && known
+	// Both groups are listed, each on its own.
+	waitUntil(t, "the pod and both groups' objectives", 10*time.Second, func() bool {
+		_, legacyKnown := e.objectives.priority("legacy")
+		_, llmdKnown := e.objectives.priority("unset")
+		return len(e.models[0].live()) == 1 && legacyKnown && llmdKnown
 	})
 	for name, want := range map[string]int32{"critical": 10, "sheddable": -5, "unset": 0, "legacy": 3} {
 		if p, known := e.objectives.priority(name); !known || p != want {

@@ -24,8 +24,13 @@ type Answer struct {
 	HasUsage bool
 	// FinishReason is the last finish reason seen.
 	FinishReason string
-	// Done reports that data: [DONE] was seen.
+	// Done reports that the stream's last event was seen: data: [DONE],
+	// or a Responses API stream's response.completed or
+	// response.incomplete.
 	Done bool
+	// ResponseID is the Responses API response's id, when an event
+	// carried it.
+	ResponseID []byte
 	// Error is the first error event's error, if any.
 	Error *ErrorInfo
 	// Events counts the events.
@@ -33,7 +38,9 @@ type Answer struct {
 }
 
 // Reset readies a for another response, keeping MaxText and Text's buffer.
-func (a *Answer) Reset() { *a = Answer{MaxText: a.MaxText, Text: a.Text[:0]} }
+func (a *Answer) Reset() {
+	*a = Answer{MaxText: a.MaxText, Text: a.Text[:0], ResponseID: a.ResponseID[:0]}
+}
 
 // Add takes the next events of the response.
 func (a *Answer) Add(events ...Event) {
@@ -43,7 +50,6 @@ func (a *Answer) Add(events ...Event) {
 		switch e.Kind {
 		case KindDone:
 			a.Done = true
-			continue
 		case KindError:
 			if a.Error == nil {
 				a.Error = e.Error
@@ -64,6 +70,9 @@ func (a *Answer) Add(events ...Event) {
 		}
 		if e.HasUsage {
 			a.Usage, a.HasUsage = e.Usage, true
+		}
+		if len(e.ResponseID) > 0 && len(a.ResponseID) == 0 {
+			a.ResponseID = append(a.ResponseID, e.ResponseID...)
 		}
 	}
 }

@@ -27,6 +27,8 @@ type span struct {
 // slices once the arena stops moving.
 type fields struct {
 	text, reasoning span
+	// id is a Responses API response's id (Event.ResponseID).
+	id span
 }
 
 // decoder reads the fields an Event holds out of one JSON object, checking
@@ -77,9 +79,15 @@ func (d *decoder) decodePayload(data []byte, ev *Event, f *fields) error {
 		return d.err
 	}
 	var errInfo *ErrorInfo
-	objectIsError := false
+	objectIsError, isResponse := false, false
 	var top ErrorInfo // the fields of an {"object": "error", ...} body
 	var c choice
+	// The Responses API's: the event's type, its delta, the response it
+	// carries, a response body's output and id (its bytes in d.b).
+	var typ, id []byte
+	var delta span
+	var resp response
+	var out output
 	for n := 0; d.more('}', &n); {
 		key := d.objectKey()
 		if d.err != nil {
@@ -94,16 +102,24 @@ func (d *decoder) decodePayload(data []byte, ev *Event, f *fields) error {
 		case "error":
 			errInfo = d.errorValue()
 		case "object":
-			s, ok := d.stringRaw()
-			if ok && !d.plain && d.needsDecode(s) {
-				d.key = d.unescape(d.key[:0], s)
-				s = d.key
-			}
-			objectIsError = ok && string(s) == "error"
+			s := d.enum()
+			objectIsError = string(s) == "error"
+			isResponse = string(s) == "response"
 		case "message":
 			top.Message = d.stringAlloc()
 		case "type":
-			top.Type = d.stringAlloc()
+			typ = d.enum()
+		case "delta":
+			delta = d.stringSpan()
+		case "id":
+			id, _ = d.stringRaw()
+			if !d.plain && d.needsDecode(id) {
+				id = d.unescape(nil, id)
+			}
+		case "response":
+			d.response(&resp)
+		case "output":
+			d.output(&out)
 		case "param":
 			top.Param = d.stringPtr()
 		case "code":
@@ -140,15 +156,169 @@ func (d *decoder) decodePayload(data []byte, ev *Event, f *fields) error {
 			break
 		}
 	}
+	if isResponse { // a Responses API response body
+		if id != nil {
+			f.id = d.keep(id)
+		}
+		f.text, f.reasoning = out.text, out.reasoning
+	}
+	if resp.ok { // an event that carries the response
+		f.id = resp.id
+		if resp.hasUsage {
+			ev.Usage, ev.HasUsage = resp.usage, true
+		}
+	}
+	switch string(typ) { // a Responses API stream's events
+	case "response.output_text.delta":
+		f.text = delta
+	case "response.reasoning_text.delta", "response.reasoning_summary_text.delta":
+		f.reasoning = delta
+	case "response.completed", "response.incomplete":
+		ev.Kind = KindDone
+	case "response.failed":
+		e := resp.err
+		if e == nil {
+			e = &ErrorInfo{Message: "the response failed", Type: "server_error"}
+		}
+		ev.Kind, ev.Error = KindError, e
+	case "error":
+		if errInfo == nil && !objectIsError {
+			e := new(ErrorInfo)
+			*e = top
+			errInfo = e
+		}
+	}
 	switch {
 	case errInfo != nil:
 		ev.Kind, ev.Error = KindError, errInfo
 	case objectIsError:
 		e := new(ErrorInfo)
 		*e = top
+		e.Type = string(typ)
 		ev.Kind, ev.Error = KindError, e
 	}
 	return nil
+}
+
+// enum reads a string value that names one of a few things (an object's
+// kind, an event's type); escapes are decoded. Anything else is nil.
+func (d *decoder) enum() []byte {
+	s, ok := d.stringRaw()
+	if !ok {
+		return nil
+	}
+	if !d.plain && d.needsDecode(s) {
+		return d.unescape(nil, s)
+	}
+	return s
+}
+
+// keep copies a decoded string into the arena.
+func (d *decoder) keep(s []byte) span {
+	lo := len(d.arena)
+	d.arena = append(d.arena, s...)
+	return span{lo: lo, hi: len(d.arena), ok: true}
+}
+
+// response is what an event of the Responses API says of the response it
+// carries (response.created, response.completed, response.failed...).
+type response struct {
+	ok       bool
+	id       span
+	usage    Usage
+	hasUsage bool
+	err      *ErrorInfo
+}
+
+// response reads an event's response object: its id, usage and error. Its
+// output is not read: the events before it carried the text.
+func (d *decoder) response(r *response) {
+	r.ok = d.object(func(key []byte) {
+		switch string(key) {
+		case "id":
+			r.id = d.stringSpan()
+		case "usage":
+			r.usage, r.hasUsage = d.usage()
+		case "error":
+			r.err = d.errorValue()
+		default:
+			d.skipValue()
+		}
+	})
+}
+
+// output is the text of a Responses API body's output: the first message's
+// first output_text part and the first reasoning item's first text.
+type output struct{ text, reasoning span }
+
+// output reads a response body's output array.
+func (d *decoder) output(o *output) {
+	if !d.peek('[') {
+		d.skipValue()
+		return
+	}
+	d.i++
+	if !d.enter() {
+		return
+	}
+	for n := 0; d.more(']', &n); {
+		var typ []byte
+		var text span
+		d.object(func(key []byte) {
+			switch string(key) {
+			case "type":
+				typ = d.enum()
+			case "content":
+				text = d.parts()
+			default:
+				d.skipValue()
+			}
+		})
+		switch string(typ) {
+		case "message":
+			if !o.text.ok {
+				o.text = text
+			}
+		case "reasoning":
+			if !o.reasoning.ok {
+				o.reasoning = text
+			}
+		}
+	}
+	d.depth--
+}
+
+// parts reads an output item's content array and returns the text of its
+// first output_text or reasoning_text part.
+func (d *decoder) parts() span {
+	var first span
+	if !d.peek('[') {
+		d.skipValue()
+		return first
+	}
+	d.i++
+	if !d.enter() {
+		return first
+	}
+	for n := 0; d.more(']', &n); {
+		var typ []byte
+		var text span
+		d.object(func(key []byte) {
+			switch string(key) {
+			case "type":
+				typ = d.enum()
+			case "text":
+				text = d.stringSpan()
+			default:
+				d.skipValue()
+			}
+		})
+		if !first.ok && text.ok && (string(typ) == "output_text" || string(typ) == "reasoning_text") {
+			first = text
+		}
+	}
+	d.depth--
+	return first
 }
 
 // choices reads the choices array into c (its first element) and returns
@@ -226,6 +396,12 @@ func (d *decoder) usage() (Usage, bool) {
 			u.CompletionTokens, _ = d.int()
 		case "prompt_tokens_details":
 			u.CachedTokens = d.details()
+		case "input_tokens": // the Responses API's names
+			u.PromptTokens, _ = d.int()
+		case "output_tokens":
+			u.CompletionTokens, _ = d.int()
+		case "input_tokens_details":
+			u.CachedTokens = d.details()
 		default:
 			d.skipValue()
 		}
@@ -233,7 +409,8 @@ func (d *decoder) usage() (Usage, bool) {
 	return u, ok
 }
 
-// details reads prompt_tokens_details' cached_tokens, -1 when absent.
+// details reads prompt_tokens_details' (input_tokens_details')
+// cached_tokens, -1 when absent.
 func (d *decoder) details() int {
 	cached := -1
 	d.object(func(key []byte) {

@@ -16,11 +16,15 @@ const (
 	// usage, or any mix of them (or none: every JSON object that is not an
 	// error is a chunk).
 	KindChunk Kind = iota + 1
-	// KindDone is data: [DONE], the stream's last event.
+	// KindDone is the stream's last event: data: [DONE], or a Responses
+	// API stream's response.completed or response.incomplete (which carry
+	// the usage).
 	KindDone
 	// KindError is an error the server wrote into the stream after its
 	// start, as vLLM does: data: {"error": {...}}. An {"object": "error",
-	// ...} object (older vLLM, SGLang) is one too.
+	// ...} object (older vLLM, SGLang) is one too, and in a Responses API
+	// stream an error event ({"type": "error", "code": ..., "message":
+	// ...}) or response.failed.
 	KindError
 )
 
@@ -42,8 +46,13 @@ func (k Kind) String() string {
 // (the streams this project sends ask for n = 1; vLLM sends the choices of
 // n > 1 in separate chunks, each with its Index).
 //
-// Text and Reasoning point into the Reader's memory: they are valid until
-// its next Feed, End or Reset.
+// A /v1/responses stream (the Responses API) is read into the same
+// fields: response.output_text.delta's delta is Text, a reasoning delta
+// Reasoning, the usage of the response an event carries (input_tokens,
+// output_tokens) is Usage, and its id ResponseID.
+//
+// Text, Reasoning and ResponseID point into the Reader's memory: they are
+// valid until its next Feed, End or Reset.
 type Event struct {
 	Kind Kind
 	// At is the clock reading passed to the Feed (or End) whose bytes
@@ -72,6 +81,9 @@ type Event struct {
 	HasUsage bool
 	// Error is what a KindError event says.
 	Error *ErrorInfo
+	// ResponseID is the id of the Responses API response the event
+	// carries, or of a response body; nil for anything else.
+	ResponseID []byte
 }
 
 // Generated reports whether the event carried generated text, visible or
@@ -82,6 +94,9 @@ func (e *Event) Generated() bool { return len(e.Text) > 0 || len(e.Reasoning) > 
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
+	// The Responses API calls PromptTokens input_tokens and
+	// CompletionTokens output_tokens.
+	//
 	// CachedTokens is prompt_tokens_details.cached_tokens, the prompt tokens
 	// found in the prefix cache; -1 when the server left it out (vLLM
 	// without --enable-prompt-tokens-details).

@@ -18,8 +18,8 @@ const DefaultMaxEventBytes = 8 << 20
 // Reader.MaxEventBytes.
 var ErrTooLong = errors.New("openai: server-sent event longer than the limit")
 
-// Reader reads a server-sent event stream of /v1/completions or
-// /v1/chat/completions incrementally: fed the response body's bytes in
+// Reader reads a server-sent event stream of /v1/completions,
+// /v1/chat/completions or /v1/responses incrementally: fed the response body's bytes in
 // chunks split anywhere (inside "data: ", a CRLF or a UTF-8 sequence), it
 // returns the events each chunk completes, stamped with the clock reading
 // the caller gives. It follows the SSE standard: LF, CRLF and CR end lines,
@@ -173,15 +173,21 @@ func (r *Reader) finish() []Event {
 	for i := range r.events {
 		f := &r.spans[i]
 		e := &r.events[i]
-		e.Text, e.Reasoning = nil, nil
-		if f.text.hi > f.text.lo {
-			e.Text = a[f.text.lo:f.text.hi:f.text.hi]
-		}
-		if f.reasoning.hi > f.reasoning.lo {
-			e.Reasoning = a[f.reasoning.lo:f.reasoning.hi:f.reasoning.hi]
-		}
+		e.Text, e.Reasoning, e.ResponseID = f.bytes(a)
 	}
 	return r.events
+}
+
+// bytes returns f's text, reasoning and response id in arena a (nil for
+// none, or empty).
+func (f *fields) bytes(a []byte) (text, reasoning, id []byte) {
+	at := func(s span) []byte {
+		if s.hi > s.lo {
+			return a[s.lo:s.hi:s.hi]
+		}
+		return nil
+	}
+	return at(f.text), at(f.reasoning), at(f.id)
 }
 
 // line takes one line, without its line end.
@@ -262,8 +268,8 @@ func excerpt(data []byte) string {
 	return fmt.Sprintf("%q", data)
 }
 
-// ParseResponse decodes a non-streamed /v1/completions or
-// /v1/chat/completions response body, or an error body, into the fields an
+// ParseResponse decodes a non-streamed /v1/completions,
+// /v1/chat/completions or /v1/responses body, or an error body, into the fields an
 // event has (Kind is KindChunk or KindError; At is zero). Its Text and
 // Reasoning are its own.
 func ParseResponse(body []byte) (Event, error) {
@@ -273,11 +279,6 @@ func ParseResponse(body []byte) (Event, error) {
 	if err := d.decodePayload(body, &e, &f); err != nil {
 		return Event{}, fmt.Errorf("openai: response body (%s): %w", excerpt(trimJSONSpace(body)), err)
 	}
-	if f.text.hi > f.text.lo {
-		e.Text = d.arena[f.text.lo:f.text.hi:f.text.hi]
-	}
-	if f.reasoning.hi > f.reasoning.lo {
-		e.Reasoning = d.arena[f.reasoning.lo:f.reasoning.hi:f.reasoning.hi]
-	}
+	e.Text, e.Reasoning, e.ResponseID = f.bytes(d.arena)
 	return e, nil
 }

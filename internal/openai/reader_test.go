@@ -24,6 +24,7 @@ func readAll(stream []byte, sizes ...int) ([]Event, error) {
 		for _, e := range evs {
 			e.Text = bytes.Clone(e.Text)
 			e.Reasoning = bytes.Clone(e.Reasoning)
+			e.ResponseID = bytes.Clone(e.ResponseID)
 			out = append(out, e)
 		}
 	}
@@ -65,6 +66,9 @@ func render(evs []Event, err error) string {
 		}
 		if e.HasUsage {
 			fmt.Fprintf(&b, " usage=%d/%d/%d", e.Usage.PromptTokens, e.Usage.CompletionTokens, e.Usage.CachedTokens)
+		}
+		if e.ResponseID != nil {
+			fmt.Fprintf(&b, " id=%s", e.ResponseID)
 		}
 		if e.Error != nil {
 			param := "null"
@@ -349,6 +353,39 @@ func TestAnswer(t *testing.T) {
 	a.Add(Event{Kind: KindChunk, Text: []byte("abc"), HasUsage: true, Usage: Usage{CompletionTokens: 1, CachedTokens: -1}})
 	if len(a.Text) != 0 || a.Truncated || a.Generated != 1 || a.Usage.CompletionTokens != 1 {
 		t.Fatalf("no text kept: %+v", a)
+	}
+}
+
+// A Responses API stream adds up as a chat stream does: its text deltas,
+// its usage (input_tokens, output_tokens) and its end, with the response's
+// id; an error event or response.failed is its error.
+func TestAnswerResponses(t *testing.T) {
+	read := func(file string) Answer {
+		t.Helper()
+		stream, err := os.ReadFile(filepath.Join("testdata", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := readAll(stream, 11)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a Answer
+		a.Add(evs...)
+		return a
+	}
+	a := read("vllm-responses.sse")
+	if string(a.Text) != "Hello wörld" || !a.Done || a.Error != nil || !a.HasUsage || a.Generated != 3 ||
+		a.Usage != (Usage{PromptTokens: 21, CompletionTokens: 3, CachedTokens: 16}) || string(a.ResponseID) != "resp_9f2c4e" {
+		t.Fatalf("%+v", a)
+	}
+	a = read("responses-error.sse")
+	if a.Done || a.Error == nil || a.Error.Message != "the engine went away" || string(a.ResponseID) != "resp_e1" {
+		t.Fatalf("%+v", a)
+	}
+	a.Reset()
+	if len(a.ResponseID) != 0 || a.Done {
+		t.Fatalf("reset: %+v", a)
 	}
 }
 

@@ -251,6 +251,7 @@ func TestCLIEngineFlagsRefuseNonsense(t *testing.T) {
 		{[]string{"--max-model-len", "-1"}, []string{"max_model_len"}},
 		{[]string{"--data-parallel-size", "-1"}, []string{"data_parallel_size"}},
 		{[]string{"--output-tokens", "-1"}, []string{"output tokens"}},
+		{[]string{"--responses-store", "-1"}, []string{"--responses-store", "number of responses to keep"}},
 		{[]string{"--fault-error-rate", "-0.5"}, []string{"fault error rate"}},
 		{[]string{"--fault-error-status", "200"}, []string{"fault error status"}},
 		{[]string{"--procs", "2"}, []string{"--procs", "adaptive or fixed"}},

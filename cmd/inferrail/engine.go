@@ -34,6 +34,7 @@ type engineFlags struct {
 	kvEventsConfig       string
 	kvTransferConfig     string
 	outputTokens         int
+	responsesStore       int
 	seed                 uint64
 	faults               server.Faults
 	drain                time.Duration
@@ -46,7 +47,7 @@ func newEngineCmd(stdout, stderr io.Writer, keepAwake func() error) *cobra.Comma
 		Use:   "engine",
 		Short: "Run a mock vLLM server: the simulator's engine model on real time",
 		Long: `engine serves vLLM's OpenAI-compatible API (/v1/completions,
-/v1/chat/completions, /v1/models, /health, /version, /metrics,
+/v1/chat/completions, /v1/responses, /v1/models, /health, /version, /metrics,
 /reset_prefix_cache) from the same engine model the simulator runs, on
 wall-clock time: continuous batching, chunked prefill, a prefix cache, step
 times from the profile. Prompts are tokenized with the builtin:sim tokenizer
@@ -108,6 +109,7 @@ func (f *engineFlags) addFlags(cmd *cobra.Command) {
 	fl.StringVar(&f.kvEventsConfig, "kv-events-config", "", `KV cache events, as vLLM's JSON: {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv"}`)
 	fl.StringVar(&f.kvTransferConfig, "kv-transfer-config", "", `disaggregated prefill/decode, as vLLM's JSON: {"kv_connector":"NixlConnector","kv_role":"kv_producer"} (kv_consumer, kv_both; see docs/pd-live.md)`)
 	fl.IntVar(&f.outputTokens, "output-tokens", 256, "where the mock model stops without ignore_eos (0: it never stops before max_tokens)")
+	fl.IntVar(&f.responsesStore, "responses-store", 0, "Responses API responses kept for GET /v1/responses/{id} and previous_response_id, the oldest dropped first (vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1); 0 keeps none and ignores store: true, as vLLM does by default")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed for generated text and injected faults")
 	fl.Float64Var(&f.faults.ErrorRate, "fault-error-rate", 0, "share of generation requests answered with --fault-error-status")
 	fl.IntVar(&f.faults.ErrorStatus, "fault-error-status", 500, "status code of injected errors")
@@ -152,6 +154,9 @@ func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
 	if f.drain < 0 {
 		return server.Config{}, usagef("--drain-timeout: must be zero (close at once) or positive, got %v", f.drain)
 	}
+	if f.responsesStore < 0 {
+		return server.Config{}, usagef("--responses-store %d: must be 0 (keep no responses, vLLM's default) or the number of responses to keep", f.responsesStore)
+	}
 	if f.procs != "adaptive" && f.procs != "fixed" {
 		return server.Config{}, usagef("--procs: must be adaptive or fixed, got %q", f.procs)
 	}
@@ -168,6 +173,7 @@ func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
 		ServedModelNames:          f.models,
 		EnablePromptTokensDetails: f.promptTokensDetails,
 		OutputTokens:              f.outputTokens,
+		ResponsesStore:            f.responsesStore,
 		Seed:                      f.seed,
 		Version:                   buildVersion,
 		Faults:                    f.faults,

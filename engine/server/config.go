@@ -41,6 +41,12 @@ type Config struct {
 	// stored blocks are available through tokens while the call lasts. It
 	// needs Engine.EnableKVEvents.
 	KVEvents func(at time.Time, events []engine.KVEvent, tokens func(kvblock.Hash) []uint32)
+	// ResponsesStore is how many finished Responses API responses are kept
+	// for GET /v1/responses/{id} and previous_response_id, the oldest
+	// dropped first (vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1, which never
+	// drops one). 0, the default, keeps none and ignores a request's
+	// store: true, as vLLM does without that variable.
+	ResponsesStore int
 	// MaxBodyBytes caps request bodies (default 64 MiB).
 	MaxBodyBytes int64
 	// KVTransfer is vLLM's --kv-transfer-config: the engine's part in
@@ -112,6 +118,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultMaxTokens < 0 {
 		errs = append(errs, fmt.Errorf("default max tokens %d: must be >= 0", c.DefaultMaxTokens))
+	}
+	if c.ResponsesStore < 0 {
+		errs = append(errs, fmt.Errorf("responses store %d: must be 0 (keep no responses) or the number of responses to keep", c.ResponsesStore))
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("max body bytes %d: must be >= 0", c.MaxBodyBytes))

@@ -4,8 +4,9 @@
 // balancer), driven from one goroutine on wall-clock time. Steps start when
 // the group asks; tokens stream out at each step's OutputAt.
 //
-// It speaks vLLM's OpenAI-compatible wire format (POST /v1/completions and
-// /v1/chat/completions, streaming and not; POST /v1/embeddings with package
+// It speaks vLLM's OpenAI-compatible wire format (POST /v1/completions,
+// /v1/chat/completions and /v1/responses, streaming and not, with GET
+// /v1/responses/{id} behind Config.ResponsesStore; POST /v1/embeddings with package
 // embed's deterministic embeddings; POST /score, /v1/score, /rerank,
 // /v1/rerank and /v2/rerank scoring pairs with them; GET /v1/models, /health, /version,
 // /metrics; POST /reset_prefix_cache), tokenizes with the builtin:sim

@@ -61,6 +61,9 @@ type generation struct {
 	requestID    string
 	// kv are the request's kv_transfer_params (nil: none).
 	kv *kvParams
+	// resp is set for the Responses API (responses.go), which answers
+	// in its own shape.
+	resp *responseCall
 }
 
 // apiError is an error answered with vLLM's error body.
@@ -415,6 +418,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 	}
 	created := time.Now().Unix()
 	if g.stream {
+		if g.resp != nil {
+			s.streamResponse(w, r, g, a, created)
+			return
+		}
 		s.stream(w, r, g, a, id, created)
 		return
 	}
@@ -431,6 +438,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 			return
 		}
 		if finished {
+			if g.resp != nil {
+				s.writeResponse(w, g, a, created, emitted, cached)
+				return
+			}
 			s.writeFull(w, r, g, a, id, created, emitted, cached)
 			return
 		}

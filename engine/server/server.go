@@ -38,6 +38,8 @@ type Server struct {
 	// (kvtransfer.go).
 	held heldTable
 	xfer *http.Client
+	// responses are the Responses API's stored responses (responses.go).
+	responses responseStore
 
 	running atomic.Bool
 	done    chan struct{} // closed when Run returns
@@ -119,6 +121,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
+	mux.HandleFunc("POST /v1/responses", s.handleResponses)
+	mux.HandleFunc("GET /v1/responses/{id}", s.handleGetResponse)
+	mux.HandleFunc("/v1/responses/{id}", onlyGet)
 	for _, p := range []string{"/score", "/v1/score"} {
 		mux.HandleFunc("POST "+p, s.handleScore)
 	}
@@ -147,7 +152,7 @@ func (s *Server) Handler() http.Handler {
 	allowed := map[string]string{
 		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/embeddings": "POST", "/v1/models": "GET", "/health": "GET",
 		"/score": "POST", "/v1/score": "POST", "/rerank": "POST", "/v1/rerank": "POST", "/v2/rerank": "POST",
-		"/version": "GET", "/reset_prefix_cache": "POST", "/metrics": "GET",
+		"/version": "GET", "/reset_prefix_cache": "POST", "/metrics": "GET", "/v1/responses": "POST",
 	}
 	if s.cfg.KVTransfer.produces() {
 		allowed[SideChannelPath] = "POST"

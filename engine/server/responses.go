@@ -1,0 +1,606 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/inferrail/inferrail/engine/simtok"
+)
+
+// This file is vLLM's Responses API (entrypoints/openai/responses/):
+// POST /v1/responses, streaming and not, and GET /v1/responses/{id}. A
+// request's input becomes chat messages, rendered and scheduled exactly as a
+// chat completion's (serve), so prefix caching, KV events, metrics,
+// max_model_len, faults and aborts behave as they do for chat. With
+// Config.ResponsesStore (vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1) finished
+// responses are kept, the latest ResponsesStore of them, for retrieval and
+// for previous_response_id; without it `store` is silently ignored, as vLLM
+// ignores it.
+//
+// Bodies follow vLLM's ResponsesResponse (responses/protocol.py) and the
+// openai package's event classes it sends, in their field order:
+// non-streaming bodies are model_dump(), events model_dump_json(), every
+// field, None as null. Where vLLM's simple (non-harmony) stream has quirks
+// of its own (a bare UUID as the streamed item's id, a content_index that
+// grows with every event) the mock follows the OpenAI shape instead: one
+// msg_ id throughout, content_index 0. As vLLM does, a stream always ends
+// with response.completed, its response's status "incomplete" when the
+// length limit ended it.
+
+type responsesRequest struct {
+	Model              *string         `json:"model"`
+	Input              json.RawMessage `json:"input"`
+	Instructions       *string         `json:"instructions"`
+	MaxOutputTokens    *int            `json:"max_output_tokens"`
+	Stream             *bool           `json:"stream"`
+	Store              *bool           `json:"store"`
+	PreviousResponseID *string         `json:"previous_response_id"`
+	CacheSalt          *string         `json:"cache_salt"`
+	// Echoed in the response object as vLLM echoes them, else ignored.
+	Metadata          json.RawMessage `json:"metadata"`
+	Temperature       *float64        `json:"temperature"`
+	TopP              *float64        `json:"top_p"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	Tools             json.RawMessage `json:"tools"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	MaxToolCalls      *int            `json:"max_tool_calls"`
+	Reasoning         json.RawMessage `json:"reasoning"`
+	ServiceTier       *string         `json:"service_tier"`
+	Text              json.RawMessage `json:"text"`
+	Truncation        *string         `json:"truncation"`
+	User              *string         `json:"user"`
+}
+
+// responseCall is what a Responses API request adds to its generation.
+type responseCall struct {
+	id     string // resp_...
+	itemID string // msg_..., the output message's
+	req    *responsesRequest
+	// messages are the ones the prompt was rendered from: instructions,
+	// the previous response's conversation and output, the input.
+	messages []simtok.Message
+	// store: keep the finished response (the server keeps responses and
+	// the request did not say store: false).
+	store bool
+}
+
+// --- the response object and its parts ---
+
+type outputText struct {
+	Annotations []struct{}  `json:"annotations"`
+	Text        string      `json:"text"`
+	Type        string      `json:"type"`
+	Logprobs    *[]struct{} `json:"logprobs"`
+}
+
+type outputMessage struct {
+	ID      string       `json:"id"`
+	Content []outputText `json:"content"`
+	Role    string       `json:"role"`
+	Status  string       `json:"status"`
+	Type    string       `json:"type"`
+}
+
+type incompleteDetails struct {
+	Reason string `json:"reason"`
+}
+
+type inputTokensDetails struct {
+	CachedTokens        int   `json:"cached_tokens"`
+	InputTokensPerTurn  []int `json:"input_tokens_per_turn"`
+	CachedTokensPerTurn []int `json:"cached_tokens_per_turn"`
+}
+
+type outputTokensDetails struct {
+	ReasoningTokens         int   `json:"reasoning_tokens"`
+	ToolOutputTokens        int   `json:"tool_output_tokens"`
+	OutputTokensPerTurn     []int `json:"output_tokens_per_turn"`
+	ToolOutputTokensPerTurn []int `json:"tool_output_tokens_per_turn"`
+}
+
+// responseUsage is vLLM's ResponseUsage; cached_tokens is always reported
+// (no --enable-prompt-tokens-details needed), the per-turn lists are empty
+// as vLLM leaves them for a plain (non-harmony) model.
+type responseUsage struct {
+	InputTokens         int                 `json:"input_tokens"`
+	InputTokensDetails  inputTokensDetails  `json:"input_tokens_details"`
+	OutputTokens        int                 `json:"output_tokens"`
+	OutputTokensDetails outputTokensDetails `json:"output_tokens_details"`
+	TotalTokens         int                 `json:"total_tokens"`
+}
+
+// responseObject is vLLM's ResponsesResponse.
+type responseObject struct {
+	ID                 string             `json:"id"`
+	CreatedAt          int64              `json:"created_at"`
+	IncompleteDetails  *incompleteDetails `json:"incomplete_details"`
+	Instructions       *string            `json:"instructions"`
+	Metadata           json.RawMessage    `json:"metadata"`
+	Model              string             `json:"model"`
+	Object             string             `json:"object"`
+	Output             []outputMessage    `json:"output"`
+	ParallelToolCalls  bool               `json:"parallel_tool_calls"`
+	Temperature        float64            `json:"temperature"`
+	ToolChoice         json.RawMessage    `json:"tool_choice"`
+	Tools              json.RawMessage    `json:"tools"`
+	TopP               float64            `json:"top_p"`
+	Background         bool               `json:"background"`
+	MaxOutputTokens    int                `json:"max_output_tokens"`
+	MaxToolCalls       *int               `json:"max_tool_calls"`
+	PreviousResponseID *string            `json:"previous_response_id"`
+	Prompt             *string            `json:"prompt"`
+	Reasoning          json.RawMessage    `json:"reasoning"`
+	ServiceTier        string             `json:"service_tier"`
+	Status             string             `json:"status"`
+	Text               json.RawMessage    `json:"text"`
+	TopLogprobs        *int               `json:"top_logprobs"`
+	Truncation         string             `json:"truncation"`
+	Usage              *responseUsage     `json:"usage"`
+	User               *string            `json:"user"`
+	InputMessages      *string            `json:"input_messages"`
+	OutputMessages     *string            `json:"output_messages"`
+}
+
+// --- stream events (the openai package's classes: fields in their order,
+// sequence_number and type last but for output_text.done's text) ---
+
+type eventTail struct {
+	SequenceNumber int    `json:"sequence_number"`
+	Type           string `json:"type"`
+}
+
+func (t eventTail) eventType() string { return t.Type }
+
+type responseEvent struct {
+	Response *responseObject `json:"response"`
+	eventTail
+}
+
+type outputItemEvent struct {
+	Item        outputMessage `json:"item"`
+	OutputIndex int           `json:"output_index"`
+	eventTail
+}
+
+type contentPartEvent struct {
+	ContentIndex int        `json:"content_index"`
+	ItemID       string     `json:"item_id"`
+	OutputIndex  int        `json:"output_index"`
+	Part         outputText `json:"part"`
+	eventTail
+}
+
+type textDeltaEvent struct {
+	ContentIndex int        `json:"content_index"`
+	Delta        string     `json:"delta"`
+	ItemID       string     `json:"item_id"`
+	Logprobs     []struct{} `json:"logprobs"`
+	OutputIndex  int        `json:"output_index"`
+	eventTail
+}
+
+type textDoneEvent struct {
+	ContentIndex   int        `json:"content_index"`
+	ItemID         string     `json:"item_id"`
+	Logprobs       []struct{} `json:"logprobs"`
+	OutputIndex    int        `json:"output_index"`
+	SequenceNumber int        `json:"sequence_number"`
+	Text           string     `json:"text"`
+	Type           string     `json:"type"`
+}
+
+func (e textDoneEvent) eventType() string { return e.Type }
+
+// errorEvent is the openai package's ResponseErrorEvent: a failure after
+// the stream started.
+type errorEvent struct {
+	Code    string  `json:"code"`
+	Message string  `json:"message"`
+	Param   *string `json:"param"`
+	eventTail
+}
+
+// --- the store ---
+
+// responseStore keeps the latest finished responses, at most a given
+// number: the oldest goes when one more comes.
+type responseStore struct {
+	mu    sync.Mutex
+	byID  map[string]storedResponse
+	order []string // ids, oldest first
+}
+
+type storedResponse struct {
+	messages []simtok.Message // the request's
+	output   string           // the assistant's answer
+	body     []byte           // the response object, as GET answers it
+}
+
+func (st *responseStore) get(id string) (storedResponse, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	r, ok := st.byID[id]
+	return r, ok
+}
+
+// put keeps r under id, dropping the oldest beyond limit.
+func (st *responseStore) put(limit int, id string, r storedResponse) {
+	if limit <= 0 {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.byID == nil {
+		st.byID = make(map[string]storedResponse)
+	}
+	if _, ok := st.byID[id]; !ok {
+		st.order = append(st.order, id)
+	}
+	st.byID[id] = r
+	for len(st.order) > limit {
+		delete(st.byID, st.order[0])
+		st.order[0] = ""
+		st.order = st.order[1:] // append reallocates: the array stays within about 2*limit
+	}
+}
+
+func responseNotFound(id string) *apiError {
+	return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "response_id",
+		msg: fmt.Sprintf("Response with id '%s' not found.", id)}
+}
+
+// hexID is 32 hex digits from the server's seeded draws (the randomness
+// serve makes request ids from): Config.Seed makes them reproducible.
+func (s *Server) hexID() string {
+	return fmt.Sprintf("%016x%016x", uint64(s.draw(1<<62)), uint64(s.draw(1<<62)))
+}
+
+// --- handlers ---
+
+func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
+	g, err := s.parseResponses(w, r)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	s.serve(w, r, g)
+}
+
+func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	st, ok := s.responses.get(id)
+	if !ok {
+		writeAPIError(w, responseNotFound(id))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(st.body)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(st.body)
+}
+
+// onlyGet answers another method on /v1/responses/{id} as FastAPI does.
+func onlyGet(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Allow", "GET")
+	writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
+}
+
+func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*generation, error) {
+	var req responsesRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	g := &generation{chat: true}
+	if err := s.common(g, r, req.Model, nil, req.Stream, nil, nil, req.CacheSalt); err != nil {
+		return nil, err
+	}
+	input, err := responseInput(req.Input)
+	if err != nil {
+		return nil, err
+	}
+	if req.MaxOutputTokens != nil && *req.MaxOutputTokens < 1 {
+		return nil, badRequest("max_output_tokens", "max_output_tokens must be at least 1, got %d.", *req.MaxOutputTokens)
+	}
+	var msgs []simtok.Message
+	if req.Instructions != nil {
+		msgs = append(msgs, textMessage("system", *req.Instructions))
+	}
+	if req.PreviousResponseID != nil {
+		prev, ok := s.responses.get(*req.PreviousResponseID)
+		if !ok {
+			return nil, responseNotFound(*req.PreviousResponseID)
+		}
+		msgs = append(msgs, prev.messages...)
+		msgs = append(msgs, textMessage("assistant", prev.output))
+	}
+	msgs = append(msgs, input...)
+	if len(msgs) == 0 {
+		return nil, badRequest("input", "input holds no messages: give a string or at least one message item")
+	}
+	text, err := simtok.RenderChat(msgs, true, false)
+	if err != nil {
+		return nil, badRequest("input", "%v", err)
+	}
+	g.prompt = s.tok.Encode(text)
+	maxLen := s.cfg.Engine.MaxModelLen
+	if len(g.prompt) >= maxLen {
+		return nil, badRequest("input", "The engine prompt length %d exceeds the max_model_len %d. Please reduce prompt.", len(g.prompt), maxLen)
+	}
+	// vLLM's default is what fits in max_model_len (as chat's), and a
+	// larger max_output_tokens is cut to it rather than refused.
+	g.maxTokens = maxLen - len(g.prompt)
+	if req.MaxOutputTokens != nil {
+		g.maxTokens = min(g.maxTokens, *req.MaxOutputTokens)
+	}
+	g.resp = &responseCall{
+		id: "resp_" + s.hexID(), itemID: "msg_" + s.hexID(), req: &req, messages: msgs,
+		store: s.cfg.ResponsesStore > 0 && (req.Store == nil || *req.Store),
+	}
+	return g, nil
+}
+
+// textMessage is a chat message with text content.
+func textMessage(role, text string) simtok.Message {
+	b, _ := json.Marshal(text)
+	return simtok.Message{Role: role, Content: b}
+}
+
+var inputRoles = map[string]bool{"user": true, "system": true, "developer": true, "assistant": true}
+
+// responseInput reads input: a string (one user message) or a list of
+// message items whose content is a string or a list of input_text and
+// output_text parts (joined by newlines, as chat's text parts are).
+func responseInput(raw json.RawMessage) ([]simtok.Message, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, badRequest("input", "input is required: a string or a list of message items")
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return []simtok.Message{textMessage("user", one)}, nil
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, badRequest("input", "input must be a string or a list of message items")
+	}
+	msgs := make([]simtok.Message, 0, len(items))
+	for i, it := range items {
+		var item struct {
+			Type    *string         `json:"type"`
+			Role    *string         `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		if err := json.Unmarshal(it, &item); err != nil {
+			return nil, badRequest("input", "input[%d] must be a message item: {\"role\": ..., \"content\": ...}", i)
+		}
+		if item.Type != nil && *item.Type != "message" {
+			return nil, badRequest("input", "input[%d] has type %q: the mock engine takes message items only", i, *item.Type)
+		}
+		if item.Role == nil || !inputRoles[*item.Role] {
+			role := "none"
+			if item.Role != nil {
+				role = strconv.Quote(*item.Role)
+			}
+			return nil, badRequest("input", "input[%d] has role %s: must be user, system, developer or assistant", i, role)
+		}
+		text, err := itemText(item.Content)
+		if err != nil {
+			return nil, badRequest("input", "input[%d].content %v", i, err)
+		}
+		msgs = append(msgs, textMessage(*item.Role, text))
+	}
+	return msgs, nil
+}
+
+// itemText reads a message item's content: a string or a list of
+// input_text and output_text parts.
+func itemText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", fmt.Errorf("is missing: give a string or a list of input_text parts")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", fmt.Errorf("must be a string or a list of content parts")
+	}
+	var b bytes.Buffer
+	for i, p := range parts {
+		if (p.Type != "input_text" && p.Type != "output_text") || p.Text == nil {
+			return "", fmt.Errorf("part %d has type %q: the mock engine takes input_text and output_text parts with text only", i, p.Type)
+		}
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(*p.Text)
+	}
+	return b.String(), nil
+}
+
+// --- answers ---
+
+func rawOr(raw json.RawMessage, def string) json.RawMessage {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return json.RawMessage(def)
+	}
+	return raw
+}
+
+// object is the response object: status "in_progress" (no output, no
+// usage yet), "completed" or "incomplete".
+func (s *Server) object(g *generation, created int64, status string, output []outputMessage, u *responseUsage) *responseObject {
+	q := g.resp.req
+	o := &responseObject{
+		ID: g.resp.id, CreatedAt: created, Instructions: q.Instructions, Metadata: rawOr(q.Metadata, "null"),
+		Model: g.model, Object: "response", Output: output,
+		ParallelToolCalls: q.ParallelToolCalls == nil || *q.ParallelToolCalls,
+		Temperature:       1, ToolChoice: rawOr(q.ToolChoice, `"auto"`), Tools: rawOr(q.Tools, "[]"), TopP: 1,
+		MaxOutputTokens: g.maxTokens, MaxToolCalls: q.MaxToolCalls, PreviousResponseID: q.PreviousResponseID,
+		Reasoning: rawOr(q.Reasoning, "null"), ServiceTier: "auto", Status: status, Text: rawOr(q.Text, "null"),
+		Truncation: "disabled", Usage: u, User: q.User,
+	}
+	if q.Temperature != nil {
+		o.Temperature = *q.Temperature
+	}
+	if q.TopP != nil {
+		o.TopP = *q.TopP
+	}
+	if q.ServiceTier != nil {
+		o.ServiceTier = *q.ServiceTier
+	}
+	if q.Truncation != nil {
+		o.Truncation = *q.Truncation
+	}
+	if status == "incomplete" {
+		o.IncompleteDetails = &incompleteDetails{Reason: "max_output_tokens"}
+	}
+	return o
+}
+
+// finish builds the finished response object, and keeps it when the
+// request is stored (before the client reads it: a follow-up that names it
+// finds it).
+func (s *Server) finish(g *generation, a *active, created int64, emitted, cached int) (*responseObject, string) {
+	text := string(s.tok.AppendDecode(nil, a.tokens[a.promptLen:a.promptLen+emitted]))
+	status := "completed"
+	if a.finishReason() == "length" {
+		status = "incomplete"
+	}
+	u := &responseUsage{
+		InputTokens:         a.promptLen,
+		InputTokensDetails:  inputTokensDetails{CachedTokens: cached, InputTokensPerTurn: []int{}, CachedTokensPerTurn: []int{}},
+		OutputTokens:        emitted,
+		OutputTokensDetails: outputTokensDetails{OutputTokensPerTurn: []int{}, ToolOutputTokensPerTurn: []int{}},
+		TotalTokens:         a.promptLen + emitted,
+	}
+	out := []outputMessage{{ID: g.resp.itemID, Content: []outputText{{Annotations: []struct{}{}, Text: text, Type: "output_text"}},
+		Role: "assistant", Status: "completed", Type: "message"}}
+	o := s.object(g, created, status, out, u)
+	if g.resp.store {
+		body, _ := json.Marshal(o)
+		s.responses.put(s.cfg.ResponsesStore, o.ID, storedResponse{messages: g.resp.messages, output: text, body: body})
+	}
+	return o, text
+}
+
+// writeResponse answers a finished non-streaming request.
+func (s *Server) writeResponse(w http.ResponseWriter, g *generation, a *active, created int64, emitted, cached int) {
+	o, _ := s.finish(g, a, created, emitted, cached)
+	writeJSON(w, http.StatusOK, o)
+}
+
+// sseEvents collects a stream's events, numbering them.
+type sseEvents struct {
+	buf []byte
+	seq int
+}
+
+func (e *sseEvents) tail(typ string) eventTail {
+	t := eventTail{SequenceNumber: e.seq, Type: typ}
+	e.seq++
+	return t
+}
+
+func (e *sseEvents) add(v interface{ eventType() string }) {
+	b, _ := json.Marshal(v)
+	e.buf = append(e.buf, "event: "...)
+	e.buf = append(e.buf, v.eventType()...)
+	e.buf = append(e.buf, "\ndata: "...)
+	e.buf = append(e.buf, b...)
+	e.buf = append(e.buf, "\n\n"...)
+}
+
+// streamResponse writes the response as vLLM's Responses events: created
+// and in_progress at once, the output item and its content part with the
+// first tokens, one output_text.delta per engine step that produced tokens
+// (as the chat stream chunks them), then the done events and
+// response.completed with usage. A failure after the stream started is an
+// error event.
+func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, g *generation, a *active, created int64) {
+	ctx := r.Context()
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	var ev sseEvents
+	abort := func() { s.send(command{kind: cmdAbort, id: a.id}) }
+	flush := func() bool {
+		_, err := w.Write(ev.buf)
+		ev.buf = ev.buf[:0]
+		if err == nil {
+			err = rc.Flush()
+		}
+		return err == nil
+	}
+	start := s.object(g, created, "in_progress", []outputMessage{}, nil)
+	ev.add(responseEvent{Response: start, eventTail: ev.tail("response.created")})
+	ev.add(responseEvent{Response: start, eventTail: ev.tail("response.in_progress")})
+	if !flush() {
+		abort()
+		return
+	}
+	itemID := g.resp.itemID
+	written := 0
+	for {
+		select {
+		case <-a.notify:
+		case <-ctx.Done():
+			abort()
+			return
+		}
+		emitted, cached, finished, err := a.progress()
+		if err != nil {
+			ev.add(errorEvent{Code: "server_error", Message: err.Error(), eventTail: ev.tail("error")})
+			flush()
+			return
+		}
+		stalled := a.stallAt > 0 && emitted >= a.stallAt
+		if stalled {
+			emitted, finished = a.stallAt, false
+		}
+		if emitted <= written {
+			continue
+		}
+		if written == 0 {
+			ev.add(outputItemEvent{Item: outputMessage{ID: itemID, Content: []outputText{}, Role: "assistant", Status: "in_progress", Type: "message"},
+				eventTail: ev.tail("response.output_item.added")})
+			ev.add(contentPartEvent{ItemID: itemID, Part: outputText{Annotations: []struct{}{}, Type: "output_text", Logprobs: &[]struct{}{}},
+				eventTail: ev.tail("response.content_part.added")})
+		}
+		delta := string(s.tok.AppendDecode(nil, a.tokens[a.promptLen+written:a.promptLen+emitted]))
+		written = emitted
+		ev.add(textDeltaEvent{Delta: delta, ItemID: itemID, Logprobs: []struct{}{}, eventTail: ev.tail("response.output_text.delta")})
+		if finished {
+			o, text := s.finish(g, a, created, emitted, cached)
+			t := ev.tail("response.output_text.done")
+			ev.add(textDoneEvent{ItemID: itemID, Logprobs: []struct{}{}, SequenceNumber: t.SequenceNumber, Text: text, Type: t.Type})
+			part := outputText{Annotations: []struct{}{}, Text: text, Type: "output_text"}
+			ev.add(contentPartEvent{ItemID: itemID, Part: part, eventTail: ev.tail("response.content_part.done")})
+			ev.add(outputItemEvent{Item: o.Output[0], eventTail: ev.tail("response.output_item.done")})
+			ev.add(responseEvent{Response: o, eventTail: ev.tail("response.completed")})
+		}
+		if !flush() {
+			abort()
+			return
+		}
+		if finished {
+			return
+		}
+		if stalled {
+			abort() // the engine stops working on it; the client waits forever
+			<-ctx.Done()
+			return
+		}
+	}
+}

@@ -695,8 +695,9 @@ func (s *Server) status(_ *http.Request) (int, any, *adminError) {
 }
 
 // explainEndpoint is POST /admin/explain: the body is a generation request
-// as a client would send it (an OpenAI chat, completions or embeddings
-// body; ?endpoint=chat, completions or embeddings says which, else a body
+// as a client would send it (an OpenAI chat, completions, Responses API or
+// embeddings body; ?endpoint=chat, completions, responses or embeddings
+// says which, else a body
 // with a prompt is a completion, one with an input an embedding), with the headers the proxy reads (x-inferrail-tenant,
 // x-inferrail-priority). It is read, resolved and tokenized as the proxy
 // does (the tokenization is counted in inferrail_tokenize_total) and the
@@ -713,8 +714,10 @@ func (s *Server) explainEndpoint(r *http.Request) (int, any, *adminError) {
 		op = opCompletion
 	case "embeddings":
 		op = opEmbedding
+	case "responses":
+		op = opResponses
 	default:
-		return 0, nil, badField("endpoint", "must be chat, completions or embeddings, got %.40q", ep)
+		return 0, nil, badField("endpoint", "must be chat, completions, responses or embeddings, got %.40q", ep)
 	}
 	limit := int64(s.cfg.MaxBodyBytes)
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))

@@ -47,6 +47,10 @@ type answer struct {
 	// completion and cached are the usage's completion_tokens and
 	// cached_tokens, prompt its prompt_tokens (-1: not seen).
 	completion, cached, prompt int
+	// whole: a non-streamed body is read whole (its text is wanted, or a
+	// response's id, which leads it); otherwise by its tail. responses:
+	// the answer is the Responses API's.
+	whole, responses bool
 	// prefillOnly: an embedding's or a score's answer, whose usage may
 	// say total_tokens alone (vLLM's rerank): that is its prompt. total
 	// is total_tokens (-1: not seen).
@@ -67,7 +71,7 @@ func newAnswer(stream, keepText bool) *answer {
 	}
 	r, text, pending, held, out, check := a.r, a.a.Text[:0], a.pending[:0], a.held[:0], a.out[:0], a.check
 	r.Reset()
-	*a = answer{stream: stream, keepText: keepText, completion: -1, cached: -1, prompt: -1, total: -1, r: r, pending: pending, held: held, out: out, check: check}
+	*a = answer{stream: stream, keepText: keepText, whole: keepText, completion: -1, cached: -1, prompt: -1, total: -1, r: r, pending: pending, held: held, out: out, check: check}
 	a.a.Text = text
 	a.a.MaxText = maxAnswerBytes
 	if !keepText {
@@ -100,9 +104,9 @@ func (a *answer) feed(p []byte) {
 		}
 		a.pending = append(a.pending, p...)
 		switch {
-		case !a.keepText && len(a.pending) > 2*bodyTail:
+		case !a.whole && len(a.pending) > 2*bodyTail:
 			a.pending = append(a.pending[:0], a.pending[len(a.pending)-bodyTail:]...)
-		case a.keepText && len(a.pending) > maxBodyBytes:
+		case a.whole && len(a.pending) > maxBodyBytes:
 			a.over, a.pending = true, nil
 		}
 		return
@@ -131,7 +135,7 @@ func (a *answer) take(evs []openai.Event) {
 // finish returns the answer's text, or false when it could not be read.
 func (a *answer) finish() ([]byte, bool) {
 	if !a.stream {
-		if !a.keepText {
+		if !a.whole {
 			a.usageIn(a.pending)
 			return nil, false
 		}
@@ -154,6 +158,15 @@ func (a *answer) finish() ([]byte, bool) {
 		return nil, false
 	}
 	return a.a.Text, true
+}
+
+// responseID is the Responses API response's id the answer carried, ""
+// when it had none (or could not be read). finish must have run.
+func (a *answer) responseID() string {
+	if a.over || len(a.a.ResponseID) == 0 {
+		return ""
+	}
+	return string(a.a.ResponseID)
 }
 
 // outputTokens is the answer's length in tokens: the engine's usage, else

@@ -15,10 +15,21 @@ import (
 type fields struct {
 	Model  *string
 	Prompt json.RawMessage
-	// Input is an embeddings request's input.
-	Input     json.RawMessage
-	CacheSalt *string
-	User      *string
+	// Input is an embeddings or a Responses API request's input;
+	// Instructions the latter's instructions.
+	Input        json.RawMessage
+	Instructions json.RawMessage
+	// PreviousResponseID is a Responses API request's
+	// previous_response_id: the stored response it continues.
+	PreviousResponseID *string
+	// NoStore: a Responses API request's store is false (vLLM stores a
+	// response unless it is, when the engine keeps any).
+	NoStore bool
+	// MaxOutputTokens is a Responses API request's max_output_tokens, read
+	// as max_tokens is.
+	MaxOutputTokens int
+	CacheSalt       *string
+	User            *string
 	// MaxTokens and MaxCompletionTokens are the values of max_tokens and
 	// max_completion_tokens when they are non-negative integers; 0
 	// otherwise (absent, null, or a value left for the engine to refuse).
@@ -114,6 +125,14 @@ func (f *fields) set(key, raw []byte, start, end int) error {
 		f.Prompt = raw
 	case "input":
 		f.Input = raw
+	case "instructions":
+		f.Instructions = raw
+	case "previous_response_id":
+		return str(&f.PreviousResponseID)
+	case "store":
+		f.NoStore = bytes.Equal(raw, []byte("false"))
+	case "max_output_tokens":
+		f.MaxOutputTokens = count(raw)
 	case "cache_salt":
 		return str(&f.CacheSalt)
 	case "user":
@@ -144,11 +163,14 @@ func count(raw []byte) int {
 	return n
 }
 
-// maxTokens is the request's output bound as the engine reads it: for chat,
-// max_completion_tokens when set, else max_tokens (vLLM's rule); 0 when
-// neither is.
-func (f *fields) maxTokens(chat bool) int {
-	if chat && f.MaxCompletionTokens > 0 {
+// maxTokens is the request's output bound as the engine reads it for op:
+// for chat, max_completion_tokens when set, else max_tokens (vLLM's rule);
+// for the Responses API max_output_tokens; 0 when none is.
+func (f *fields) maxTokens(op opKind) int {
+	switch {
+	case op == opResponses:
+		return f.MaxOutputTokens
+	case op == opChat && f.MaxCompletionTokens > 0:
 		return f.MaxCompletionTokens
 	}
 	return f.MaxTokens

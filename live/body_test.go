@@ -102,10 +102,10 @@ func TestReadFieldsMaxTokens(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.body, err)
 		}
-		if got := f.maxTokens(true); got != c.chat {
+		if got := f.maxTokens(opChat); got != c.chat {
 			t.Errorf("%s: chat max tokens %d, want %d", c.body, got, c.chat)
 		}
-		if got := f.maxTokens(false); got != c.comp {
+		if got := f.maxTokens(opCompletion); got != c.comp {
 			t.Errorf("%s: completion max tokens %d, want %d", c.body, got, c.comp)
 		}
 	}
@@ -320,7 +320,7 @@ func TestPooledAnswerIsFresh(t *testing.T) {
 			got := readWith(pooled, r.body, cut)
 			pooled.release()
 			fresh := &answer{}
-			*fresh = answer{stream: r.stream, keepText: keep, completion: -1, cached: -1, prompt: -1}
+			*fresh = answer{stream: r.stream, keepText: keep, whole: keep, completion: -1, cached: -1, prompt: -1, total: -1}
 			fresh.a.MaxText = maxAnswerBytes
 			if !keep {
 				fresh.a.MaxText = -1

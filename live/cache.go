@@ -252,7 +252,7 @@ func semanticTenant(keyID, header string) string {
 // request's answer.
 func (s *Server) lookupCaches(ctx context.Context, r *http.Request, g *grant, in *inbound) (*cacheTurn, *apiError) {
 	mc := s.caches.forModel(in.m.name)
-	if mc == nil || in.op.prefillOnly() { // the caches keep generations
+	if mc == nil || in.op.prefillOnly() || in.op == opResponses { // the caches keep generations (not the Responses API's: the engine may store each)
 		return nil, nil
 	}
 	keyID := cacheKeyID(g)

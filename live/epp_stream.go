@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -394,7 +395,13 @@ func (st *eppStream) route() error {
 	if st.hasSubset {
 		// The gateway allows these endpoints only: the core sees no
 		// other replica for this request (none: it rejects it, 503).
-		in.req.Allowed = allowedOf(m, st.subset)
+		allowed := allowedOf(m, st.subset)
+		if in.home != "" {
+			// Pinned to the replica that holds the response it continues
+			// (responses.go): that one, if the gateway allows it.
+			allowed = slices.DeleteFunc(allowed, func(i int) bool { return i != in.req.Allowed[0] })
+		}
+		in.req.Allowed = allowed
 	}
 	a := &attempt{}
 	st.a, st.first = a, a

@@ -42,14 +42,16 @@ func newFakeEngine(t *testing.T, gen http.HandlerFunc) *fakeEngine {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})
-	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case f.got <- r.Header.Clone():
-		default:
-		}
-		io.Copy(io.Discard, r.Body)
-		gen(w, r)
-	})
+	for _, p := range []string{"/v1/completions", "/v1/responses"} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case f.got <- r.Header.Clone():
+			default:
+			}
+			io.Copy(io.Discard, r.Body)
+			gen(w, r)
+		})
+	}
 	f.Server = httptest.NewUnstartedServer(mux)
 	f.Start()
 	t.Cleanup(f.Close)

@@ -25,6 +25,7 @@ type opKind uint8
 const (
 	opCompletion opKind = iota // POST /v1/completions
 	opChat                     // POST /v1/chat/completions
+	opResponses                // POST /v1/responses (the Responses API: responses.go)
 	opEmbedding                // POST /v1/embeddings
 	opScore                    // POST /score, /v1/score (vLLM's)
 	opRerank                   // POST /rerank, /v1/rerank, /v2/rerank (Jina's and Cohere's shape)
@@ -44,6 +45,8 @@ func opOf(path string) (opKind, bool) {
 		return opCompletion, true
 	case "/v1/chat/completions":
 		return opChat, true
+	case "/v1/responses":
+		return opResponses, true
 	case "/v1/embeddings":
 		return opEmbedding, true
 	case "/score", "/v1/score":
@@ -73,6 +76,9 @@ type inbound struct {
 	// adapter is the LoRA adapter the request names ("" for the model
 	// itself): its blocks are keyed by it.
 	adapter string
+	// home is the replica a Responses API request is pinned to: the one
+	// that answered the response it continues (responses.go).
+	home string
 }
 
 // engineModel is the model the engine serves in: the model's name, or the
@@ -150,9 +156,12 @@ func (s *Server) parse(h http.Header, body []byte, op opKind) (*inbound, *apiErr
 	if f.KVParams {
 		body = withoutKVParams(body)
 	}
-	in := &inbound{op: op, body: body, f: f, m: m, req: gateway.Request{Priority: prio, PrefillOnly: op.prefillOnly()}}
+	in := &inbound{op: op, body: body, f: f, m: m, req: gateway.Request{Priority: prio, PrefillOnly: op.prefillOnly(), LocalPrefill: op == opResponses}}
 	if adapter {
 		in.adapter = name // forwarded as named: the engine serves it
+	}
+	if op == opResponses {
+		s.pinResponse(in)
 	}
 	return in, nil
 }
@@ -179,7 +188,7 @@ func (s *Server) weigh(ctx context.Context, in *inbound, h http.Header) {
 	req := &in.req
 	req.PromptKnown = ids != nil
 	if !in.op.prefillOnly() { // an embedding or a score generates nothing
-		req.MaxTokens = f.maxTokens(in.op == opChat)
+		req.MaxTokens = f.maxTokens(in.op)
 	}
 	req.Bytes = int64(len(in.body))
 	if ids != nil {
@@ -250,6 +259,10 @@ func (s *Server) rejection(in *inbound, a *attempt, d gateway.Decision) *apiErro
 		e.status, e.retryAfter = http.StatusBadRequest, 0
 		e.typ, e.code = "invalid_request_error", "context_length_exceeded"
 		e.msg = fmt.Sprintf("the prompt (%d tokens) plus max_tokens exceeds the model's maximum context length (%d tokens)", in.req.PromptTokens, m.contextLen())
+	case e.status == http.StatusServiceUnavailable && in.home != "":
+		// Pinned to the replica that holds the response it continues.
+		e.typ, e.code = "service_unavailable", "response_replica_unavailable"
+		e.msg = fmt.Sprintf("the replica that holds response %.200s (%s) is not available now; retry shortly", *in.f.PreviousResponseID, in.home)
 	case e.status == http.StatusServiceUnavailable:
 		// No replica is healthy (at once, or by the time the queue timed out).
 		e.typ, e.code = "service_unavailable", "no_replica_available"
@@ -309,6 +322,7 @@ func (s *Server) learn(in *inbound, a *attempt, ans *answer) (output, cached int
 			s.met.reported(m, prompt, ans.cached)
 		}
 	}
+	s.remember(in, a.rep, ans)
 	m.finish(a, hashes, u)
 	return output, cached
 }
@@ -330,5 +344,8 @@ func answerOf(in *inbound, sse bool) *answer {
 	a := newAnswer(sse, canRead && in.m.index == router.IndexApproximate && in.ids != nil && !in.op.prefillOnly())
 	a.strip = sse && in.askedUsage
 	a.prefillOnly = in.op.prefillOnly()
+	// A response's id leads its body: the body is read whole to learn it.
+	a.whole = a.whole || in.op == opResponses
+	a.responses = in.op == opResponses
 	return a
 }

@@ -44,7 +44,8 @@ func nodeModules(t *testing.T) string {
 // The official OpenAI Node SDK through the gateway, streaming and not.
 func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 	abs := nodeModules(t)
-	g := startGateway(t, testConfig(t, newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true}), newUpstream(t, server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true})))
+	sc := server.Config{Engine: testEngineConfig(), EnablePromptTokensDetails: true, ResponsesStore: 16}
+	g := startGateway(t, testConfig(t, newUpstream(t, sc), newUpstream(t, sc)))
 	cmd := exec.Command("node", filepath.Join("..", "engine", "server", "testdata", "openai_sdk.cjs"))
 	cmd.Env = append(os.Environ(), "BASE_URL="+g.base, "NODE_PATH="+abs)
 	out, err := cmd.Output()
@@ -75,6 +76,22 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 			Object               string
 			N, Dim, PromptTokens int
 		} `json:"embedding"`
+		// The Responses API: the continuation reaches the replica that
+		// holds the first response, or it is 404.
+		Response struct {
+			ID, Status string
+		} `json:"response"`
+		ResponseStream struct {
+			Last  string
+			Usage *struct {
+				OutputTokens int `json:"output_tokens"`
+			}
+		} `json:"responseStream"`
+		ResponseNext struct {
+			Previous string
+			Cached   int
+		} `json:"responseNext"`
+		Retrieved string `json:"retrieved"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -85,6 +102,10 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 	}
 	if e := res.Embedding; e.Object != "list" || e.N != 1 || e.Dim != embed.DefaultDim || e.PromptTokens != 3 {
 		t.Fatalf("embeddings through the gateway: %+v", e)
+	}
+	if res.Response.Status != "incomplete" || res.ResponseStream.Last != "response.completed" || res.ResponseStream.Usage == nil || res.ResponseStream.Usage.OutputTokens != 6 ||
+		res.ResponseNext.Previous != res.Response.ID || res.ResponseNext.Cached == 0 || res.Retrieved != res.Response.ID {
+		t.Fatalf("the Responses API through the gateway: %s", out)
 	}
 }
 

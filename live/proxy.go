@@ -52,7 +52,7 @@ func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg st
 }
 
 // handleGenerate proxies POST /v1/completions, /v1/chat/completions,
-// /v1/embeddings and vLLM's scoring endpoints.
+// /v1/responses, /v1/embeddings and vLLM's scoring endpoints.
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	op, _ := opOf(r.URL.Path)
 	began := time.Now()
@@ -417,6 +417,18 @@ func (s *Server) tokenize(ctx context.Context, m *model, op opKind, body []byte,
 	enc := m.enc
 	if enc == nil {
 		return nil, tokSkipped
+	}
+	if op == opResponses {
+		// Its instructions and input as the chat messages vLLM makes of
+		// them (responses.go).
+		if len(body) > m.promptLimit() {
+			return nil, tokTooLong
+		}
+		chat, ok := responsesChat(&f)
+		if !ok {
+			return nil, tokSkipped
+		}
+		body, op = chat, opChat
 	}
 	if op == opChat {
 		// The body bounds its messages' text.

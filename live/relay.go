@@ -545,7 +545,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	// for a whole one.
 	if sse {
 		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-		w.Write(streamErrorEvent(failure))
+		w.Write(streamErrorEvent(in.op, failure, ans))
 		rc.Flush()
 	}
 	panic(http.ErrAbortHandler)
@@ -707,8 +707,10 @@ func (s *Server) settle(in *inbound, a *attempt, t *try, ans *answer, whole bool
 
 // streamErrorEvent is the SSE event that ends a broken stream, as vLLM
 // writes a failure mid-stream (internal/openai.AppendError), without the
-// data: [DONE] vLLM sends after it: the response is aborted next.
-func streamErrorEvent(failure string) []byte {
+// data: [DONE] vLLM sends after it: the response is aborted next. A
+// Responses API stream gets that API's error event, numbered after the
+// events ans read (nil: none).
+func streamErrorEvent(op opKind, failure string, ans *answer) []byte {
 	msg := "the engine's stream broke before it was complete"
 	code := http.StatusBadGateway
 	switch failure {
@@ -718,6 +720,13 @@ func streamErrorEvent(failure string) []byte {
 	case failDeadline:
 		msg = "the request did not complete within request_timeout"
 		code = http.StatusGatewayTimeout
+	}
+	if op == opResponses {
+		seq := 0
+		if ans != nil {
+			seq = ans.a.Events
+		}
+		return openai.AppendResponsesError(nil, msg, failure, seq)
 	}
 	return openai.AppendError(nil, msg, failure, code)
 }

@@ -42,6 +42,9 @@ type Server struct {
 	// routes resolves model names and aliases (a reload swaps it).
 	routes   atomic.Pointer[routeTable]
 	upstream *http.Client
+	// homes are the replicas that answered the Responses API's responses
+	// (responses.go).
+	homes homes
 	// h1 carries proxied requests to http:// engines (nil when Deps gave
 	// a transport: every request then goes through it).
 	h1  *h1Client
@@ -328,7 +331,8 @@ func (s *Server) newRequestID() string {
 	return string(strconv.AppendUint(out, s.reqSeq.Add(1), 36))
 }
 
-// Handler is the client-facing API: the two generation endpoints,
+// Handler is the client-facing API: the generation endpoints (completions,
+// chat and the Responses API, with its stored responses: responses.go),
 // /v1/embeddings and vLLM's scoring endpoints (scorePaths) proxied,
 // /v1/models and /v1/models/{id}, and the health endpoints (/livez,
 // /readyz, /health) answered locally, anything else 404 (405 for a known
@@ -338,6 +342,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.handleGenerate)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleGenerate)
+	mux.HandleFunc("POST /v1/responses", s.handleGenerate)
 	mux.HandleFunc("POST /v1/embeddings", s.handleGenerate)
 	for _, p := range scorePaths {
 		mux.HandleFunc("POST "+p, s.handleGenerate)
@@ -345,15 +350,17 @@ func (s *Server) Handler() http.Handler {
 	small := http.NewServeMux()
 	small.HandleFunc("GET /v1/models", s.handleModels)
 	small.HandleFunc("GET /v1/models/{id...}", s.handleModel)
+	mux.HandleFunc("GET /v1/responses/{id}", s.handleStoredResponse)
+	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.handleStoredResponse)
 	s.healthRoutes(small)
-	allowed := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/embeddings": "POST", "/score": "POST", "/v1/score": "POST", "/rerank": "POST", "/v1/rerank": "POST", "/v2/rerank": "POST", "/v1/models": "GET", "/health": "GET", "/livez": "GET", "/readyz": "GET"}
+	allowed := map[string]string{"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/responses": "POST", "/v1/embeddings": "POST", "/score": "POST", "/v1/score": "POST", "/rerank": "POST", "/v1/rerank": "POST", "/v2/rerank": "POST", "/v1/models": "GET", "/health": "GET", "/livez": "GET", "/readyz": "GET"}
 	small.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if m, ok := allowed[r.URL.Path]; ok {
 			w.Header().Set("Allow", m)
 			s.writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", fmt.Sprintf("%s %.200s: use %s", r.Method, r.URL.Path, m))
 			return
 		}
-		s.writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", fmt.Sprintf("unknown path %.200s: this gateway serves /v1/completions, /v1/chat/completions, /v1/embeddings, vLLM's /score and /rerank, /v1/models, /livez, /readyz and /health", r.URL.Path))
+		s.writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", fmt.Sprintf("unknown path %.200s: this gateway serves /v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings, vLLM's /score and /rerank, /v1/models, /livez, /readyz and /health", r.URL.Path))
 	})
 	mux.Handle("/", s.bounded(small))
 	return mux

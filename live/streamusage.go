@@ -21,7 +21,7 @@ var streamUsageField = []byte(`,"stream_options":{"include_usage":true}`)
 
 // asksUsage says whether the proxy asks the engine for in's usage.
 func (s *Server) asksUsage(in *inbound) bool {
-	return s.cfg.StreamUsage && in.f.Stream && !in.f.StreamOptions && !in.op.prefillOnly()
+	return s.cfg.StreamUsage && in.f.Stream && !in.f.StreamOptions && !in.op.prefillOnly() && in.op != opResponses // a Responses stream always ends with its usage
 }
 
 // withStreamUsage returns body, a JSON object with at least one key,

@@ -146,7 +146,7 @@ func (e *countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.Rea
 // operation is gen_ai.operation.name of a request for op.
 func operation(op opKind) attribute.KeyValue {
 	switch op {
-	case opChat:
+	case opChat, opResponses:
 		return semconv.GenAIOperationNameChat
 	case opEmbedding:
 		return semconv.GenAIOperationNameEmbeddings

@@ -53,8 +53,8 @@ docs/explain-shadow.md lists the terms of every policy.`,
 			if err != nil {
 				return err
 			}
-			if endpoint != "" && endpoint != "chat" && endpoint != "completions" && endpoint != "embeddings" {
-				return usagef("--endpoint must be chat, completions or embeddings, got %q", endpoint)
+			if endpoint != "" && endpoint != "chat" && endpoint != "completions" && endpoint != "responses" && endpoint != "embeddings" {
+				return usagef("--endpoint must be chat, completions, responses or embeddings, got %q", endpoint)
 			}
 			body, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxExplainBody+1))
 			if err != nil {
@@ -93,7 +93,7 @@ docs/explain-shadow.md lists the terms of every policy.`,
 		},
 	}
 	af.register(cmd)
-	cmd.Flags().StringVar(&endpoint, "endpoint", "", "chat, completions or embeddings (default: completions when the body has a prompt, embeddings when it has an input, else chat)")
+	cmd.Flags().StringVar(&endpoint, "endpoint", "", "chat, completions, responses or embeddings (default: completions when the body has a prompt, embeddings when it has an input, else chat)")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "the request's tenant, as the "+live.HeaderTenant+" header")
 	cmd.Flags().StringVar(&priority, "priority", "", "the request's priority class, as the "+live.HeaderPriority+" header")
 	return cmd

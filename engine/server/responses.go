@@ -2,6 +2,8 @@ package server
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -253,10 +255,15 @@ func responseNotFound(id string) *apiError {
 		msg: fmt.Sprintf("Response with id '%s' not found.", id)}
 }
 
-// hexID is 32 hex digits from the server's seeded draws (the randomness
-// serve makes request ids from): Config.Seed makes them reproducible.
+// hexID is 32 random hex digits, as vLLM's ids are a random uuid's: unique
+// across engines (two started with the same seed must not hand out the
+// same response id: a gateway in front of both keys stored responses by
+// it), and drawn apart from the seeded source the text and faults come
+// from, which stay reproducible.
 func (s *Server) hexID() string {
-	return fmt.Sprintf("%016x%016x", uint64(s.draw(1<<62)), uint64(s.draw(1<<62)))
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 // --- handlers ---

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,10 +31,11 @@ func nodeModules(t *testing.T) string {
 }
 
 // The official OpenAI Node SDK talks to the engine: models, chat and
-// completions, streaming and not, errors and request ids.
+// completions, streaming and not, the Responses API, errors and request
+// ids.
 func TestOpenAINodeSDK(t *testing.T) {
 	modules := nodeModules(t)
-	ts := startTCP(t, Config{Engine: testEngine(), EnablePromptTokensDetails: true})
+	ts := startTCP(t, Config{Engine: testEngine(), EnablePromptTokensDetails: true, ResponsesStore: 16})
 	defer ts.stop()
 	cmd := exec.Command("node", filepath.Join("testdata", "openai_sdk.cjs"))
 	cmd.Env = append(os.Environ(), "BASE_URL="+ts.base, "NODE_PATH="+modules)
@@ -77,6 +79,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 			Message string `json:"message"`
 		} `json:"error"`
 		RequestID struct{ Header, ID string } `json:"requestId"`
+		sdkResponses
 	}
 	if err := json.Unmarshal(outb, &out); err != nil {
 		t.Fatalf("%v: %s", err, outb)
@@ -98,4 +101,51 @@ func TestOpenAINodeSDK(t *testing.T) {
 	case out.RequestID.Header != "sdk-1" || out.RequestID.ID != "chatcmpl-sdk-1":
 		t.Errorf("request id %+v", out.RequestID)
 	}
+	if bad := out.check(); bad != "" {
+		t.Errorf("the Responses API: %s", bad)
+	}
+}
+
+// sdkResponses is what openai_sdk.cjs reports of the Responses API.
+//
+// It is exported to package live's tests through testdata only: live
+// keeps its own copy of the fields it checks.
+type sdkResponses struct {
+	Response struct {
+		ID, Object, Status, Text string
+		Usage                    struct {
+			InputTokens  int `json:"input_tokens"`
+			OutputTokens int `json:"output_tokens"`
+		}
+	} `json:"response"`
+	ResponseStream struct {
+		Text, Last     string
+		Deltas, Events int
+		Usage          *struct {
+			OutputTokens int `json:"output_tokens"`
+		}
+	} `json:"responseStream"`
+	ResponseNext struct {
+		Previous            string
+		InputTokens, Cached int
+	} `json:"responseNext"`
+	Retrieved string `json:"retrieved"`
+}
+
+// check reports what the SDK got wrong of the Responses API, "" for
+// nothing: an answer, a stream of six tokens ending with
+// response.completed and its usage, a continuation whose prompt holds the
+// first turn (cached), and the stored response read back.
+func (r *sdkResponses) check() string {
+	switch {
+	case r.Response.Object != "response" || r.Response.Status != "incomplete" || len(strings.Fields(r.Response.Text)) != 5 || r.Response.Usage.OutputTokens != 5:
+		return fmt.Sprintf("response %+v", r.Response)
+	case r.ResponseStream.Deltas < 2 || len(strings.Fields(r.ResponseStream.Text)) != 6 || r.ResponseStream.Last != "response.completed" || r.ResponseStream.Usage == nil || r.ResponseStream.Usage.OutputTokens != 6:
+		return fmt.Sprintf("stream %+v", r.ResponseStream)
+	case r.ResponseNext.Previous != r.Response.ID || r.ResponseNext.InputTokens <= r.Response.Usage.InputTokens+r.Response.Usage.OutputTokens || r.ResponseNext.Cached == 0:
+		return fmt.Sprintf("continued %+v after %+v", r.ResponseNext, r.Response)
+	case r.Retrieved != r.Response.ID:
+		return "retrieved " + r.Retrieved
+	}
+	return ""
 }

@@ -4,7 +4,8 @@
 // (bench), the calibrator (calibrate) and the proxy (live).
 //
 // Start with Reader (reader.go): an incremental server-sent event reader
-// for /v1/completions and /v1/chat/completions streams, fed the body's
+// for /v1/completions, /v1/chat/completions and /v1/responses (the
+// Responses API's named events) streams, fed the body's
 // bytes as they arrive together with a clock reading, so that what it
 // returns is a pure function of its input:
 //

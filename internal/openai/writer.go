@@ -35,6 +35,21 @@ func AppendError(dst []byte, message, typ string, code int) []byte {
 	return append(dst, "}}\n\n"...)
 }
 
+// AppendResponsesError appends the error event of a Responses API stream
+// (/v1/responses), as OpenAI's API writes one: "event: error" and data
+// {"type": "error", "code": ..., "message": ..., "param": null,
+// "sequence_number": ...}, seq being the number of the events before it
+// (they count from 0). Such streams end with no data: [DONE].
+func AppendResponsesError(dst []byte, message, code string, seq int) []byte {
+	dst = append(dst, "event: error\ndata: {\"type\": \"error\", \"code\": "...)
+	dst = appendPyString(dst, code)
+	dst = append(dst, `, "message": `...)
+	dst = appendPyString(dst, message)
+	dst = append(dst, `, "param": null, "sequence_number": `...)
+	dst = strconv.AppendInt(dst, int64(seq), 10)
+	return append(dst, "}\n\n"...)
+}
+
 // AppendDone appends the event that ends a stream, "data: [DONE]".
 func AppendDone(dst []byte) []byte { return append(dst, "data: [DONE]\n\n"...) }
 

@@ -32,6 +32,10 @@ type Request struct {
 	// DefaultMaxTokens say, never prefilled remotely, and its answer does
 	// not teach the core the answers' lengths.
 	PrefillOnly bool
+	// LocalPrefill says the request is never prefilled remotely: its API
+	// has no KV hand-over (vLLM's Responses API takes no
+	// kv_transfer_params).
+	LocalPrefill bool
 	// Priority is the request's class (higher is served first), capped at
 	// Queue.MaxPriority; negative counts as 0.
 	Priority int

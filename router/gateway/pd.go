@@ -216,7 +216,7 @@ func decodeCapable(r *replica) bool { return r.cfg.Role != RolePrefill }
 func (c *Core) remote(now time.Duration, e *entry, d router.Decision) (router.Decision, bool) {
 	p := &c.cfg.PD
 	dec := c.pd.decider
-	if !c.pd.on || dec == DecideNever || e.req.PrefillOnly { // an embedding has no decode to hand over
+	if !c.pd.on || dec == DecideNever || e.req.PrefillOnly || e.req.LocalPrefill { // an embedding has no decode to hand over
 		return router.Decision{}, false
 	}
 	prompt := e.req.PromptTokens

@@ -114,6 +114,20 @@ func TestPDEmbeddingsStayLocal(t *testing.T) {
 		if d.Prefill != -1 || d.Replica != 1 {
 			t.Errorf("%s: %+v, want r1 with a local prefill", dec, d)
 		}
+		// A request whose API has no KV hand-over (LocalPrefill) too; the
+		// same one without it prefills remotely under "always".
+		local := plainReq(2, 4000, 16)
+		local.LocalPrefill = true
+		d, _ = c.Submit(0, local)
+		mustKind(t, d, Dispatched)
+		if d.Prefill != -1 || d.Replica != 1 {
+			t.Errorf("%s: local prefill only: %+v", dec, d)
+		}
+		if dec == DecideAlways {
+			if d, _ := c.Submit(0, plainReq(3, 4000, 16)); d.Prefill != 0 {
+				t.Errorf("always: %+v, want a remote prefill", d)
+			}
+		}
 	}
 }
 

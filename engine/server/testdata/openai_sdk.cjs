@@ -1,5 +1,6 @@
 // Drives inferrail engine with the official OpenAI Node SDK: models, chat and
-// completions, streaming and not, embeddings, an error, and request ids. Prints one JSON
+// completions, streaming and not, the Responses API (a stored response continued and
+// retrieved), embeddings, an error, and request ids. Prints one JSON
 // object for TestOpenAINodeSDK. Usage: BASE_URL=http://127.0.0.1:PORT node openai_sdk.cjs
 const OpenAI = require('openai');
 
@@ -45,6 +46,27 @@ async function main() {
     }
   }
   out.completionStream = ps;
+
+  // The Responses API: the engine (or the gateway's replicas) keeps responses
+  // (--responses-store), so one can be continued and read back.
+  const r = await client.responses.create({ model, instructions: 'You are terse. '.repeat(8), input: 'hello there', max_output_tokens: 5 });
+  out.response = { id: r.id, object: r.object, status: r.status, text: r.output_text, usage: r.usage };
+  const rstream = await client.responses.create({ model, input: 'hello again', max_output_tokens: 6, stream: true });
+  const rs = { text: '', deltas: 0, events: 0, last: null, usage: null };
+  for await (const e of rstream) {
+    rs.events++;
+    rs.last = e.type;
+    if (e.type === 'response.output_text.delta') {
+      rs.deltas++;
+      rs.text += e.delta;
+    }
+    if (e.response && e.response.usage) rs.usage = e.response.usage;
+  }
+  out.responseStream = rs;
+  const next = await client.responses.create({ model, previous_response_id: r.id, input: 'and then?', max_output_tokens: 3 });
+  out.responseNext = { previous: next.previous_response_id, inputTokens: next.usage.input_tokens, cached: next.usage.input_tokens_details.cached_tokens };
+  const got = await client.responses.retrieve(r.id);
+  out.retrieved = got.id;
 
   // The SDK asks for base64 and decodes it.
   const emb = await client.embeddings.create({ model, input: 'alpha beta gamma' });

@@ -1,0 +1,304 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// This file is the Responses API (POST /v1/responses) as vLLM serves it: a
+// generation like a chat's, whose instructions and input vLLM turns into
+// chat messages, and whose stored responses live in the engine that
+// answered (vLLM keeps them in memory with VLLM_ENABLE_RESPONSES_API_STORE).
+// A request that continues one (previous_response_id) is therefore pinned
+// to that replica, and GET /v1/responses/{id} (and .../cancel) is passed to
+// it: the proxy remembers which replica answered each response (homes).
+
+// responsesChat is a Responses API request's prompt as a chat completions
+// body, the messages vLLM builds from it (instructions as the system
+// message, then the input: a string as the user's message, a list's
+// message items as chat messages: chatMessage), for the edge's tokenizer. It is false when
+// the prompt cannot be known here: the request continues a stored response
+// (whose history only its engine holds), or its input holds items other
+// than messages (tool calls and their outputs, reasoning), which vLLM
+// renders its own way.
+func responsesChat(f *fields) ([]byte, bool) {
+	if f.PreviousResponseID != nil || len(f.Input) == 0 {
+		return nil, false
+	}
+	var b bytes.Buffer
+	b.Grow(len(f.Input) + len(f.Instructions) + 64)
+	b.WriteString(`{"messages":[`)
+	n := 0
+	if len(f.Instructions) > 0 && f.Instructions[0] == '"' && string(f.Instructions) != `""` {
+		b.WriteString(`{"role":"system","content":`)
+		b.Write(f.Instructions)
+		b.WriteByte('}')
+		n++
+	}
+	switch f.Input[0] {
+	case '"':
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"role":"user","content":`)
+		b.Write(f.Input)
+		b.WriteByte('}')
+	case '[':
+		var items []json.RawMessage
+		if json.Unmarshal(f.Input, &items) != nil || len(items) == 0 {
+			return nil, false
+		}
+		for _, it := range items {
+			msg, ok := chatMessage(it)
+			if !ok {
+				return nil, false
+			}
+			if n > 0 {
+				b.WriteByte(',')
+			}
+			b.Write(msg)
+			n++
+		}
+	default:
+		return nil, false
+	}
+	b.WriteString(`]}`)
+	return b.Bytes(), true
+}
+
+// chatMessage is a Responses API input item as the chat message vLLM
+// makes of it: a message item (its type "message" or absent) with its
+// role and content, its typed text parts (input_text, output_text) text
+// parts; false for any other item.
+func chatMessage(item json.RawMessage) ([]byte, bool) {
+	var msg map[string]json.RawMessage
+	if json.Unmarshal(item, &msg) != nil || len(msg["role"]) == 0 {
+		return nil, false
+	}
+	if t, ok := msg["type"]; ok && string(t) != `"message"` {
+		return nil, false
+	}
+	delete(msg, "type")
+	content := msg["content"]
+	if len(content) > 0 && content[0] == '[' {
+		var parts []map[string]json.RawMessage
+		if json.Unmarshal(content, &parts) != nil {
+			return nil, false
+		}
+		for _, p := range parts {
+			switch string(p["type"]) {
+			case `"input_text"`, `"output_text"`:
+				p["type"] = json.RawMessage(`"text"`)
+			}
+		}
+		c, err := json.Marshal(parts)
+		if err != nil {
+			return nil, false
+		}
+		msg["content"] = c
+	}
+	out, err := json.Marshal(msg)
+	return out, err == nil
+}
+
+// maxHomes bounds the response ids the proxy remembers the replica of.
+const maxHomes = 1 << 16
+
+// homes remembers which replica answered each response the engines may
+// have stored: two generations of at most maxHomes/2 ids each; when the
+// newer fills, the older is dropped whole and the newer takes its place
+// (an id read again moves to the newer). Safe for concurrent use.
+type homes struct {
+	mu       sync.Mutex
+	cur, old map[string]home
+}
+
+// home is where a response was answered: its model and replica's names
+// (looked up again when used: a replica may be gone since).
+type home struct{ model, replica string }
+
+func (h *homes) put(id string, at home) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur == nil {
+		h.cur = make(map[string]home)
+	}
+	if len(h.cur) >= maxHomes/2 {
+		h.old, h.cur = h.cur, make(map[string]home, maxHomes/2)
+	}
+	h.cur[id] = at
+}
+
+func (h *homes) get(id string) (home, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if at, ok := h.cur[id]; ok {
+		return at, true
+	}
+	at, ok := h.old[id]
+	if ok {
+		delete(h.old, id)
+		if h.cur == nil {
+			h.cur = make(map[string]home)
+		}
+		if len(h.cur) >= maxHomes/2 {
+			h.old, h.cur = h.cur, make(map[string]home, maxHomes/2)
+		}
+		h.cur[id] = at
+	}
+	return at, ok
+}
+
+// pinResponse restricts a Responses API request that continues a stored
+// response to the replica that answered it: only that engine holds it.
+// An id the proxy does not know (answered before it started, or by
+// another proxy) leaves the request to the usual rule; the engine that
+// gets it answers 404 when it does not hold the response.
+func (s *Server) pinResponse(in *inbound) {
+	if in.f.PreviousResponseID == nil {
+		return
+	}
+	rep := s.homeOf(*in.f.PreviousResponseID, in.m)
+	if rep == nil {
+		return
+	}
+	in.req.Allowed = []int{rep.idx}
+	in.home = rep.name
+}
+
+// homeOf is the replica of m that answered response id, nil when unknown
+// or gone.
+func (s *Server) homeOf(id string, m *model) *replica {
+	at, ok := s.homes.get(id)
+	if !ok || at.model != m.name {
+		return nil
+	}
+	return m.lookup(at.replica)
+}
+
+// remember notes the replica that answered a Responses API request, when
+// the engine may have stored the response (the request did not say store:
+// false).
+func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
+	if in.op != opResponses || in.f.NoStore || rep == nil || ans == nil {
+		return
+	}
+	if id := ans.responseID(); id != "" {
+		s.homes.put(id, home{model: in.m.name, replica: rep.name})
+	}
+}
+
+// maxResponseID bounds the id in /v1/responses/{id}.
+const maxResponseID = 256
+
+// maxStoredBody bounds what is read of a stored response request's body
+// (it has none).
+const maxStoredBody = 64 << 10
+
+// handleStoredResponse passes GET /v1/responses/{id} and POST
+// /v1/responses/{id}/cancel to the replica that answered the response,
+// and answers 404 in vLLM's words for an id the proxy does not know.
+func (s *Server) handleStoredResponse(w http.ResponseWriter, r *http.Request) {
+	began := time.Now()
+	ar := &accessRecord{began: began, method: r.Method, path: r.URL.Path}
+	defer s.logAccess(r, ar)
+	reqID := s.newRequestID()
+	if id := r.Header.Get(HeaderRequestID); validRequestID(id) {
+		w.Header().Set(HeaderRequestID, id)
+	} else {
+		w.Header().Set(HeaderRequestID, reqID)
+	}
+	if _, ok := s.authenticate(w, r, ar); !ok {
+		return
+	}
+	// These requests carry no body: what a client sends is read and
+	// dropped within read_timeout, so a stalled one holds nothing.
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
+	io.Copy(io.Discard, io.LimitReader(r.Body, maxStoredBody))
+	rc.SetReadDeadline(time.Time{})
+	id := r.PathValue("id")
+	var m *model
+	var rep *replica
+	if len(id) <= maxResponseID {
+		if at, ok := s.homes.get(id); ok {
+			if m, _, _ = s.lookup(at.model); m != nil {
+				rep = m.lookup(at.replica)
+			}
+		}
+	}
+	if rep == nil {
+		ar.status, ar.outcome = http.StatusNotFound, "unknown_response"
+		s.writeError(w, http.StatusNotFound, "invalid_request_error", "response_not_found",
+			fmt.Sprintf("Response with id '%.200s' not found.", id))
+		return
+	}
+	ar.model, ar.replica = m.name, rep.name
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := s.forwardStored(ctx, rep, r, reqID)
+	if err != nil {
+		ar.status, ar.outcome = http.StatusBadGateway, "upstream_failed"
+		s.writeError(w, http.StatusBadGateway, "bad_gateway", "upstream_unreachable",
+			fmt.Sprintf("the replica that holds response %.200s (%s) did not answer: %s", id, rep.name, errCause(err)))
+		return
+	}
+	defer resp.Body.Close()
+	ar.outcome = statusOutcome(resp.StatusCode)
+	s.passStored(w, resp, rep, ar)
+}
+
+// forwardStored sends a stored response's request to rep as the client
+// made it (its method, path and query; these requests carry no body), with
+// the proxy's header policy.
+func (s *Server) forwardStored(ctx context.Context, rep *replica, r *http.Request, reqID string) (*http.Response, error) {
+	u := *rep.base
+	u.Path += r.URL.Path
+	u.RawQuery = r.URL.RawQuery
+	out := &http.Request{
+		Method: r.Method, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: s.upstreamHeaders(r, reqID).header(), Body: http.NoBody, Host: u.Host,
+	}
+	return s.upstream.Transport.RoundTrip(out.WithContext(ctx))
+}
+
+// passStored copies a stored response's answer to the client, each read
+// flushed (vLLM streams a background response's events on ?stream=true),
+// each write bounded by write_timeout.
+func (s *Server) passStored(w http.ResponseWriter, resp *http.Response, rep *replica, ar *accessRecord) {
+	h := w.Header()
+	named := connectionNamed(resp.Header)
+	for k, vs := range resp.Header {
+		if hopSet[k] || named[k] || k == HeaderRequestID {
+			continue
+		}
+		h[k] = vs
+	}
+	h.Set(HeaderReplica, rep.name)
+	ar.status = resp.StatusCode
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	w.WriteHeader(resp.StatusCode)
+	pb := bufPool.Get().(*[]byte)
+	defer bufPool.Put(pb)
+	for {
+		n, err := resp.Body.Read(*pb)
+		if n > 0 && s.write(w, rc, (*pb)[:n]) != nil {
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// responsePath reports whether path is a stored response's
+// (/v1/responses/{id} or below it).
+func responsePath(path string) bool { return strings.HasPrefix(path, "/v1/responses/") }

@@ -1,0 +1,334 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extProcPb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/internal/openai"
+	"github.com/inferrail/inferrail/live/config"
+	"github.com/inferrail/inferrail/router/gateway"
+)
+
+// responseBody is the part of a Responses API answer the tests read.
+type responseBody struct {
+	ID     string `json:"id"`
+	Object string `json:"object"`
+	Status string `json:"status"`
+	Output []struct {
+		Type    string `json:"type"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"output"`
+	Usage struct {
+		InputTokens        int `json:"input_tokens"`
+		OutputTokens       int `json:"output_tokens"`
+		InputTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"input_tokens_details"`
+	} `json:"usage"`
+}
+
+// respond sends a non-streamed POST /v1/responses.
+func (g *testGateway) respond(t *testing.T, body map[string]any) (*http.Response, responseBody, []byte) {
+	t.Helper()
+	resp, err := g.post(context.Background(), "/v1/responses", body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rb responseBody
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(b, &rb); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
+	}
+	return resp, rb, b
+}
+
+func storeEngine(t *testing.T) *upstream {
+	return newUpstream(t, server.Config{Engine: testEngineConfig(), ResponsesStore: 100, EnablePromptTokensDetails: true})
+}
+
+// The Responses API through the proxy: routed and predicted as a chat with
+// the instructions and input vLLM makes of it (the prediction matches the
+// engine's own cached tokens), metered by its input and output tokens,
+// streamed with its events; a response continued with
+// previous_response_id goes to the replica that holds it, and GET
+// /v1/responses/{id} reaches it too.
+func TestResponsesProxied(t *testing.T) {
+	a, b := storeEngine(t), storeEngine(t)
+	c := testConfig(t, a, b)
+	g := startGateway(t, c)
+	input := words(100, 300)
+	first := map[string]any{"model": "sim", "instructions": "Answer briefly.", "input": input, "max_output_tokens": 8}
+	resp, r1, body := g.respond(t, first)
+	home := resp.Header.Get(HeaderReplica)
+	if resp.StatusCode != http.StatusOK || r1.Object != "response" || !strings.HasPrefix(r1.ID, "resp_") || r1.Usage.OutputTokens != 8 || home == "" {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if resp.Header.Get(HeaderPredicted) != "0" {
+		t.Fatalf("a cold prompt predicted %q cached tokens", resp.Header.Get(HeaderPredicted))
+	}
+	// /admin/explain weighs it as the proxy does: the engine's prompt,
+	// max_output_tokens.
+	eb, _ := json.Marshal(first)
+	status, xb := explainCall(t, g, "?endpoint=responses", eb, nil)
+	var ex gateway.Explanation
+	if status != http.StatusOK || json.Unmarshal(xb, &ex) != nil || ex.Request.PromptTokens != r1.Usage.InputTokens || ex.Request.MaxTokens != 8 {
+		t.Fatalf("explain: %d %s (the engine's prompt: %d tokens)", status, xb, r1.Usage.InputTokens)
+	}
+	// The same request again, as a list of one message with typed parts:
+	// the same prompt, predicted cached where it went, as the engine says.
+	again := map[string]any{"model": "sim", "instructions": "Answer briefly.", "store": false, "max_output_tokens": 4,
+		"input": []any{map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": input}}}}}
+	resp, r2, body := g.respond(t, again)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderReplica) != home || r2.Usage.InputTokens != r1.Usage.InputTokens {
+		t.Fatalf("again: %d on %s (first on %s): %s", resp.StatusCode, resp.Header.Get(HeaderReplica), home, body)
+	}
+	if p := resp.Header.Get(HeaderPredicted); p != fmt.Sprint(r2.Usage.InputTokensDetails.CachedTokens) || r2.Usage.InputTokensDetails.CachedTokens == 0 {
+		t.Fatalf("predicted %s cached tokens, the engine had %d", p, r2.Usage.InputTokensDetails.CachedTokens)
+	}
+
+	// A chain of turns, each continuing the last: every one on the
+	// replica that holds its history.
+	prev := r1.ID
+	for turn := range 4 {
+		resp, r, body := g.respond(t, map[string]any{"previous_response_id": prev, "input": words(500+10*turn, 5), "max_output_tokens": 4})
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderReplica) != home || r.Usage.InputTokens <= r1.Usage.InputTokens {
+			t.Fatalf("turn %d: %d on %s (home %s): %s", turn, resp.StatusCode, resp.Header.Get(HeaderReplica), home, body)
+		}
+		prev = r.ID
+	}
+	// The stored response, read through the proxy; an unknown id is 404.
+	get, err := g.client.Get(g.base + "/v1/responses/" + r1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, _ := io.ReadAll(get.Body)
+	get.Body.Close()
+	if get.StatusCode != http.StatusOK || get.Header.Get(HeaderReplica) != home || !bytes.Contains(gb, []byte(r1.ID)) {
+		t.Fatalf("GET: %d from %q: %s", get.StatusCode, get.Header.Get(HeaderReplica), gb)
+	}
+	get, err = g.client.Get(g.base + "/v1/responses/resp_nosuch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, _ = io.ReadAll(get.Body)
+	get.Body.Close()
+	if get.StatusCode != http.StatusNotFound || !bytes.Contains(gb, []byte("Response with id 'resp_nosuch' not found.")) {
+		t.Fatalf("GET unknown: %d %s", get.StatusCode, gb)
+	}
+
+	// Streamed: the events pass as the engine wrote them, ending with
+	// response.completed, whose usage the proxy reads.
+	sresp, err := g.post(context.Background(), "/v1/responses", map[string]any{"input": words(900, 40), "max_output_tokens": 5, "stream": true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := io.ReadAll(sresp.Body)
+	sresp.Body.Close()
+	if err != nil || sresp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: %d %v %s", sresp.StatusCode, err, sb)
+	}
+	var rd openai.Reader
+	evs, err := rd.Feed(sb, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ans openai.Answer
+	ans.Add(evs...)
+	if !ans.Done || len(strings.Fields(string(ans.Text))) != 5 || ans.Usage.CompletionTokens != 5 || !bytes.Contains(sb, []byte("event: response.completed\n")) || bytes.Contains(sb, []byte("[DONE]")) {
+		t.Fatalf("stream %+v: %s", ans, sb)
+	}
+	if in, p := g.inFlight(); in != 0 || p != 0 {
+		t.Fatalf("slots held after the requests: %d in flight, %d pending", in, p)
+	}
+	if got := testutil.ToFloat64(g.met.requests.WithLabelValues(server.DefaultModelName, "ok")); got != 7 {
+		t.Fatalf("inferrail_requests_total{outcome=ok} %v, want 7", got)
+	}
+	wantPostOnly(t, g, "/v1/responses")
+
+	// The home replica gone, a continuation is refused at once: no other
+	// replica holds the response (one would answer 404).
+	for _, u := range []*upstream{a, b} {
+		if u.url() == replicaURL(t, c, home) {
+			u.kill()
+		}
+	}
+	waitUntil(t, "the home replica ejected", 5*time.Second, func() bool {
+		resp, _, _ := g.respond(t, map[string]any{"previous_response_id": prev, "input": "x"})
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	resp, _, body = g.respond(t, map[string]any{"previous_response_id": prev, "input": "x"})
+	if resp.StatusCode != http.StatusServiceUnavailable || !bytes.Contains(body, []byte("response_replica_unavailable")) {
+		t.Fatalf("continuing a response whose replica is gone: %d %s", resp.StatusCode, body)
+	}
+}
+
+// replicaURL is the URL of c's replica name.
+func replicaURL(t *testing.T, c *config.Config, name string) string {
+	t.Helper()
+	for _, r := range c.Models[0].Replicas {
+		if r.Name == name {
+			return r.URL
+		}
+	}
+	t.Fatalf("no replica %q", name)
+	return ""
+}
+
+// A Responses stream broken mid-way ends with that API's error event,
+// numbered after the events relayed, and no clean end.
+func TestResponsesBrokenStream(t *testing.T) {
+	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_x\",\"status\":\"in_progress\"}}\n\n")
+		fmt.Fprint(w, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"Hi\"}\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	c := fakeConfig(t, eng.URL)
+	c.Retry.Attempts = 1
+	g := startGateway(t, c)
+	resp, err := g.post(context.Background(), "/v1/responses", map[string]any{"input": "hi", "stream": true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Fatalf("a broken stream ended cleanly: %q", b)
+	}
+	want := `event: error` + "\n" + `data: {"type": "error", "code": "stream_broken", "message": "the engine's stream broke before it was complete", "param": null, "sequence_number": 2}`
+	if !bytes.Contains(b, []byte(want)) {
+		t.Fatalf("no Responses error event in %q", b)
+	}
+}
+
+// The prompt the edge tokenizes for a Responses request: the chat
+// messages vLLM builds, or none when only the engine knows it.
+func TestResponsesChat(t *testing.T) {
+	cases := []struct {
+		body, want string
+	}{
+		{`{"input": "hi"}`, `{"messages":[{"role":"user","content":"hi"}]}`},
+		{`{"input": "hi", "instructions": "Be brief."}`, `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}]}`},
+		{`{"input": "hi", "instructions": null}`, `{"messages":[{"role":"user","content":"hi"}]}`},
+		{`{"input": [{"role": "user", "content": "a"}, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "b"}]}]}`,
+			`{"messages":[{"content":"a","role":"user"},{"content":[{"text":"b","type":"text"}],"role":"assistant"}]}`},
+		{`{"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}`,
+			`{"messages":[{"content":[{"image_url":"x","type":"input_image"}],"role":"user"}]}`},
+		{`{"input": "hi", "previous_response_id": "resp_1"}`, ""},
+		{`{"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}`, ""},
+		{`{"input": [{"content": "no role"}]}`, ""},
+		{`{"input": []}`, ""},
+		{`{"input": 5}`, ""},
+		{`{"instructions": "x"}`, ""},
+	}
+	for _, c := range cases {
+		f, err := readFields([]byte(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := responsesChat(&f)
+		if string(got) != c.want || ok != (c.want != "") {
+			t.Errorf("%s: %s %v, want %s", c.body, got, ok, c.want)
+		}
+		if ok && !json.Valid(got) {
+			t.Errorf("%s: invalid JSON %s", c.body, got)
+		}
+	}
+	f, _ := readFields([]byte(`{"max_output_tokens": 12, "max_tokens": 3, "store": false}`))
+	if f.maxTokens(opResponses) != 12 || !f.NoStore {
+		t.Fatalf("%+v", f)
+	}
+}
+
+// The ids the proxy remembers are bounded: the oldest half goes when the
+// newer half fills, and an id read again is kept.
+func TestHomesBounded(t *testing.T) {
+	var h homes
+	h.put("keep", home{"m", "a"})
+	for i := range maxHomes {
+		h.put(fmt.Sprint(i), home{"m", "b"})
+		if i == maxHomes/4 {
+			if _, ok := h.get("keep"); !ok {
+				t.Fatal("lost early")
+			}
+		}
+	}
+	if n := len(h.cur) + len(h.old); n > maxHomes {
+		t.Fatalf("%d ids kept, bound %d", n, maxHomes)
+	}
+	if _, ok := h.get("0"); ok {
+		t.Fatal("the oldest id was kept")
+	}
+	if at, ok := h.get(fmt.Sprint(maxHomes - 1)); !ok || at.replica != "b" {
+		t.Fatal("the newest id was lost")
+	}
+}
+
+// Through the endpoint picker: a continuation is picked to the replica
+// that answered the response it continues, confined by the gateway's
+// subset hint like any pick (the home outside it: 503, as no other replica
+// holds the response); GET /v1/responses/{id} is answered from the home.
+func TestEPPResponses(t *testing.T) {
+	ups := []*upstream{storeEngine(t), storeEngine(t)}
+	e := startEPP(t, eppConfig(t, ups...), Deps{}, eppOptions{})
+	body, _ := json.Marshal(map[string]any{"input": words(300, 40), "max_output_tokens": 3})
+	first := e.open(t, envoyReq{path: "/v1/responses", body: body, chunks: 2})
+	var r responseBody
+	if b := first.serve(); json.Unmarshal(b, &r) != nil || r.ID == "" {
+		t.Fatalf("first answer: %s", b)
+	}
+	waitUntil(t, "the first request's end", 5*time.Second, func() bool { return idle(e.Server) })
+	home := first.pick.endpoint
+	other := hostOf(ups[0].url())
+	if other == home {
+		other = hostOf(ups[1].url())
+	}
+	next, _ := json.Marshal(map[string]any{"previous_response_id": r.ID, "input": "more", "max_output_tokens": 2})
+	for i := range 3 {
+		call := e.open(t, envoyReq{path: "/v1/responses", body: next, subset: []string{home, other}})
+		if call.pick.endpoint != home {
+			t.Fatalf("continuation %d picked %q, the response is on %q", i, call.pick.endpoint, home)
+		}
+		if b := call.serve(); !bytes.Contains(b, []byte(`"object":"response"`)) {
+			t.Fatalf("continuation %d: %s", i, b)
+		}
+	}
+	call := e.open(t, envoyReq{path: "/v1/responses", body: next, subset: []string{other}})
+	if call.pick.status() != http.StatusServiceUnavailable || call.pick.errorCode(t) != "response_replica_unavailable" {
+		t.Fatalf("the home outside the subset: %+v", call.pick)
+	}
+	s, err := e.client.Process(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &extProcPb.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{hv(":method", "GET"), hv(":path", "/v1/responses/"+r.ID)}}, EndOfStream: true}
+	s.Send(&extProcPb.ProcessingRequest{Request: &extProcPb.ProcessingRequest_RequestHeaders{RequestHeaders: hs}})
+	got, err := s.Recv()
+	if p := (eppPick{immediate: got.GetImmediateResponse()}); err != nil || p.status() != http.StatusOK || !bytes.Contains(p.immediate.GetBody(), []byte(r.ID)) {
+		t.Fatalf("GET through the picker: %v %v", got, err)
+	}
+	waitUntil(t, "idle", 5*time.Second, func() bool { return idle(e.Server) })
+}

@@ -253,15 +253,7 @@ type output struct{ text, reasoning span }
 
 // output reads a response body's output array.
 func (d *decoder) output(o *output) {
-	if !d.peek('[') {
-		d.skipValue()
-		return
-	}
-	d.i++
-	if !d.enter() {
-		return
-	}
-	for n := 0; d.more(']', &n); {
+	d.array(func() {
 		var typ []byte
 		var text span
 		d.object(func(key []byte) {
@@ -284,23 +276,14 @@ func (d *decoder) output(o *output) {
 				o.reasoning = text
 			}
 		}
-	}
-	d.depth--
+	})
 }
 
 // parts reads an output item's content array and returns the text of its
 // first output_text or reasoning_text part.
 func (d *decoder) parts() span {
 	var first span
-	if !d.peek('[') {
-		d.skipValue()
-		return first
-	}
-	d.i++
-	if !d.enter() {
-		return first
-	}
-	for n := 0; d.more(']', &n); {
+	d.array(func() {
 		var typ []byte
 		var text span
 		d.object(func(key []byte) {
@@ -316,32 +299,22 @@ func (d *decoder) parts() span {
 		if !first.ok && text.ok && (string(typ) == "output_text" || string(typ) == "reasoning_text") {
 			first = text
 		}
-	}
-	d.depth--
+	})
 	return first
 }
 
 // choices reads the choices array into c (its first element) and returns
 // its length; anything but an array counts as no choices.
 func (d *decoder) choices(c *choice) int {
-	if !d.peek('[') {
-		d.skipValue()
-		return 0
-	}
-	d.i++
-	if !d.enter() {
-		return 0
-	}
 	count := 0
-	for n := 0; d.more(']', &n); {
+	d.array(func() {
 		count++
 		if count == 1 && d.peek('{') {
 			d.choice(c)
 		} else {
 			d.skipValue()
 		}
-	}
-	d.depth--
+	})
 	return count
 }
 
@@ -670,6 +643,25 @@ func (d *decoder) object(field func(key []byte)) bool {
 	}
 	d.depth--
 	return true
+}
+
+// array reads an array, handing each element to elem, which reads (or
+// skips) it; anything but an array is skipped. It reports whether an
+// array was read.
+func (d *decoder) array(elem func()) bool {
+	if !d.peek('[') {
+		d.skipValue()
+		return false
+	}
+	d.i++
+	if !d.enter() {
+		return false
+	}
+	for n := 0; d.more(']', &n); {
+		elem()
+	}
+	d.depth--
+	return d.err == nil
 }
 
 // more steps through an object or array whose opening byte was consumed

@@ -6,13 +6,16 @@
 // The mock engine publishes its engine.KVEvent values with a Publisher; the
 // router's live mode consumes real or mock engines with a Subscriber, which
 // detects sequence gaps (repairing them by replay when the engine offers a
-// replay endpoint) and publisher restarts.
+// replay endpoint) and publisher restarts. For llm-d's central mode, where
+// one bound socket receives every engine's publisher on its own topic
+// (kv@<pod-ip>:<port>@<model>), a Mux does what a Subscriber does for each
+// topic separately, with the topic's own replay endpoint and goroutine.
 //
 // Start with Event and Batch (event.go), then EncodeBatch and DecodeBatch
 // (codec.go), which define the wire format and document every choice; Config
 // and ParseConfig (config.go) read vLLM's --kv-events-config JSON; Publisher
-// (publisher.go) and Subscriber (subscriber.go) move batches over ZeroMQ using
-// the pure-Go github.com/go-zeromq/zmq4.
+// (publisher.go), Subscriber (subscriber.go) and Mux (mux.go) move batches
+// over ZeroMQ using the pure-Go github.com/go-zeromq/zmq4.
 //
 // Hashes: vLLM sends each block hash as a msgpack int holding the low 64 bits
 // (big-endian) of its digest, or the raw digest bytes when
@@ -31,8 +34,8 @@
 // llm-d deploys it connecting: the router binds and the engines connect, as
 // llm-d-inference-sim's publisher always does. A Subscriber dials Endpoint
 // by default; with SubscriberConfig.Bind it listens there instead (Addr
-// reports the port chosen for port 0) and publishers connect to it. Replay
-// always dials the engine's ROUTER, which always binds.
+// reports the port chosen for port 0) and publishers connect to it; a Mux
+// always binds. Replay always dials the engine's ROUTER, which always binds.
 //
 // Replay: a DEALER sends ["", start_seq (8-byte big-endian)] and the ROUTER
 // answers with every buffered batch with seq >= start_seq, then an end

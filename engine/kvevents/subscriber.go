@@ -96,18 +96,55 @@ type SubscriberStats struct {
 // reconnects to it. Either way, batches the same publisher sent meanwhile
 // show up as a gap and are replayed when possible.
 type Subscriber struct {
-	cfg     SubscriberConfig
-	handler func(seq uint64, b Batch)
-	topic   []byte
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	bound   zmq4.Socket // the listening SUB socket with Bind; nil when dialling
+	cfg    SubscriberConfig
+	topic  []byte
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	bound  zmq4.Socket // the listening SUB socket with Bind; nil when dialling
+	stream stream      // the publisher's sequence, owned by the run goroutine
 
-	// sequence state, owned by the run goroutine
-	have bool
-	next uint64
+	counters
+}
 
+// defaultRetryInterval is SubscriberConfig.RetryInterval's default, and the
+// replay DEALER's redial interval in a Mux.
+const defaultRetryInterval = 100 * time.Millisecond
+
+// counters are a Subscriber's or a Mux's counts (see SubscriberStats); the
+// streams of a Mux share its one set.
+type counters struct {
 	received, replayed, gaps, missed, resets, decodeErrors, badFrames, connects atomic.Uint64
+}
+
+func (c *counters) stats() SubscriberStats {
+	return SubscriberStats{
+		Received:     c.received.Load(),
+		Replayed:     c.replayed.Load(),
+		Gaps:         c.gaps.Load(),
+		Missed:       c.missed.Load(),
+		Resets:       c.resets.Load(),
+		DecodeErrors: c.decodeErrors.Load(),
+		BadFrames:    c.badFrames.Load(),
+		Connects:     c.connects.Load(),
+	}
+}
+
+// stream follows one publisher's sequence, for a Subscriber or for one
+// topic of a Mux: the first batch sets the expected sequence, a lower one is
+// a reset and a higher one a gap, repaired from the replay endpoint where it
+// can; batches are decoded and handed to handler in sequence order. Its
+// methods run on one goroutine at a time; it counts into c.
+type stream struct {
+	replayEndpoint string // "" no replay
+	replayTimeout  time.Duration
+	retryInterval  time.Duration // the replay DEALER's redial interval
+	handler        func(seq uint64, b Batch)
+	onGap          func(Gap)   // optional
+	onReset        func(Reset) // optional
+	c              *counters
+
+	have bool   // a batch has arrived
+	next uint64 // the seq expected next, once have
 }
 
 // NewSubscriber validates cfg and starts receiving in the background; it
@@ -132,10 +169,14 @@ func NewSubscriber(ctx context.Context, cfg SubscriberConfig, handler func(seq u
 		cfg.ReplayTimeout = 5 * time.Second
 	}
 	if cfg.RetryInterval == 0 {
-		cfg.RetryInterval = 100 * time.Millisecond
+		cfg.RetryInterval = defaultRetryInterval
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Subscriber{cfg: cfg, handler: handler, topic: []byte(cfg.Topic), cancel: cancel}
+	s := &Subscriber{cfg: cfg, topic: []byte(cfg.Topic), cancel: cancel}
+	s.stream = stream{
+		replayEndpoint: cfg.ReplayEndpoint, replayTimeout: cfg.ReplayTimeout, retryInterval: cfg.RetryInterval,
+		handler: handler, onGap: cfg.OnGap, onReset: cfg.OnReset, c: &s.counters,
+	}
 	if cfg.Bind {
 		sock := zmq4.NewSub(ctx, quiet())
 		err := sock.SetOption(zmq4.OptionSubscribe, cfg.Topic)
@@ -208,22 +249,31 @@ func (s *Subscriber) read(ctx context.Context, sock zmq4.Socket) {
 			}
 			return
 		}
-		f := msg.Frames
-		if len(f) != 3 || len(f[1]) != 8 || !bytes.HasPrefix(f[0], s.topic) {
+		seq, ok := liveFrame(msg.Frames, s.topic)
+		if !ok {
 			s.badFrames.Add(1)
 			continue
 		}
-		s.process(ctx, binary.BigEndian.Uint64(f[1]), f[2])
+		s.stream.process(ctx, seq, msg.Frames[2])
 	}
 }
 
+// liveFrame checks that a live message is shaped [topic, seq (8 bytes),
+// payload] with topic starting with prefix, and returns its seq.
+func liveFrame(f [][]byte, prefix []byte) (seq uint64, ok bool) {
+	if len(f) != 3 || len(f[1]) != 8 || !bytes.HasPrefix(f[0], prefix) {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(f[1]), true
+}
+
 // process handles one live batch: gap and reset detection, replay, delivery.
-func (s *Subscriber) process(ctx context.Context, seq uint64, payload []byte) {
+func (s *stream) process(ctx context.Context, seq uint64, payload []byte) {
 	if s.have {
 		if seq < s.next {
-			s.resets.Add(1)
-			if s.cfg.OnReset != nil {
-				s.cfg.OnReset(Reset{Prev: s.next - 1, Seq: seq})
+			s.c.resets.Add(1)
+			if s.onReset != nil {
+				s.onReset(Reset{Prev: s.next - 1, Seq: seq})
 			}
 			s.next = 0
 		}
@@ -233,16 +283,16 @@ func (s *Subscriber) process(ctx context.Context, seq uint64, payload []byte) {
 	}
 	s.have, s.next = true, seq+1
 	if s.deliver(seq, payload) {
-		s.received.Add(1)
+		s.c.received.Add(1)
 		return
 	}
 	s.reportGap(Gap{First: seq, Last: seq})
 }
 
 // fill repairs the gap [first, last] from replay where it can and reports it.
-func (s *Subscriber) fill(ctx context.Context, first, last uint64) {
+func (s *stream) fill(ctx context.Context, first, last uint64) {
 	var delivered uint64
-	if s.cfg.ReplayEndpoint != "" {
+	if s.replayEndpoint != "" {
 		entries, _ := s.fetchReplay(ctx, first)
 		want := first
 		for _, e := range entries {
@@ -251,7 +301,7 @@ func (s *Subscriber) fill(ctx context.Context, first, last uint64) {
 			}
 			want = e.seq + 1
 			if s.deliver(e.seq, e.payload) {
-				s.replayed.Add(1)
+				s.c.replayed.Add(1)
 				delivered++
 			}
 		}
@@ -259,20 +309,20 @@ func (s *Subscriber) fill(ctx context.Context, first, last uint64) {
 	s.reportGap(Gap{First: first, Last: last, Repaired: delivered == last-first+1})
 }
 
-func (s *Subscriber) reportGap(g Gap) {
-	s.gaps.Add(1)
+func (s *stream) reportGap(g Gap) {
+	s.c.gaps.Add(1)
 	if !g.Repaired {
-		s.missed.Add(g.Last - g.First + 1)
+		s.c.missed.Add(g.Last - g.First + 1)
 	}
-	if s.cfg.OnGap != nil {
-		s.cfg.OnGap(g)
+	if s.onGap != nil {
+		s.onGap(g)
 	}
 }
 
-func (s *Subscriber) deliver(seq uint64, payload []byte) bool {
+func (s *stream) deliver(seq uint64, payload []byte) bool {
 	b, err := DecodeBatch(payload)
 	if err != nil {
-		s.decodeErrors.Add(1)
+		s.c.decodeErrors.Add(1)
 		return false
 	}
 	s.handler(seq, b)
@@ -282,13 +332,13 @@ func (s *Subscriber) deliver(seq uint64, payload []byte) bool {
 // fetchReplay asks the replay ROUTER for every buffered batch with seq >=
 // start, over a DEALER that sends ["", start] and reads replies (see
 // replayFrame) until seq is -1.
-func (s *Subscriber) fetchReplay(ctx context.Context, start uint64) ([]entry, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
+func (s *stream) fetchReplay(ctx context.Context, start uint64) ([]entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.replayTimeout)
 	defer cancel()
-	d := zmq4.NewDealer(ctx, quiet(), zmq4.WithDialerMaxRetries(-1), zmq4.WithDialerRetry(s.cfg.RetryInterval))
+	d := zmq4.NewDealer(ctx, quiet(), zmq4.WithDialerMaxRetries(-1), zmq4.WithDialerRetry(s.retryInterval))
 	defer closeAndDrain(d)
-	if err := d.Dial(s.cfg.ReplayEndpoint); err != nil {
-		return nil, fmt.Errorf("kvevents: dial replay endpoint %q: %w", s.cfg.ReplayEndpoint, err)
+	if err := d.Dial(s.replayEndpoint); err != nil {
+		return nil, fmt.Errorf("kvevents: dial replay endpoint %q: %w", s.replayEndpoint, err)
 	}
 	var sb [8]byte
 	binary.BigEndian.PutUint64(sb[:], start)
@@ -303,7 +353,7 @@ func (s *Subscriber) fetchReplay(ctx context.Context, start uint64) ([]entry, er
 		}
 		seq, payload, ok := replayFrame(msg.Frames)
 		if !ok {
-			s.badFrames.Add(1)
+			s.c.badFrames.Add(1)
 			continue
 		}
 		if bytes.Equal(seq, endSeq) {
@@ -335,18 +385,7 @@ func replayFrame(f [][]byte) (seq, payload []byte, ok bool) {
 func (s *Subscriber) Addr() string { return boundAddr(s.bound, s.cfg.Endpoint) }
 
 // Stats returns the subscriber's counters.
-func (s *Subscriber) Stats() SubscriberStats {
-	return SubscriberStats{
-		Received:     s.received.Load(),
-		Replayed:     s.replayed.Load(),
-		Gaps:         s.gaps.Load(),
-		Missed:       s.missed.Load(),
-		Resets:       s.resets.Load(),
-		DecodeErrors: s.decodeErrors.Load(),
-		BadFrames:    s.badFrames.Load(),
-		Connects:     s.connects.Load(),
-	}
-}
+func (s *Subscriber) Stats() SubscriberStats { return s.counters.stats() }
 
 // Close stops receiving and waits for the Subscriber's goroutine (and the
 // zmq4 goroutines it started) to finish.

@@ -1071,6 +1071,27 @@ func TestEPP(t *testing.T) {
 	if !maps.Equal(pool.Spec.Selector.MatchLabels, map[string]string{"app": "vllm-llama"}) || pool.Spec.TargetPorts[0].Number != 8000 {
 		t.Errorf("pool selects %v port %v", pool.Spec.Selector.MatchLabels, pool.Spec.TargetPorts)
 	}
+	// llm-d's central KV events: the picker binds the port, its Service
+	// exposes it for the engine pods' publishers.
+	central := mustRender(t, []string{"testdata/values-epp.yaml"}, map[string]any{"epp": map[string]any{"kvEventsPort": 5557}})
+	var cc map[string]any
+	if err := yaml.Unmarshal([]byte(central.configMaps["inferrail-epp"].Data["live.yaml"]), &cc); err != nil {
+		t.Fatal(err)
+	}
+	if l := cc["epp"].(map[string]any)["pool"].(map[string]any)["kv_events_listen"]; l != "tcp://*:5557" {
+		t.Errorf("kvEventsPort 5557: kv_events_listen %v", l)
+	}
+	exposed := false
+	for _, p := range central.services["inferrail-epp"].Spec.Ports {
+		exposed = exposed || p.Name == "kv-events" && p.Port == 5557
+	}
+	container := false
+	for _, p := range central.deployments["inferrail-epp"].Spec.Template.Spec.Containers[0].Ports {
+		container = container || p.Name == "kv-events" && p.ContainerPort == 5557
+	}
+	if !exposed || !container {
+		t.Errorf("kvEventsPort 5557: Service port %v, container port %v", exposed, container)
+	}
 	// The gateway's configuration has no epp section.
 	if strings.Contains(r.configMaps["inferrail"].Data["live.yaml"], "epp:") {
 		t.Error("the gateway's live.yaml holds the picker's epp section")
@@ -1195,6 +1216,8 @@ func TestBadValues(t *testing.T) {
 		{"own epp leader_election", map[string]any{"epp": map[string]any{"enabled": true}, "config": map[string]any{"epp": map[string]any{"leader_election": map[string]any{"enabled": true}}}}, []string{"config.epp.leader_election.enabled", "epp.leaderElection.enabled"}},
 		{"own epp listen", map[string]any{"epp": map[string]any{"enabled": true}, "config": map[string]any{"epp": map[string]any{"listen": "127.0.0.1:9002"}}}, []string{"config.epp.listen", "epp.port"}},
 		{"own epp secure_serving", map[string]any{"epp": map[string]any{"enabled": true}, "config": map[string]any{"epp": map[string]any{"secure_serving": false}}}, []string{"config.epp.secure_serving", "epp.secureServing"}},
+		{"central kv events, two pickers", map[string]any{"epp": map[string]any{"enabled": true, "kvEventsPort": 5557, "replicaCount": 2, "leaderElection": map[string]any{"enabled": true}, "inferencePool": map[string]any{"create": true}}}, []string{"epp.kvEventsPort", "one picker only"}},
+		{"central kv events, no pool", map[string]any{"epp": map[string]any{"enabled": true, "kvEventsPort": 5557}}, []string{"epp.kvEventsPort", "epp.pool.name"}},
 		{"pool mismatch", map[string]any{"epp": map[string]any{"enabled": true, "pool": map[string]any{"name": "other"}, "inferencePool": map[string]any{"create": true}}}, []string{"epp.pool.name"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/inferrail/inferrail/engine/kvevents"
 	"github.com/inferrail/inferrail/fleet/remote"
 	"github.com/inferrail/inferrail/live/config"
 	"github.com/inferrail/inferrail/router"
@@ -23,7 +24,9 @@ type background struct {
 	disco   *remote.Discovery
 	mu      sync.Mutex
 	kv      map[*replica]*kvSync
-	ctx     context.Context
+	// muxes are the models' kv_events_listen (kvmux.go).
+	muxes []*kvevents.Mux
+	ctx   context.Context
 	// client reaches the engines' own endpoints; wg counts the questions
 	// to their /v1/models still out (maxlen.go).
 	client *http.Client
@@ -77,6 +80,10 @@ func (s *Server) Run(ctx context.Context) error {
 		run(bg.disco.Run)
 	}
 	for _, m := range s.models {
+		if err := s.startKVMux(ctx, bg, m); err != nil {
+			s.log.Error("cannot bind kv_events_listen: the model's index gets no KV events", "model", m.name, "endpoint", m.kvListen, "error", err)
+			s.met.kvBatch(m.name, "", "subscribe_failed")
+		}
 		for _, r := range m.live() {
 			s.maybeSubscribe(m, r)
 		}
@@ -85,10 +92,15 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 	bg.wg.Wait()
 	bg.mu.Lock()
-	for _, k := range bg.kv {
+	kvs, muxes := bg.kv, bg.muxes
+	bg.kv, bg.muxes = map[*replica]*kvSync{}, nil
+	bg.mu.Unlock()
+	for _, mux := range muxes {
+		mux.Close()
+	}
+	for _, k := range kvs {
 		k.close()
 	}
-	bg.mu.Unlock()
 	return nil
 }
 

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/inferrail/inferrail/engine/kvevents"
 	"github.com/inferrail/inferrail/router/gateway"
@@ -17,6 +18,10 @@ type kvSync struct {
 	m   *model
 	r   *replica
 	sub *kvevents.Subscriber
+	// topic is the replica's topic on its model's kv_events_listen
+	// (kvmux.go), its events routed there instead of sub's.
+	topic string
+	mux   *atomic.Pointer[kvevents.Mux]
 	// evs and ids are scratch for converting one batch; the subscriber
 	// calls apply from one goroutine.
 	evs []gateway.KVEvent
@@ -110,5 +115,10 @@ func cacheSaltOf(keys []any, lora string) string {
 func (k *kvSync) close() {
 	if k.sub != nil {
 		k.sub.Close()
+	}
+	if k.mux != nil {
+		if mux := k.mux.Load(); mux != nil {
+			mux.Forget(k.topic)
+		}
 	}
 }

@@ -105,9 +105,12 @@ type model struct {
 	name string
 	// policy names the routing policy at start, reloaded the one a reload
 	// set since (under mu); read them with policyName.
-	policy    string
-	reloaded  atomic.Pointer[string]
-	index     router.IndexMode
+	policy   string
+	reloaded atomic.Pointer[string]
+	index    router.IndexMode
+	// kvListen is the endpoint bound for the replicas' engines to publish
+	// their KV events on, each on its own topic ("" none: kvmux.go).
+	kvListen  string
 	enc       Encoder
 	blockSize int
 	// admission is the core's rule at start (the startup notes'); a reload
@@ -220,6 +223,10 @@ func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config,
 		maxConcurrency: mc.MaxConcurrency, maxPending: mc.MaxPending, capacity: mc.KVCapacityBlocks,
 		start: start, nudge: make(chan struct{}, 1), log: log,
 		core: core, byName: map[string]*replica{}, waiters: map[gateway.Ticket]chan granted{},
+	}
+	m.kvListen = mc.KVEventsListen
+	if p := c.EPP.Pool; p.Name != "" && p.KVEventsListen != "" && (p.Model == mc.Name || p.Model == "" && len(c.Models) == 1) {
+		m.kvListen = p.KVEventsListen
 	}
 	m.pdTimeout.Store(int64(mc.PD.PrefillTimeout))
 	m.maxModelLen.Store(int64(g.MaxModelLen))

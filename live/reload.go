@@ -471,10 +471,11 @@ func (s *Server) unsubscribe(r *replica) {
 		return
 	}
 	bg.mu.Lock()
-	defer bg.mu.Unlock()
-	if k, ok := bg.kv[r]; ok {
-		k.close()
-		delete(bg.kv, r)
+	k, ok := bg.kv[r]
+	delete(bg.kv, r)
+	bg.mu.Unlock()
+	if ok {
+		k.close() // not under bg.mu: a central route is resolved under it
 	}
 }
 

@@ -386,6 +386,12 @@ type InferencePool struct {
 	KVEventsReplayPort int `yaml:"kv_events_replay_port"`
 	// KVEventsTopic is the topic subscribed to; "" is every topic.
 	KVEventsTopic string `yaml:"kv_events_topic"`
+	// KVEventsListen is a ZMQ endpoint the picker binds for every pod's
+	// engine to connect to and publish on (llm-d's central mode: vLLM's
+	// --kv-events-config endpoint tcp://EPP:PORT, topic
+	// kv@$(POD_IP):PORT@MODEL), instead of kv_events_port; the model's
+	// kv_events_listen (see Model).
+	KVEventsListen string `yaml:"kv_events_listen"`
 }
 
 // TLS names a certificate and its key, PEM files read again when they
@@ -560,8 +566,18 @@ type Model struct {
 	// or a tokenizer.json path. Default "builtin:sim".
 	Tokenizer string `yaml:"tokenizer"`
 	// Index is "approximate" or "events" (every replica then needs a KV
-	// events endpoint). Default "approximate".
+	// events endpoint, or the model kv_events_listen). Default
+	// "approximate".
 	Index string `yaml:"index"`
+	// KVEventsListen is a ZMQ endpoint the proxy binds (tcp://*:5557) for
+	// every replica's engine to connect to and publish its KV events on,
+	// each on its own topic (llm-d's central mode): a replica listed with
+	// its own kv_events_topic is the one publishing on exactly that topic;
+	// otherwise a topic kv@ADDRESS@MODEL (vLLM's --kv-events-config topic
+	// kv@$(POD_IP):PORT@MODEL) is the replica whose URL's host:port, or
+	// host, is ADDRESS. A replica with its own kv_events is subscribed to
+	// there instead. Default "" (none).
+	KVEventsListen string `yaml:"kv_events_listen"`
 	// BlockSize is the engines' KV block size in tokens, 1 to 1024.
 	// Default 16.
 	BlockSize int `yaml:"block_size"`

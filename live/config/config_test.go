@@ -257,7 +257,7 @@ models:
 		Record:      Record{filepath.Join(logDir, "rec.parquet"), MiB, 2 * time.Minute, 3 * time.Second, 0.5, "", saltFile, 9},
 		DNSRefresh:  time.Minute,
 		Tracing:     Tracing{"http://127.0.0.1:4318/v1/traces", 0.5, map[string]string{"authorization": "Bearer x"}, 3 * time.Second, "gw"},
-		EPP: EPP{"127.0.0.1:9100", false, TLS{}, InferencePool{"vllm", "llm", "big", "/tmp/kc", 5557, 5558, "kv"},
+		EPP: EPP{"127.0.0.1:9100", false, TLS{}, InferencePool{"vllm", "llm", "big", "/tmp/kc", 5557, 5558, "kv", ""},
 			LeaderElection{true, "picker-lease", 20 * time.Second, 12 * time.Second, 3 * time.Second}},
 		Auth: AuthNone,
 		Tenancy: Tenancy{

@@ -282,7 +282,13 @@ func (c *Config) Validate() error {
 		}
 		k.intIn("epp.pool.kv_events_port", p.KVEventsPort, 0, 65535)
 		k.intIn("epp.pool.kv_events_replay_port", p.KVEventsReplayPort, 0, 65535)
-		if p.KVEventsPort == 0 && (p.KVEventsReplayPort != 0 || p.KVEventsTopic != "") {
+		switch {
+		case p.KVEventsListen != "":
+			k.zmqEndpoint("epp.pool.kv_events_listen", p.KVEventsListen, true)
+			if p.KVEventsPort != 0 || p.KVEventsTopic != "" {
+				k.fail("epp.pool.kv_events_listen", "set either kv_events_listen (every pod's engine connects to the picker, each on its topic kv@POD_IP:PORT@MODEL) or kv_events_port and kv_events_topic (the picker connects to each pod), not both")
+			}
+		case p.KVEventsPort == 0 && (p.KVEventsReplayPort != 0 || p.KVEventsTopic != ""):
 			k.fail("epp.pool.kv_events_port", "required with kv_events_replay_port or kv_events_topic (the port each pod publishes its KV events on)")
 		}
 	}
@@ -529,8 +535,15 @@ func (k *checker) model(p string, m *Model) {
 	if len(m.Replicas) == 0 && len(m.DNS) == 0 && (m.Name == "" || m.Name != k.poolModel) {
 		k.fail(p, "needs at least one entry in replicas or dns")
 	}
-	if events && m.Name != "" && m.Name == k.poolModel && k.pool.KVEventsPort == 0 {
-		k.fail("epp.pool.kv_events_port", "required with index: events for %s, the pool's model (the port each pod's engine publishes its KV events on, such as 5557); or set its index: approximate", m.Name)
+	if events && m.Name != "" && m.Name == k.poolModel && k.pool.KVEventsPort == 0 && k.pool.KVEventsListen == "" && m.KVEventsListen == "" {
+		k.fail("epp.pool.kv_events_port", "required with index: events for %s, the pool's model (the port each pod's engine publishes its KV events on, such as 5557), or kv_events_listen (an endpoint the pods' engines connect to); or set its index: approximate", m.Name)
+	}
+	central := m.KVEventsListen != ""
+	if central {
+		k.zmqEndpoint(p+".kv_events_listen", m.KVEventsListen, true)
+		if !events {
+			k.fail(p+".kv_events_listen", "needs index: events; set it or remove kv_events_listen")
+		}
 	}
 
 	names := map[string]int{}
@@ -569,8 +582,11 @@ func (k *checker) model(p string, m *Model) {
 		switch {
 		case r.KVEvents != "":
 			k.zmqEndpoint(rp+".kv_events", r.KVEvents, r.KVEventsBind)
+		case central:
+			// Its engine connects to kv_events_listen; kv_events_topic, if
+			// set, is the topic it publishes on.
 		case events:
-			k.fail(rp+".kv_events", "required with index: events (the engine's ZMQ endpoint, such as tcp://10.0.0.1:5557); or set index: approximate")
+			k.fail(rp+".kv_events", "required with index: events (the engine's ZMQ endpoint, such as tcp://10.0.0.1:5557), unless the model has kv_events_listen; or set index: approximate")
 		case r.KVEventsReplay != "":
 			k.fail(rp+".kv_events_replay", "needs kv_events; set it or remove kv_events_replay")
 		case r.KVEventsTopic != "":
@@ -607,6 +623,9 @@ func (k *checker) model(p string, m *Model) {
 		switch {
 		case g.KVEventsPort != 0:
 			k.intIn(gp+".kv_events_port", g.KVEventsPort, 1, 65535)
+		case central && g.KVEventsTopic != "":
+			k.fail(gp+".kv_events_topic", "has no use with the model's kv_events_listen: each address publishes on its own topic, kv@ADDRESS:PORT@MODEL; remove it")
+		case central:
 		case events:
 			k.fail(gp+".kv_events_port", "required with index: events (the port every address publishes KV events on, such as 5557); or set index: approximate")
 		case g.KVEventsReplayPort != 0:

@@ -107,6 +107,19 @@ func TestValidateRules(t *testing.T) {
 			m0(c).Replicas, m0(c).Index = nil, IndexEvents
 			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d"}
 		}, "epp.pool.kv_events_port", "required with index: events"},
+		{"epp pool listen and port", func(c *Config) {
+			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", KVEventsPort: 5557, KVEventsListen: "tcp://*:5557"}
+		}, "epp.pool.kv_events_listen", "not both"},
+		{"epp pool listen bad", func(c *Config) {
+			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", KVEventsListen: "tcp://h"}
+		}, "epp.pool.kv_events_listen", "ZMQ endpoint to bind"},
+		{"kv_events_listen without events", func(c *Config) { m0(c).KVEventsListen = "tcp://*:5557" }, "models[0].kv_events_listen", "needs index: events"},
+		{"kv_events_listen bad", func(c *Config) { events(c); m0(c).KVEventsListen = "5557" }, "models[0].kv_events_listen", "ZMQ endpoint to bind"},
+		{"kv_events_listen and a group topic", func(c *Config) {
+			events(c)
+			m0(c).KVEventsListen = "tcp://*:5557"
+			withDNS(c).KVEventsTopic = "kv"
+		}, "models[0].dns[0].kv_events_topic", "own topic"},
 		{"epp pool kv port", func(c *Config) { c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", KVEventsPort: 70000} }, "epp.pool.kv_events_port", ""},
 		{"epp leader election without a pool", func(c *Config) { c.EPP.LeaderElection.Enabled = true }, "epp.leader_election.enabled", "needs epp.pool"},
 		{"epp lease name", func(c *Config) {
@@ -366,6 +379,16 @@ func TestValidateAccepts(t *testing.T) {
 		mutate func(*Config)
 	}{
 		{"admin off", func(c *Config) { c.AdminListen = "" }},
+		{"events from kv_events_listen", func(c *Config) {
+			c.Models[0].Index, c.Models[0].KVEventsListen = IndexEvents, "tcp://*:5557"
+			c.Models[0].Replicas[0].KVEventsTopic = "kv@a@m"
+			c.Models[0].Replicas[0].KVEventsReplay = "tcp://h:5558"
+			c.Models[0].DNS = []DNSGroup{{Name: "g", Host: "vllm", Port: 8000, Scheme: "http", KVEventsReplayPort: 5558}}
+		}},
+		{"epp pool events from kv_events_listen", func(c *Config) {
+			c.Models[0].Index, c.Models[0].Replicas = IndexEvents, nil
+			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", KVEventsListen: "tcp://0.0.0.0:5557", KVEventsReplayPort: 5558}
+		}},
 		{"listen any host, port 0", func(c *Config) { c.Listen = ":0" }},
 		{"listen ipv6", func(c *Config) { c.Listen = "[::1]:8080" }},
 		{"drain 0", func(c *Config) { c.DrainTimeout = 0 }},

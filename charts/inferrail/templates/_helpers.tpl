@@ -178,10 +178,24 @@ the InferencePool it watches.
 {{- $_ := set $le "enabled" .Values.epp.leaderElection.enabled -}}
 {{- $_ := set $epp "leader_election" $le -}}
 {{- $pool := include "inferrail.epp.poolName" . -}}
+{{- $kv := int .Values.epp.kvEventsPort -}}
+{{- if and $kv (not $pool) -}}
+{{- fail "epp.kvEventsPort: the engine pods publish to the picker's Service: set epp.pool.name or epp.inferencePool.create" -}}
+{{- end -}}
+{{- if and $kv (gt (int .Values.epp.replicaCount) 1) -}}
+{{- fail (printf "epp.kvEventsPort with epp.replicaCount %v: each pod's KV events would reach one picker only; with several pickers let each connect to every pod (config.epp.pool.kv_events_port) and set epp.kvEventsPort to 0" .Values.epp.replicaCount) -}}
+{{- end -}}
 {{- if $pool -}}
 {{- $p := deepCopy (default (dict) (get $epp "pool")) -}}
 {{- $_ := set $p "name" $pool -}}
 {{- $_ := set $p "namespace" (include "inferrail.epp.poolNamespace" .) -}}
+{{- if $kv -}}
+{{- $listen := printf "tcp://*:%d" $kv -}}
+{{- if and (hasKey $p "kv_events_listen") (ne (toString $p.kv_events_listen) $listen) -}}
+{{- fail (printf "config.epp.pool.kv_events_listen (%v): leave it out: the chart sets it to %q from epp.kvEventsPort" $p.kv_events_listen $listen) -}}
+{{- end -}}
+{{- $_ := set $p "kv_events_listen" $listen -}}
+{{- end -}}
 {{- $_ := set $epp "pool" $p -}}
 {{- end -}}
 {{- $_ := set $cfg "epp" $epp -}}

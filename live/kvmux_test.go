@@ -1,0 +1,95 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferrail/inferrail/engine"
+	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/engine/kvevents"
+	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/live/config"
+)
+
+// centralEngine starts an engine on 127.0.0.1:port whose KV events go out
+// through a publisher that connects to listen, on topic.
+func centralEngine(t *testing.T, port int, listen, topic string) *upstream {
+	t.Helper()
+	kc := kvevents.DefaultConfig()
+	kc.EnableKVCacheEvents, kc.Endpoint, kc.Topic = true, listen, topic
+	pub, err := kvevents.NewPublisher(context.Background(), kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	cfg := server.Config{Engine: testEngineConfig()}
+	cfg.Engine.EnableKVEvents = true
+	cfg.KVEvents = func(at time.Time, evs []engine.KVEvent, tokens func(kvblock.Hash) []uint32) {
+		pub.Publish(kvevents.Batch{TS: float64(at.UnixNano()) / 1e9, Events: kvevents.FromEngine(evs, tokens)})
+	}
+	u := &upstream{t: t, cfg: cfg}
+	u.start(fmt.Sprintf("127.0.0.1:%d", port))
+	t.Cleanup(u.kill)
+	return u
+}
+
+// llm-d's central KV-events mode: the proxy binds kv_events_listen, the
+// engines' publishers connect to it, each on its topic kv@HOST:PORT@MODEL
+// (or a listed replica's own kv_events_topic), and each topic's events
+// reach its replica's index; a topic that names no replica is counted and
+// dropped.
+func TestKVEventsListen(t *testing.T) {
+	listen := fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t))
+	pa, pb := freeTCPPort(t), freeTCPPort(t)
+	ua := centralEngine(t, pa, listen, fmt.Sprintf("kv@127.0.0.1:%d@%s", pa, server.DefaultModelName))
+	ub := centralEngine(t, pb, listen, "engine-b")
+	stray := centralEngine(t, freeTCPPort(t), listen, "kv@10.9.9.9:8000@other")
+	o := testConfig(t, ua, ub)
+	o.Models[0].Index, o.Models[0].KVEventsListen = config.IndexEvents, listen
+	o.Models[0].Replicas[1].KVEventsTopic = "engine-b" // its own topic, exactly
+	g := startGateway(t, o)
+	strayBase := stray.url()
+	// Until both replicas' batches are applied (the publishers connect
+	// with ZMQ's slow joiner): new prompts each round, as a cached one
+	// stores no block and publishes nothing.
+	round := 0
+	waitUntil(t, "KV events from both engines", 20*time.Second, func() bool {
+		round++
+		for i := range 4 {
+			g.complete(context.Background(), words(1000+round*200+i*40, 40), 2)
+		}
+		// The stray engine is no replica: its events are dropped.
+		if resp, err := g.client.Post(strayBase+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "`+words(20000+round*40, 40)+`", "max_tokens": 1}`)); err == nil {
+			resp.Body.Close()
+		}
+		time.Sleep(50 * time.Millisecond)
+		for _, r := range []string{"a", "b"} {
+			if testutil.ToFloat64(g.met.kvEvents.WithLabelValues(server.DefaultModelName, r, "applied")) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	prompt := words(9000, 100)
+	resp, _, err := g.complete(context.Background(), prompt, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := resp.Header.Get(HeaderReplica)
+	time.Sleep(100 * time.Millisecond)
+	resp, _, err = g.complete(context.Background(), prompt, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Header.Get(HeaderReplica) != first || resp.Header.Get(HeaderPredicted) != "96" {
+		t.Fatalf("repeat went to %s (first %s) predicting %s cached tokens", resp.Header.Get(HeaderReplica), first, resp.Header.Get(HeaderPredicted))
+	}
+	waitUntil(t, "the stray topic counted", 5*time.Second, func() bool {
+		return testutil.ToFloat64(g.met.kvEvents.WithLabelValues(server.DefaultModelName, "", "unrouted")) > 0
+	})
+}

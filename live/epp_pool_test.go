@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inferrail/inferrail/engine/kvevents"
+	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/live/config"
 )
 
@@ -244,4 +246,35 @@ func TestEPPPoolKVEvents(t *testing.T) {
 	if p := again.respHeaders[strings.ToLower(HeaderPredicted)]; p != "96" {
 		t.Fatalf("the repeat predicted %q cached tokens, want 96 (the engine's events)", p)
 	}
+}
+
+// llm-d's central mode for a pool: the picker binds kv_events_listen and
+// the pod's engine connects to it on topic kv@POD_IP:PORT@MODEL, which
+// names the pod's replica.
+func TestEPPPoolKVEventsListen(t *testing.T) {
+	listen := fmt.Sprintf("tcp://127.0.0.1:%d", freeTCPPort(t))
+	pn := freeTCPPort(t)
+	up := centralEngine(t, pn, listen, fmt.Sprintf("kv@127.0.0.1:%d@%s", pn, server.DefaultModelName))
+	host, _, _ := net.SplitHostPort(up.addr)
+	kube := fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{poolGVR: "InferencePoolList", podGVR: "PodList", objectiveGVRs[0]: "InferenceObjectiveList", objectiveGVRs[1]: "InferenceObjectiveList"},
+		poolObj(t, map[string]string{"app": "vllm"}, int32(pn)),
+		podObj(t, "p1", "vllm", host, true, false),
+	)
+	c := eppConfig(t)
+	c.Models[0].Index = config.IndexEvents
+	c.EPP.Pool = config.InferencePool{Name: "vllm", Namespace: poolNS, KVEventsListen: listen}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e := startEPP(t, c, Deps{}, eppOptions{kube: kube})
+	waitUntil(t, "the pod", 10*time.Second, func() bool { return len(e.models[0].live()) == 1 })
+	rep := e.models[0].live()[0].name
+	round := 0
+	waitUntil(t, "KV events from the pod", 20*time.Second, func() bool {
+		round++ // a new prompt each round: a cached one publishes nothing
+		e.open(t, envoyReq{path: "/v1/completions", body: completionBody("", words(1000+round*40, 40), 2, false)}).serve()
+		time.Sleep(50 * time.Millisecond)
+		return testutil.ToFloat64(e.met.kvEvents.WithLabelValues(e.models[0].name, rep, "applied")) > 0
+	})
 }

@@ -59,7 +59,8 @@
 // answer teaches, read with internal/openai), streamusage.go (a stream's
 // usage asked for the client and kept from it), model.go (the core, its lock,
 // the waiters and the deadline goroutine), background.go (scrapes, probes,
-// discovery), maxlen.go (max_model_len from the engines' /v1/models), kvsync.go (KV events to the core), pd.go (disaggregated
+// discovery), maxlen.go (max_model_len from the engines' /v1/models), kvsync.go (KV events to the core; kvmux.go the
+// central mode, one bound socket every engine publishes to), pd.go (disaggregated
 // prefill/decode: a request the core sends to a prefill replica first is
 // prefilled there as vLLM's NixlConnector protocol says, then decoded, or
 // prefilled locally when the prefill fails; docs/pd-live.md) and

@@ -51,6 +51,7 @@ type eppStream struct {
 	subset       []string
 	hasSubset    bool
 	generate     bool // a generation request (the rest is answered here)
+	passing      bool // a stored response's request, sent on to its replica (passTo)
 	body         []byte
 	held         int64 // body bytes held against max_inflight_body_bytes
 	trailers     bool  // the body ended with trailers
@@ -106,6 +107,9 @@ func (st *eppStream) run() error {
 	defer st.release()
 	if err := st.readRequest(); err != nil || st.respDone {
 		return err
+	}
+	if st.passing {
+		return st.passOn()
 	}
 	if err := st.route(); err != nil || st.respDone {
 		if err != nil && !st.respDone && st.a != nil {
@@ -270,6 +274,12 @@ func (st *eppStream) onHeaders(msg *extProcPb.ProcessingRequest, h *extProcPb.Ht
 	st.reqID = st.hdr.Get(HeaderRequestID)
 	if !validRequestID(st.reqID) {
 		st.reqID = s.newRequestID()
+	}
+	if rep := st.s.storedHome(st.method, path); rep != nil {
+		// A stored response's request: to the replica that holds it
+		// (responses.go), outside the core.
+		st.passing = true
+		return true, st.passTo(rep)
 	}
 	if _, ok := opOf(path); st.method != http.MethodPost || !ok {
 		// Answered here as live's client handler answers it.
@@ -802,4 +812,86 @@ func stringsOf(v *structpb.Value) []string {
 		return out
 	}
 	return nil
+}
+
+// passTo sends a stored response's request (GET /v1/responses/{id},
+// POST /v1/responses/{id}/cancel) to rep, the replica that holds the
+// response, without the core: it computes nothing there.
+func (st *eppStream) passTo(rep *replica) error {
+	ep := endpointOf(rep)
+	st.ar.replica = rep.name
+	common := &extProcPb.CommonResponse{HeaderMutation: &extProcPb.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(eppDestination, ep)}}, ClearRouteCache: true}
+	meta := &structpb.Struct{Fields: map[string]*structpb.Value{
+		eppLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{eppDestination: structpb.NewStringValue(ep)}}),
+	}}
+	return st.send(&extProcPb.ProcessingResponse{DynamicMetadata: meta,
+		Response: &extProcPb.ProcessingResponse_RequestHeaders{RequestHeaders: &extProcPb.HeadersResponse{Response: common}}})
+}
+
+// passOn answers the rest of a passed request's stream unchanged (its body,
+// the response's headers, body and trailers) until Envoy ends it, within
+// request_timeout, and eppLinger once the response has ended.
+func (st *eppStream) passOn() error {
+	defer st.s.logAccess(&http.Request{RemoteAddr: clientAddr(st.hdr)}, &st.ar)
+	deadline := time.NewTimer(st.s.cfg.RequestTimeout)
+	defer deadline.Stop()
+	var linger <-chan time.Time
+	for {
+		var msg *extProcPb.ProcessingRequest
+		var ok bool
+		select {
+		case msg, ok = <-st.msgs:
+		case <-deadline.C:
+			return grpcError(codes.DeadlineExceeded, "the request did not complete within request_timeout (%v)", st.s.cfg.RequestTimeout)
+		case <-linger:
+			return nil
+		}
+		if !ok {
+			return st.endErr()
+		}
+		var r *extProcPb.ProcessingResponse
+		end := false
+		switch v := msg.Request.(type) {
+		case *extProcPb.ProcessingRequest_RequestBody:
+			r = &extProcPb.ProcessingResponse{Response: &extProcPb.ProcessingResponse_RequestBody{RequestBody: passBody(v.RequestBody, st.reqMode)}}
+		case *extProcPb.ProcessingRequest_RequestTrailers:
+			r = &extProcPb.ProcessingResponse{Response: &extProcPb.ProcessingResponse_RequestTrailers{RequestTrailers: &extProcPb.TrailersResponse{}}}
+		case *extProcPb.ProcessingRequest_ResponseHeaders:
+			for _, h := range v.ResponseHeaders.GetHeaders().GetHeaders() {
+				if h.GetKey() == ":status" {
+					st.ar.status, _ = strconv.Atoi(string(h.GetRawValue()))
+				}
+			}
+			end = v.ResponseHeaders.GetEndOfStream()
+			r = &extProcPb.ProcessingResponse{Response: &extProcPb.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extProcPb.HeadersResponse{}}}
+		case *extProcPb.ProcessingRequest_ResponseBody:
+			end = v.ResponseBody.GetEndOfStream()
+			r = &extProcPb.ProcessingResponse{Response: &extProcPb.ProcessingResponse_ResponseBody{ResponseBody: passBody(v.ResponseBody, st.respMode)}}
+		case *extProcPb.ProcessingRequest_ResponseTrailers:
+			end = true
+			r = &extProcPb.ProcessingResponse{Response: &extProcPb.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extProcPb.TrailersResponse{}}}
+		case nil:
+			continue
+		default:
+			return grpcError(codes.InvalidArgument, "unexpected %T", v)
+		}
+		if err := st.send(r); err != nil {
+			return err
+		}
+		if end && linger == nil {
+			t := time.NewTimer(eppLinger)
+			defer t.Stop()
+			linger = t.C
+		}
+	}
+}
+
+// passBody is the answer to a body chunk passed on unchanged: in
+// FULL_DUPLEX_STREAMED mode the chunk itself goes back.
+func passBody(b *extProcPb.HttpBody, mode procmode.ProcessingMode_BodySendMode) *extProcPb.BodyResponse {
+	if mode == procmode.ProcessingMode_FULL_DUPLEX_STREAMED {
+		return &extProcPb.BodyResponse{Response: &extProcPb.CommonResponse{BodyMutation: &extProcPb.BodyMutation{Mutation: &extProcPb.BodyMutation_StreamedResponse{
+			StreamedResponse: &extProcPb.StreamedBodyResponse{Body: b.GetBody(), EndOfStream: b.GetEndOfStream()}}}}}
+	}
+	return &extProcPb.BodyResponse{Response: &extProcPb.CommonResponse{}}
 }

@@ -94,6 +94,7 @@ func startEPP(t testing.TB, c *config.Config, deps Deps, o eppOptions) *testEPP 
 
 // envoyReq is a request as Envoy's ext_proc filter hands it over.
 type envoyReq struct {
+	method string // "" is POST
 	path   string
 	body   []byte
 	chunks int // the body in this many chunks (0, 1: one)
@@ -145,7 +146,11 @@ type eppCall struct {
 func hv(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, RawValue: []byte(v)} }
 
 func (r envoyReq) headers() *extProcPb.HttpHeaders {
-	hs := []*corev3.HeaderValue{hv(":method", "POST"), hv(":path", r.path), hv(":authority", "gateway"), hv("content-type", "application/json"),
+	method := r.method
+	if method == "" {
+		method = http.MethodPost
+	}
+	hs := []*corev3.HeaderValue{hv(":method", method), hv(":path", r.path), hv(":authority", "gateway"), hv("content-type", "application/json"),
 		hv("content-length", strconv.Itoa(len(r.body)))}
 	for k, v := range r.header {
 		hs = append(hs, hv(strings.ToLower(k), v))
@@ -356,7 +361,11 @@ func (c *eppCall) forward() *http.Response {
 	if c.pick.endpoint == "" {
 		c.t.Fatalf("no endpoint picked: %+v", c.pick)
 	}
-	req, err := http.NewRequest(http.MethodPost, "http://"+c.pick.endpoint+c.req.path, bytes.NewReader(c.pick.body))
+	method := c.req.method
+	if method == "" {
+		method = http.MethodPost
+	}
+	req, err := http.NewRequest(method, "http://"+c.pick.endpoint+c.req.path, bytes.NewReader(c.pick.body))
 	if err != nil {
 		c.t.Fatal(err)
 	}

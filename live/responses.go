@@ -195,6 +195,43 @@ func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
 	}
 }
 
+// storedHome is the replica (and its model) that holds the response a
+// stored response's request names (GET /v1/responses/{id}, POST
+// /v1/responses/{id}/cancel), nil for any other request or an id the
+// proxy does not know.
+func (s *Server) storedHome(method, path string) *replica {
+	_, rep := s.storedAt(method, path)
+	return rep
+}
+
+func (s *Server) storedAt(method, path string) (*model, *replica) {
+	rest, ok := strings.CutPrefix(path, "/v1/responses/")
+	if !ok {
+		return nil, nil
+	}
+	id, sub, _ := strings.Cut(rest, "/")
+	switch {
+	case id == "" || len(id) > maxResponseID:
+		return nil, nil
+	case method == http.MethodGet && sub == "" && !strings.Contains(rest, "/"):
+	case method == http.MethodPost && sub == "cancel":
+	default:
+		return nil, nil
+	}
+	at, ok := s.homes.get(id)
+	if !ok {
+		return nil, nil
+	}
+	m, _, _ := s.lookup(at.model)
+	if m == nil {
+		return nil, nil
+	}
+	if rep := m.lookup(at.replica); rep != nil {
+		return m, rep
+	}
+	return nil, nil
+}
+
 // maxResponseID bounds the id in /v1/responses/{id}.
 const maxResponseID = 256
 
@@ -225,15 +262,7 @@ func (s *Server) handleStoredResponse(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxStoredBody))
 	rc.SetReadDeadline(time.Time{})
 	id := r.PathValue("id")
-	var m *model
-	var rep *replica
-	if len(id) <= maxResponseID {
-		if at, ok := s.homes.get(id); ok {
-			if m, _, _ = s.lookup(at.model); m != nil {
-				rep = m.lookup(at.replica)
-			}
-		}
-	}
+	m, rep := s.storedAt(r.Method, r.URL.Path)
 	if rep == nil {
 		ar.status, ar.outcome = http.StatusNotFound, "unknown_response"
 		s.writeError(w, http.StatusNotFound, "invalid_request_error", "response_not_found",

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extProcPb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inferrail/inferrail/engine/server"
@@ -320,15 +318,18 @@ func TestEPPResponses(t *testing.T) {
 	if call.pick.status() != http.StatusServiceUnavailable || call.pick.errorCode(t) != "response_replica_unavailable" {
 		t.Fatalf("the home outside the subset: %+v", call.pick)
 	}
-	s, err := e.client.Process(t.Context())
-	if err != nil {
-		t.Fatal(err)
+	// GET /v1/responses/{id}: sent on to the home, passed through; an
+	// unknown id is live's 404.
+	get := e.open(t, envoyReq{method: http.MethodGet, path: "/v1/responses/" + r.ID})
+	if get.pick.endpoint != home {
+		t.Fatalf("GET picked %q, the response is on %q: %+v", get.pick.endpoint, home, get.pick)
 	}
-	hs := &extProcPb.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{hv(":method", "GET"), hv(":path", "/v1/responses/"+r.ID)}}, EndOfStream: true}
-	s.Send(&extProcPb.ProcessingRequest{Request: &extProcPb.ProcessingRequest_RequestHeaders{RequestHeaders: hs}})
-	got, err := s.Recv()
-	if p := (eppPick{immediate: got.GetImmediateResponse()}); err != nil || p.status() != http.StatusOK || !bytes.Contains(p.immediate.GetBody(), []byte(r.ID)) {
-		t.Fatalf("GET through the picker: %v %v", got, err)
+	if b := get.serve(); !bytes.Contains(b, []byte(r.ID)) {
+		t.Fatalf("GET through the picker: %s", b)
+	}
+	unknown := e.open(t, envoyReq{method: http.MethodGet, path: "/v1/responses/resp_nosuch"})
+	if unknown.pick.status() != http.StatusNotFound {
+		t.Fatalf("GET an unknown id: %+v", unknown.pick)
 	}
 	waitUntil(t, "idle", 5*time.Second, func() bool { return idle(e.Server) })
 }

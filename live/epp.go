@@ -1,11 +1,13 @@
 package live
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -393,4 +395,32 @@ func (m *model) moveTo(a *attempt, req gateway.Request, r *replica) *attempt {
 	m.submit(b, req)
 	m.abort(a, true)
 	return b
+}
+
+// fallbacks are up to n of m's replicas other than pick that could serve a
+// request restricted to allowed (nil: any): healthy, not ejected, not
+// prefill-only, the least loaded (in flight, then pending) first.
+func fallbacks(m *model, pick *replica, allowed []int, n int) []*replica {
+	snap := m.snapshot()
+	var out []replicaSnap
+	for _, r := range snap.reps {
+		switch {
+		case r.rep == pick, !r.st.Healthy, r.st.EjectedNow, r.rep.role == gateway.RolePrefill:
+			continue
+		case allowed != nil && !slices.Contains(allowed, r.rep.idx):
+			continue
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b replicaSnap) int {
+		if c := cmp.Compare(a.st.Load.InFlight, b.st.Load.InFlight); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.st.Load.Pending, b.st.Load.Pending)
+	})
+	reps := make([]*replica, 0, min(n, len(out)))
+	for _, r := range out[:min(n, len(out))] {
+		reps = append(reps, r.rep)
+	}
+	return reps
 }

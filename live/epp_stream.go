@@ -430,6 +430,13 @@ func (st *eppStream) route() error {
 	s.logDecision(st.reqID, m, &in.req, a, st.took)
 	st.ar.replica = a.rep.name
 	ep := endpointOf(a.rep)
+	if n := s.cfg.EPP.FallbackEndpoints; n > 0 && a.pre == nil {
+		// The gateway's retries, should the pick fail before an answer;
+		// where one is served, served() accounts the move.
+		for _, f := range fallbacks(m, a.rep, in.req.Allowed, n) {
+			ep += "," + endpointOf(f)
+		}
+	}
 
 	set := []*corev3.HeaderValueOption{setHeader(eppDestination, ep)}
 	remove := pickerHeaders // llm-d's request headers: the engine needs none

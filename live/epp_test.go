@@ -1278,3 +1278,38 @@ func TestEPPPrefillForTheSidecar(t *testing.T) {
 func pdOutcome(s *Server, o string) float64 {
 	return counterSum(s, "inferrail_pd_requests_total", "outcome", o)
 }
+
+// epp.fallback_endpoints: the destination (header and metadata alike)
+// lists the pick, then the least loaded other replicas the request may
+// go to (within the subset hint); a fallback that serves is accounted the
+// request.
+func TestEPPFallbackEndpoints(t *testing.T) {
+	ups := []*upstream{newUpstream(t, server.Config{Engine: testEngineConfig()}), newUpstream(t, server.Config{Engine: testEngineConfig()}), newUpstream(t, server.Config{Engine: testEngineConfig()})}
+	c := eppConfig(t, ups...)
+	c.EPP.FallbackEndpoints = 2
+	e := startEPP(t, c, Deps{}, eppOptions{})
+	body := completionBody("", words(10, 20), 2, false)
+	call := e.open(t, envoyReq{path: "/v1/completions", body: body})
+	eps := strings.Split(call.pick.endpoint, ",")
+	if len(eps) != 3 || call.pick.meta != call.pick.endpoint || eps[0] == eps[1] || eps[1] == eps[2] || eps[0] == eps[2] {
+		t.Fatalf("destination %q, metadata %q: want the pick and 2 other replicas", call.pick.endpoint, call.pick.meta)
+	}
+	call.pick.endpoint = eps[1] // the pick failed: Envoy's first fallback serves
+	resp := call.forward()
+	call.respond(resp, eps[1])
+	if got := call.respHeaders[strings.ToLower(HeaderReplica)]; got != replicaNamed(c, eps[1]) {
+		t.Fatalf("served by the fallback %s: the response says %q", eps[1], got)
+	}
+	call.relayBody(resp)
+	call.finish()
+	waitUntil(t, "idle", 5*time.Second, func() bool { return idle(e.Server) })
+	if outcome(e.Server, "ok") != 1 {
+		t.Fatalf("%v requests ok, want 1", outcome(e.Server, "ok"))
+	}
+	// Within the subset hint: the one other replica it names.
+	b, cc := hostOf(ups[1].url()), hostOf(ups[2].url())
+	sub := e.open(t, envoyReq{path: "/v1/completions", body: body, subset: []string{b, cc}})
+	if eps := strings.Split(sub.pick.endpoint, ","); len(eps) != 2 || !slices.Contains(eps, b) || !slices.Contains(eps, cc) {
+		t.Fatalf("subset %s,%s: destination %q", b, cc, sub.pick.endpoint)
+	}
+}

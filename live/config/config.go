@@ -341,6 +341,13 @@ type EPP struct {
 	// LeaderElection runs several pickers for one pool, one of them
 	// ready at a time.
 	LeaderElection LeaderElection `yaml:"leader_election"`
+	// FallbackEndpoints is how many endpoints follow the pick in the
+	// destination header and metadata (the protocol's comma-separated
+	// list: the gateway tries them in turn when the pick fails before an
+	// answer): the model's other healthy replicas the request may go to,
+	// the least loaded first. 0 to 8; default 0 (the pick alone, as
+	// llm-d's picker does by default).
+	FallbackEndpoints int `yaml:"fallback_endpoints"`
 }
 
 // LeaderElection lets several endpoint pickers run for one InferencePool

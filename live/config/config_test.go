@@ -171,7 +171,7 @@ dns_refresh: 1m
 record: {path: ` + filepath.Join(logDir, "rec.parquet") + `, rotate_bytes: 1MiB, rotate_interval: 2m, flush_interval: 3s, sample: 0.5, salt_file: ` + saltFile + `, buffer: 9}
 tracing: {endpoint: "http://127.0.0.1:4318/v1/traces", sample_ratio: 0.5, headers: {authorization: "Bearer x"}, timeout: 3s, service_name: gw}
 epp: {listen: "127.0.0.1:9100", secure_serving: false, pool: {name: vllm, namespace: llm, model: big, kubeconfig: /tmp/kc, kv_events_port: 5557, kv_events_replay_port: 5558, kv_events_topic: kv},
-  leader_election: {enabled: true, lease_name: picker-lease, lease_duration: 20s, renew_deadline: 12s, retry_period: 3s}}
+  leader_election: {enabled: true, lease_name: picker-lease, lease_duration: 20s, renew_deadline: 12s, retry_period: 3s}, fallback_endpoints: 2}
 auth: none
 tenancy:
   store: postgres://gw:pw@db.example:5432/inferrail
@@ -258,7 +258,7 @@ models:
 		DNSRefresh:  time.Minute,
 		Tracing:     Tracing{"http://127.0.0.1:4318/v1/traces", 0.5, map[string]string{"authorization": "Bearer x"}, 3 * time.Second, "gw"},
 		EPP: EPP{"127.0.0.1:9100", false, TLS{}, InferencePool{"vllm", "llm", "big", "/tmp/kc", 5557, 5558, "kv", ""},
-			LeaderElection{true, "picker-lease", 20 * time.Second, 12 * time.Second, 3 * time.Second}},
+			LeaderElection{true, "picker-lease", 20 * time.Second, 12 * time.Second, 3 * time.Second}, 2},
 		Auth: AuthNone,
 		Tenancy: Tenancy{
 			Store: "postgres://gw:pw@db.example:5432/inferrail", AuthCacheTTL: 2 * time.Second, UsageFlushInterval: 3 * time.Second,

@@ -292,6 +292,7 @@ func (c *Config) Validate() error {
 			k.fail("epp.pool.kv_events_port", "required with kv_events_replay_port or kv_events_topic (the port each pod publishes its KV events on)")
 		}
 	}
+	k.intIn("epp.fallback_endpoints", c.EPP.FallbackEndpoints, 0, maxFallbackEndpoints)
 	if le := c.EPP.LeaderElection; le.Enabled {
 		const lp = "epp.leader_election"
 		if c.EPP.Pool.Name == "" {
@@ -512,6 +513,9 @@ func nameProblem(s string) string {
 	}
 	return ""
 }
+
+// maxFallbackEndpoints bounds epp.fallback_endpoints.
+const maxFallbackEndpoints = 8
 
 func (k *checker) model(p string, m *Model) {
 	if names := router.Names(); !slices.Contains(names, m.Policy) {

@@ -107,6 +107,7 @@ func TestValidateRules(t *testing.T) {
 			m0(c).Replicas, m0(c).Index = nil, IndexEvents
 			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d"}
 		}, "epp.pool.kv_events_port", "required with index: events"},
+		{"epp fallback_endpoints", func(c *Config) { c.EPP.FallbackEndpoints = 9 }, "epp.fallback_endpoints", "from 0 to 8"},
 		{"epp pool listen and port", func(c *Config) {
 			c.EPP.Pool = InferencePool{Name: "p", Namespace: "d", KVEventsPort: 5557, KVEventsListen: "tcp://*:5557"}
 		}, "epp.pool.kv_events_listen", "not both"},

@@ -77,8 +77,11 @@ type inbound struct {
 	// itself): its blocks are keyed by it.
 	adapter string
 	// home is the replica a Responses API request is pinned to: the one
-	// that answered the response it continues (responses.go).
-	home string
+	// that answered the response it continues (responses.go), homeOwner
+	// the API key that response was made with ("" without auth: keys).
+	home, homeOwner string
+	// owner is the request's API key id with auth: keys, "" otherwise.
+	owner string
 }
 
 // engineModel is the model the engine serves in: the model's name, or the

@@ -121,8 +121,9 @@ type homes struct {
 }
 
 // home is where a response was answered: its model and replica's names
-// (looked up again when used: a replica may be gone since).
-type home struct{ model, replica string }
+// (looked up again when used: a replica may be gone since), and with
+// auth: keys the key it was made with (no other key reads it).
+type home struct{ model, replica, owner string }
 
 func (h *homes) put(id string, at home) {
 	h.mu.Lock()
@@ -165,22 +166,16 @@ func (s *Server) pinResponse(in *inbound) {
 	if in.f.PreviousResponseID == nil {
 		return
 	}
-	rep := s.homeOf(*in.f.PreviousResponseID, in.m)
+	at, ok := s.homes.get(*in.f.PreviousResponseID)
+	if !ok || at.model != in.m.name {
+		return
+	}
+	rep := in.m.lookup(at.replica)
 	if rep == nil {
 		return
 	}
 	in.req.Allowed = []int{rep.idx}
-	in.home = rep.name
-}
-
-// homeOf is the replica of m that answered response id, nil when unknown
-// or gone.
-func (s *Server) homeOf(id string, m *model) *replica {
-	at, ok := s.homes.get(id)
-	if !ok || at.model != m.name {
-		return nil
-	}
-	return m.lookup(at.replica)
+	in.home, in.homeOwner = rep.name, at.owner
 }
 
 // remember notes the replica that answered a Responses API request, when
@@ -191,7 +186,7 @@ func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
 		return
 	}
 	if id := ans.responseID(); id != "" {
-		s.homes.put(id, home{model: in.m.name, replica: rep.name})
+		s.homes.put(id, home{model: in.m.name, replica: rep.name, owner: in.owner})
 	}
 }
 
@@ -200,36 +195,37 @@ func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
 // /v1/responses/{id}/cancel), nil for any other request or an id the
 // proxy does not know.
 func (s *Server) storedHome(method, path string) *replica {
-	_, rep := s.storedAt(method, path)
+	_, rep, _ := s.storedAt(method, path)
 	return rep
 }
 
-func (s *Server) storedAt(method, path string) (*model, *replica) {
+// storedAt is storedHome with the response's model and owner (its key).
+func (s *Server) storedAt(method, path string) (*model, *replica, string) {
 	rest, ok := strings.CutPrefix(path, "/v1/responses/")
 	if !ok {
-		return nil, nil
+		return nil, nil, ""
 	}
 	id, sub, _ := strings.Cut(rest, "/")
 	switch {
 	case id == "" || len(id) > maxResponseID:
-		return nil, nil
+		return nil, nil, ""
 	case method == http.MethodGet && sub == "" && !strings.Contains(rest, "/"):
 	case method == http.MethodPost && sub == "cancel":
 	default:
-		return nil, nil
+		return nil, nil, ""
 	}
 	at, ok := s.homes.get(id)
 	if !ok {
-		return nil, nil
+		return nil, nil, ""
 	}
 	m, _, _ := s.lookup(at.model)
 	if m == nil {
-		return nil, nil
+		return nil, nil, ""
 	}
 	if rep := m.lookup(at.replica); rep != nil {
-		return m, rep
+		return m, rep, at.owner
 	}
-	return nil, nil
+	return nil, nil, ""
 }
 
 // maxResponseID bounds the id in /v1/responses/{id}.
@@ -252,7 +248,8 @@ func (s *Server) handleStoredResponse(w http.ResponseWriter, r *http.Request) {
 	} else {
 		w.Header().Set(HeaderRequestID, reqID)
 	}
-	if _, ok := s.authenticate(w, r, ar); !ok {
+	g, ok := s.authenticate(w, r, ar)
+	if !ok {
 		return
 	}
 	// These requests carry no body: what a client sends is read and
@@ -262,7 +259,10 @@ func (s *Server) handleStoredResponse(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxStoredBody))
 	rc.SetReadDeadline(time.Time{})
 	id := r.PathValue("id")
-	m, rep := s.storedAt(r.Method, r.URL.Path)
+	m, rep, owner := s.storedAt(r.Method, r.URL.Path)
+	if rep != nil && g != nil && s.ten.auth && owner != g.key.ID {
+		rep = nil // another key's: as if it did not exist
+	}
 	if rep == nil {
 		ar.status, ar.outcome = http.StatusNotFound, "unknown_response"
 		s.writeError(w, http.StatusNotFound, "invalid_request_error", "response_not_found",

@@ -265,9 +265,9 @@ func TestResponsesChat(t *testing.T) {
 // newer half fills, and an id read again is kept.
 func TestHomesBounded(t *testing.T) {
 	var h homes
-	h.put("keep", home{"m", "a"})
+	h.put("keep", home{model: "m", replica: "a"})
 	for i := range maxHomes {
-		h.put(fmt.Sprint(i), home{"m", "b"})
+		h.put(fmt.Sprint(i), home{model: "m", replica: "b"})
 		if i == maxHomes/4 {
 			if _, ok := h.get("keep"); !ok {
 				t.Fatal("lost early")
@@ -332,4 +332,47 @@ func TestEPPResponses(t *testing.T) {
 		t.Fatalf("GET an unknown id: %+v", unknown.pick)
 	}
 	waitUntil(t, "idle", 5*time.Second, func() bool { return idle(e.Server) })
+}
+
+// With auth: keys a stored response is its key's: another key can neither
+// continue nor read it (404, as if it did not exist), its own can.
+func TestResponsesScopedToKey(t *testing.T) {
+	g := startTenantGateway(t, storeEngine(t), nil, Deps{})
+	_, keyA := g.createKey(t, map[string]any{"name": "a"})
+	_, keyB := g.createKey(t, map[string]any{"name": "b"})
+	call := func(key, method, path string, body map[string]any) (int, []byte) {
+		t.Helper()
+		var rd io.Reader
+		if body != nil {
+			b, _ := json.Marshal(body)
+			rd = bytes.NewReader(b)
+		}
+		req, _ := http.NewRequest(method, g.base+path, rd)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := g.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	status, b := call(keyA, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 2})
+	var r responseBody
+	if status != http.StatusOK || json.Unmarshal(b, &r) != nil || r.ID == "" {
+		t.Fatalf("a: %d %s", status, b)
+	}
+	next := map[string]any{"previous_response_id": r.ID, "input": "more", "max_output_tokens": 2}
+	if status, b := call(keyB, http.MethodPost, "/v1/responses", next); status != http.StatusNotFound || !bytes.Contains(b, []byte("not found")) {
+		t.Fatalf("b continuing a's response: %d %s", status, b)
+	}
+	if status, b := call(keyB, http.MethodGet, "/v1/responses/"+r.ID, nil); status != http.StatusNotFound {
+		t.Fatalf("b reading a's response: %d %s", status, b)
+	}
+	if status, b := call(keyA, http.MethodPost, "/v1/responses", next); status != http.StatusOK {
+		t.Fatalf("a continuing its own: %d %s", status, b)
+	}
+	if status, b := call(keyA, http.MethodGet, "/v1/responses/"+r.ID, nil); status != http.StatusOK || !bytes.Contains(b, []byte(r.ID)) {
+		t.Fatalf("a reading its own: %d %s", status, b)
+	}
 }

@@ -89,7 +89,14 @@ func TestKVEventsListen(t *testing.T) {
 	if resp.Header.Get(HeaderReplica) != first || resp.Header.Get(HeaderPredicted) != "96" {
 		t.Fatalf("repeat went to %s (first %s) predicting %s cached tokens", resp.Header.Get(HeaderReplica), first, resp.Header.Get(HeaderPredicted))
 	}
-	waitUntil(t, "the stray topic counted", 5*time.Second, func() bool {
+	// The stray engine's publisher may connect later than the others:
+	// new prompts until its batches are counted.
+	waitUntil(t, "the stray topic counted", 20*time.Second, func() bool {
+		round++
+		if resp, err := g.client.Post(strayBase+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "`+words(20000+round*40, 40)+`", "max_tokens": 1}`)); err == nil {
+			resp.Body.Close()
+		}
+		time.Sleep(50 * time.Millisecond)
 		return testutil.ToFloat64(g.met.kvEvents.WithLabelValues(server.DefaultModelName, "", "unrouted")) > 0
 	})
 }

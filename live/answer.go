@@ -48,9 +48,8 @@ type answer struct {
 	// cached_tokens, prompt its prompt_tokens (-1: not seen).
 	completion, cached, prompt int
 	// whole: a non-streamed body is read whole (its text is wanted, or a
-	// response's id, which leads it); otherwise by its tail. responses:
-	// the answer is the Responses API's.
-	whole, responses bool
+	// response's id, which leads it); otherwise by its tail.
+	whole bool
 	// prefillOnly: an embedding's or a score's answer, whose usage may
 	// say total_tokens alone (vLLM's rerank): that is its prompt. total
 	// is total_tokens (-1: not seen).

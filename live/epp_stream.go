@@ -275,7 +275,7 @@ func (st *eppStream) onHeaders(msg *extProcPb.ProcessingRequest, h *extProcPb.Ht
 	if !validRequestID(st.reqID) {
 		st.reqID = s.newRequestID()
 	}
-	if rep := st.s.storedHome(st.method, path); rep != nil {
+	if _, rep, _ := st.s.storedAt(st.method, path); rep != nil {
 		// A stored response's request: to the replica that holds it
 		// (responses.go), outside the core.
 		st.passing = true

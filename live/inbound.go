@@ -349,6 +349,5 @@ func answerOf(in *inbound, sse bool) *answer {
 	a.prefillOnly = in.op.prefillOnly()
 	// A response's id leads its body: the body is read whole to learn it.
 	a.whole = a.whole || in.op == opResponses
-	a.responses = in.op == opResponses
 	return a
 }

@@ -164,6 +164,11 @@ func freeTCPPort(t *testing.T) int {
 // publishingEngine starts an engine of ec whose KV events go out through a
 // ZMQ publisher of kc.
 func publishingEngine(t *testing.T, ec engine.Config, kc kvevents.Config) (*upstream, *kvevents.Publisher) {
+	return publishingEngineAt(t, "127.0.0.1:0", ec, kc)
+}
+
+// publishingEngineAt is publishingEngine listening on addr.
+func publishingEngineAt(t *testing.T, addr string, ec engine.Config, kc kvevents.Config) (*upstream, *kvevents.Publisher) {
 	t.Helper()
 	pub, err := kvevents.NewPublisher(context.Background(), kc)
 	if err != nil {
@@ -175,7 +180,31 @@ func publishingEngine(t *testing.T, ec engine.Config, kc kvevents.Config) (*upst
 	cfg.KVEvents = func(at time.Time, evs []engine.KVEvent, tokens func(kvblock.Hash) []uint32) {
 		pub.Publish(kvevents.Batch{TS: float64(at.UnixNano()) / 1e9, Events: kvevents.FromEngine(evs, tokens)})
 	}
-	return newUpstream(t, cfg), pub
+	u := &upstream{t: t, cfg: cfg}
+	u.start(addr)
+	t.Cleanup(u.kill)
+	return u, pub
+}
+
+// wantRepeatPredicted sends prompt twice and checks that the repeat goes
+// where the first went, predicted want cached tokens.
+func wantRepeatPredicted(t *testing.T, g *testGateway, prompt, want string) {
+	t.Helper()
+	resp, _, err := g.complete(context.Background(), prompt, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := resp.Header.Get(HeaderReplica)
+	// Long enough for the speculative record to expire would take 2 s; the
+	// events confirm it at once instead: the prediction holds.
+	time.Sleep(100 * time.Millisecond)
+	resp, _, err = g.complete(context.Background(), prompt, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Header.Get(HeaderReplica) != first || resp.Header.Get(HeaderPredicted) != want {
+		t.Fatalf("repeat went to %s (first %s) predicting %s cached tokens, want %s", resp.Header.Get(HeaderReplica), first, resp.Header.Get(HeaderPredicted), want)
+	}
 }
 
 func testEventFedIndex(t *testing.T, bind bool) {
@@ -214,22 +243,7 @@ func testEventFedIndex(t *testing.T, bind bool) {
 		}
 		return n == 2
 	})
-	prompt := words(9000, 100)
-	resp, _, err := g.complete(context.Background(), prompt, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := resp.Header.Get(HeaderReplica)
-	// Long enough for the speculative record to expire would take 2 s; the
-	// events confirm it at once instead: the prediction holds.
-	time.Sleep(100 * time.Millisecond)
-	resp, _, err = g.complete(context.Background(), prompt, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Header.Get(HeaderReplica) != first || resp.Header.Get(HeaderPredicted) != "96" {
-		t.Fatalf("repeat went to %s (first %s) predicting %s cached tokens", resp.Header.Get(HeaderReplica), first, resp.Header.Get(HeaderPredicted))
-	}
+	wantRepeatPredicted(t, g, words(9000, 100), "96")
 }
 
 // DNS groups: every address is a replica; a failed lookup keeps the last

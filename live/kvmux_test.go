@@ -9,8 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/inferrail/inferrail/engine"
-	"github.com/inferrail/inferrail/engine/kvblock"
 	"github.com/inferrail/inferrail/engine/kvevents"
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/live/config"
@@ -22,19 +20,7 @@ func centralEngine(t *testing.T, port int, listen, topic string) *upstream {
 	t.Helper()
 	kc := kvevents.DefaultConfig()
 	kc.EnableKVCacheEvents, kc.Endpoint, kc.Topic = true, listen, topic
-	pub, err := kvevents.NewPublisher(context.Background(), kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close() })
-	cfg := server.Config{Engine: testEngineConfig()}
-	cfg.Engine.EnableKVEvents = true
-	cfg.KVEvents = func(at time.Time, evs []engine.KVEvent, tokens func(kvblock.Hash) []uint32) {
-		pub.Publish(kvevents.Batch{TS: float64(at.UnixNano()) / 1e9, Events: kvevents.FromEngine(evs, tokens)})
-	}
-	u := &upstream{t: t, cfg: cfg}
-	u.start(fmt.Sprintf("127.0.0.1:%d", port))
-	t.Cleanup(u.kill)
+	u, _ := publishingEngineAt(t, fmt.Sprintf("127.0.0.1:%d", port), testEngineConfig(), kc)
 	return u
 }
 
@@ -75,20 +61,7 @@ func TestKVEventsListen(t *testing.T) {
 		}
 		return true
 	})
-	prompt := words(9000, 100)
-	resp, _, err := g.complete(context.Background(), prompt, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := resp.Header.Get(HeaderReplica)
-	time.Sleep(100 * time.Millisecond)
-	resp, _, err = g.complete(context.Background(), prompt, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Header.Get(HeaderReplica) != first || resp.Header.Get(HeaderPredicted) != "96" {
-		t.Fatalf("repeat went to %s (first %s) predicting %s cached tokens", resp.Header.Get(HeaderReplica), first, resp.Header.Get(HeaderPredicted))
-	}
+	wantRepeatPredicted(t, g, words(9000, 100), "96")
 	// The stray engine's publisher may connect later than the others:
 	// new prompts until its batches are counted.
 	waitUntil(t, "the stray topic counted", 20*time.Second, func() bool {

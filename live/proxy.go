@@ -56,14 +56,7 @@ func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg st
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	op, _ := opOf(r.URL.Path)
 	began := time.Now()
-	// The proxy's own id keys the decision log's sampling and goes
-	// upstream; the client's, when it is a sane one, is echoed back.
-	reqID := s.newRequestID()
-	if id := r.Header.Get(HeaderRequestID); validRequestID(id) {
-		w.Header().Set(HeaderRequestID, id)
-	} else {
-		w.Header().Set(HeaderRequestID, reqID)
-	}
+	reqID := s.requestID(w, r)
 	ar := &accessRecord{began: began, method: r.Method, path: r.URL.Path}
 	defer s.logAccess(r, ar)
 	var in *inbound
@@ -267,6 +260,19 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	g.relaying(w.Header(), t, ar)
 	s.relay(w, r, ctx, in, a, t, passThrough, s.showPredicted(in), began, ar)
 	g.done()
+}
+
+// requestID is a new request's id: the proxy's own, which keys the
+// decision log's sampling and goes upstream. The answer echoes the
+// client's x-request-id when it is a sane one, else carries the proxy's.
+func (s *Server) requestID(w http.ResponseWriter, r *http.Request) string {
+	reqID := s.newRequestID()
+	if id := r.Header.Get(HeaderRequestID); validRequestID(id) {
+		w.Header().Set(HeaderRequestID, id)
+	} else {
+		w.Header().Set(HeaderRequestID, reqID)
+	}
+	return reqID
 }
 
 // statusClientGone is the access log's status of a request whose client

@@ -166,6 +166,20 @@ var (
 	}()
 )
 
+// copyAnswerHeaders copies an engine's response headers to the client's
+// answer but the hop-by-hop ones, those its Connection header names, its
+// request id (the proxy answers with its own) and Content-Length (the
+// caller sets it when the body passes unchanged).
+func copyAnswerHeaders(dst, src http.Header) {
+	named := connectionNamed(src)
+	for k, vs := range src {
+		if hopSet[k] || named[k] || k == "Content-Length" || k == HeaderRequestID {
+			continue
+		}
+		dst[k] = vs
+	}
+}
+
 // connectionNamed returns the headers a Connection header names.
 func connectionNamed(h http.Header) map[string]bool {
 	vs := h.Values("Connection")
@@ -396,13 +410,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	}
 	defer t.close()
 	h := w.Header()
-	named := connectionNamed(resp.Header)
-	for k, vs := range resp.Header {
-		if hopSet[k] || named[k] || k == "Content-Length" || k == HeaderRequestID {
-			continue
-		}
-		h[k] = vs
-	}
+	copyAnswerHeaders(h, resp.Header)
 	h.Set(HeaderReplica, a.dec.Name)
 	if showPredicted {
 		h.Set(HeaderPredicted, strconv.Itoa(a.dec.PredictedCachedTokens))

@@ -190,16 +190,10 @@ func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
 	}
 }
 
-// storedHome is the replica (and its model) that holds the response a
-// stored response's request names (GET /v1/responses/{id}, POST
-// /v1/responses/{id}/cancel), nil for any other request or an id the
-// proxy does not know.
-func (s *Server) storedHome(method, path string) *replica {
-	_, rep, _ := s.storedAt(method, path)
-	return rep
-}
-
-// storedAt is storedHome with the response's model and owner (its key).
+// storedAt is the replica that holds the response a stored response's
+// request names (GET /v1/responses/{id}, POST /v1/responses/{id}/cancel),
+// with its model and owner (the key it was made with); nil for any other
+// request or an id the proxy does not know.
 func (s *Server) storedAt(method, path string) (*model, *replica, string) {
 	rest, ok := strings.CutPrefix(path, "/v1/responses/")
 	if !ok {
@@ -242,12 +236,7 @@ func (s *Server) handleStoredResponse(w http.ResponseWriter, r *http.Request) {
 	began := time.Now()
 	ar := &accessRecord{began: began, method: r.Method, path: r.URL.Path}
 	defer s.logAccess(r, ar)
-	reqID := s.newRequestID()
-	if id := r.Header.Get(HeaderRequestID); validRequestID(id) {
-		w.Header().Set(HeaderRequestID, id)
-	} else {
-		w.Header().Set(HeaderRequestID, reqID)
-	}
+	reqID := s.requestID(w, r)
 	g, ok := s.authenticate(w, r, ar)
 	if !ok {
 		return
@@ -303,12 +292,9 @@ func (s *Server) forwardStored(ctx context.Context, rep *replica, r *http.Reques
 // each write bounded by write_timeout.
 func (s *Server) passStored(w http.ResponseWriter, resp *http.Response, rep *replica, ar *accessRecord) {
 	h := w.Header()
-	named := connectionNamed(resp.Header)
-	for k, vs := range resp.Header {
-		if hopSet[k] || named[k] || k == HeaderRequestID {
-			continue
-		}
-		h[k] = vs
+	copyAnswerHeaders(h, resp.Header)
+	if cl := resp.Header.Get("Content-Length"); cl != "" {
+		h.Set("Content-Length", cl) // the body passes unchanged
 	}
 	h.Set(HeaderReplica, rep.name)
 	ar.status = resp.StatusCode

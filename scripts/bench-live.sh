@@ -17,7 +17,7 @@
 # {interval: 1s}" more of live's configuration (top-level keys); LIVE_TOKENIZER=DIR
 # live's tokenizer in place of builtin:sim; ORDER="nginx live ..." the order the
 # proxies are measured in at each rate, "live nginx go-baseline go-raw" by
-# default; DIRECT_AFTER=1 measures the engines directly again after the proxies,
+# default, and nginx-twin among them a second nginx, the method's control; DIRECT_AFTER=1 measures the engines directly again after the proxies,
 # to see how far the baseline drifted; RUNS=4 measures the rates four times
 # over, with a line per rate counting the runs where live's added p99 is
 # within nginx's). Each path is warmed for two seconds at
@@ -60,6 +60,11 @@ LIVE=$!
 PIDS+=($LIVE)
 # nginx on 19081, with the traced proxy's OTLP/HTTP receiver on 19083.
 start_nginx 19081 19083 19001 19002 19003
+ORDER=${ORDER:-live nginx go-baseline go-raw}
+# nginx-twin, when ORDER names it: a second nginx, the same in every way, on
+# 19085: the method's own resolution (how often nginx's added p99 is within
+# nginx's).
+case " $ORDER " in *" nginx-twin "*) start_nginx 19085 0 19001 19002 19003 ;; esac
 go build -o "$TMP/baseline-proxy" ./scripts/baseline-proxy
 # The baselines run with live's runtime settings at these loads: the
 # runtime monitor kept awake (sysmon: awake) and one processor (what procs:
@@ -121,7 +126,6 @@ DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 	echo "| run | rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$OUT/results.md"
-ORDER=${ORDER:-live nginx go-baseline go-raw}
 : >"$OUT/runs.tsv"
 for r in $(seq "$RUNS"); do
 for rate in $RATES; do
@@ -132,9 +136,10 @@ for rate in $RATES; do
 		case $path in
 		live) url=http://127.0.0.1:19080 pids=$LIVE ;;
 		nginx) url=http://127.0.0.1:19081 pids=$(nginx_pids 19081) ;;
+		nginx-twin) url=http://127.0.0.1:19085 pids=$(nginx_pids 19085) ;;
 		go-baseline) url=http://127.0.0.1:19087 pids=$BASELINE_PID ;;
 		go-raw) url=http://127.0.0.1:19088 pids=$RAW_PID ;;
-		*) echo "ORDER: unknown path $path (live, nginx, go-baseline, go-raw)" >&2; exit 2 ;;
+		*) echo "ORDER: unknown path $path (live, nginx, nginx-twin, go-baseline, go-raw)" >&2; exit 2 ;;
 		esac
 		run warm "$url" "$rate" $((rate * 2))
 		# shellcheck disable=SC2086
@@ -173,7 +178,12 @@ for rate in sorted({k[0] for k in rows}):
     ratios = [int(r["live"][1]) / int(r["nginx"][1]) for r in both if r["live"][1].isdigit() and r["nginx"][1].isdigit() and int(r["nginx"][1]) > 0]
     span = f"{min(ratios):.2f}-{max(ratios):.2f}x" if ratios else "-"
     note = f" ({failing} with failed requests, not counted)" if failing else ""
-    print(f"At {rate} req/s: live's added TTFT p99 within nginx's in {within} of {len(both)} runs{note}; its CPU per request {span} nginx's.")
+    twin = ""
+    pair = [r for r in runs if "nginx-twin" in r and "nginx" in r]
+    if pair:
+        k = sum(1 for r in pair if r["nginx-twin"][0] <= r["nginx"][0] and r["nginx-twin"][2] == 0 and r["nginx"][2] == 0)
+        twin = f" The twin nginx's within nginx's in {k} of {len(pair)}."
+    print(f"At {rate} req/s: live's added TTFT p99 within nginx's in {within} of {len(both)} runs{note}; its CPU per request {span} nginx's.{twin}")
 PY
 fi
 

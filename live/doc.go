@@ -67,7 +67,8 @@
 // logging.go (the access log). responses.go is the Responses API's part:
 // its prompt as the chat vLLM renders, and the replica that holds each
 // stored response (a continuation is pinned there; GET /v1/responses/{id}
-// passed to it). tenancy.go is API keys, rate limits and usage metering on the
+// passed to it); locate.go finds that replica for a response another
+// gateway answered. tenancy.go is API keys, rate limits and usage metering on the
 // request path (authenticate before the body, authorize once the model is
 // known, reserve once the request is weighed, release when it ends), and
 // admin.go the admin API that manages keys and reads usage and status.

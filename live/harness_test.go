@@ -30,6 +30,7 @@ import (
 type upstream struct {
 	t      testing.TB
 	cfg    server.Config
+	wrap   func(http.Handler) http.Handler // around the engine's handler, if set
 	addr   string
 	mu     sync.Mutex
 	srv    *server.Server
@@ -74,7 +75,11 @@ func (u *upstream) start(addr string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
-	hs := &http.Server{Handler: s.Handler()}
+	h := s.Handler()
+	if u.wrap != nil {
+		h = u.wrap(h)
+	}
+	hs := &http.Server{Handler: h}
 	go hs.Serve(ln)
 	u.mu.Lock()
 	u.addr, u.srv, u.hs, u.cancel, u.done = ln.Addr().String(), s, hs, cancel, done

@@ -72,6 +72,9 @@ type metrics struct {
 	// how it went; pdPrefillH times their prefills (pd.go).
 	pdRequests *prometheus.CounterVec
 	pdPrefillH *prometheus.HistogramVec
+	// responseSearches counts the searches for a stored response's
+	// replica (locate.go) by result.
+	responseSearches *prometheus.CounterVec
 }
 
 // deleter is a metric vector whose series can be deleted by labels.
@@ -130,6 +133,7 @@ func newMetrics(s *Server) *metrics {
 	m.recordFiles = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_record_files_total", Help: "Recording files completed (renamed from .partial)."})
 	m.own = append(m.own, m.recordWritten, m.recordFiles)
 	reg.MustRegister(m.recordWritten, m.recordFiles)
+	m.responseSearches = cv("inferrail_response_searches_total", "Searches of the replicas for a stored response (Responses API) this gateway did not see answered, by result: found, missing (every replica answered 404), unknown (no 200 and some replica did not say), busy (not started: 8 searches were running), recent (not searched: missing within 10 s), invalid (not searched: not an id as vLLM makes them).", "result")
 	m.reloads = cv("inferrail_config_reloads_total", "Configuration reloads (SIGHUP, the file changing, POST /admin/reload) by result: ok (applied), error (rejected: the running configuration is kept).", "result")
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
@@ -313,6 +317,10 @@ func (m *metrics) tokenized(md *model, o tokOutcome) {
 	}
 	m.tokenize.WithLabelValues(md.name, string(o)).Inc()
 }
+func (m *metrics) responseSearch(result string) {
+	m.responseSearches.WithLabelValues(result).Inc()
+}
+
 func (m *metrics) kvBatch(model, replica, result string) {
 	m.kvEvents.WithLabelValues(model, replica, result).Inc()
 }

@@ -95,6 +95,9 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
+	if g == nil || !s.ten.auth {
+		s.locateHome(ctx, r, reqID, in) // a response another gateway answered (locate.go)
+	}
 	// The response caches (cache.go): a hit is answered here; a miss's
 	// answer goes to the client through the capture, stored at the end.
 	ct, cerr := s.lookupCaches(ctx, r, g, in)

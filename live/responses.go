@@ -18,7 +18,8 @@ import (
 // answered (vLLM keeps them in memory with VLLM_ENABLE_RESPONSES_API_STORE).
 // A request that continues one (previous_response_id) is therefore pinned
 // to that replica, and GET /v1/responses/{id} (and .../cancel) is passed to
-// it: the proxy remembers which replica answered each response (homes).
+// it: the proxy remembers which replica answered each response (homes), and
+// searches the replicas for one it did not see answered (locate.go).
 
 // responsesChat is a Responses API request's prompt as a chat completions
 // body, the messages vLLM builds from it (instructions as the system
@@ -159,9 +160,9 @@ func (h *homes) get(id string) (home, bool) {
 
 // pinResponse restricts a Responses API request that continues a stored
 // response to the replica that answered it: only that engine holds it.
-// An id the proxy does not know (answered before it started, or by
-// another proxy) leaves the request to the usual rule; the engine that
-// gets it answers 404 when it does not hold the response.
+// An id the proxy does not know (answered before it started, or through
+// another gateway) is searched for (locateHome), or else left to the usual
+// rule; the engine that gets it answers 404 when it does not hold it.
 func (s *Server) pinResponse(in *inbound) {
 	if in.f.PreviousResponseID == nil {
 		return
@@ -190,22 +191,32 @@ func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
 	}
 }
 
-// storedAt is the replica that holds the response a stored response's
-// request names (GET /v1/responses/{id}, POST /v1/responses/{id}/cancel),
-// with its model and owner (the key it was made with); nil for any other
-// request or an id the proxy does not know.
-func (s *Server) storedAt(method, path string) (*model, *replica, string) {
+// storedID is the response id a stored response's request names (GET
+// /v1/responses/{id}, POST /v1/responses/{id}/cancel); false for any
+// other request.
+func storedID(method, path string) (string, bool) {
 	rest, ok := strings.CutPrefix(path, "/v1/responses/")
 	if !ok {
-		return nil, nil, ""
+		return "", false
 	}
 	id, sub, _ := strings.Cut(rest, "/")
 	switch {
 	case id == "" || len(id) > maxResponseID:
-		return nil, nil, ""
+		return "", false
 	case method == http.MethodGet && sub == "" && !strings.Contains(rest, "/"):
 	case method == http.MethodPost && sub == "cancel":
 	default:
+		return "", false
+	}
+	return id, true
+}
+
+// storedAt is the replica that holds the response a stored response's
+// request names (storedID), with its model and owner (the key it was made
+// with); nil for any other request or an id the proxy does not know.
+func (s *Server) storedAt(method, path string) (*model, *replica, string) {
+	id, ok := storedID(method, path)
+	if !ok {
 		return nil, nil, ""
 	}
 	at, ok := s.homes.get(id)
@@ -249,8 +260,14 @@ func (s *Server) handleStoredResponse(w http.ResponseWriter, r *http.Request) {
 	rc.SetReadDeadline(time.Time{})
 	id := r.PathValue("id")
 	m, rep, owner := s.storedAt(r.Method, r.URL.Path)
-	if rep != nil && g != nil && s.ten.auth && owner != g.key.ID {
+	keyed := g != nil && s.ten.auth
+	if rep != nil && keyed && owner != g.key.ID {
 		rep = nil // another key's: as if it did not exist
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	if _, ok := storedID(r.Method, r.URL.Path); ok && m == nil && !keyed {
+		m, rep = s.locateStored(ctx, r, reqID, id) // answered through another gateway (locate.go)
 	}
 	if rep == nil {
 		ar.status, ar.outcome = http.StatusNotFound, "unknown_response"
@@ -259,8 +276,6 @@ func (s *Server) handleStoredResponse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ar.model, ar.replica = m.name, rep.name
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
 	resp, err := s.forwardStored(ctx, rep, r, reqID)
 	if err != nil {
 		ar.status, ar.outcome = http.StatusBadGateway, "upstream_failed"

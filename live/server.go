@@ -45,6 +45,9 @@ type Server struct {
 	// homes are the replicas that answered the Responses API's responses
 	// (responses.go).
 	homes homes
+	// loc finds the replica of a stored response homes does not know
+	// (locate.go).
+	loc locator
 	// h1 carries proxied requests to http:// engines (nil when Deps gave
 	// a transport: every request then goes through it).
 	h1  *h1Client

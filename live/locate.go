@@ -1,0 +1,254 @@
+package live
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// This file finds the replica that holds a stored response this gateway
+// did not see answered: one made through another gateway (the chart runs
+// two), or before this one started. homes knows only the responses this
+// gateway passed on; for any other id named by previous_response_id or
+// GET /v1/responses/{id} (and .../cancel) the candidate replicas are asked
+// GET /v1/responses/{id} at once, and the first to answer 200 holds it
+// (vLLM answers 404 for an id its store lacks). What is found is
+// remembered as any home is.
+//
+// Bounds, as a request that names a made-up id costs a request to every
+// replica: at most maxLocating searches at once gateway-wide (a search
+// that cannot start within locateTimeout is given up, and the request
+// goes by the usual rule); concurrent requests for one id share one
+// search; an id no replica holds is not searched for again for missTTL
+// (at most maxMissed such ids are kept); each search ends within
+// locateTimeout, and reads no answer's body.
+//
+// With auth: keys a response belongs to the key it was made with, which
+// only the gateway that passed it on knows: there is no search, and an id
+// another gateway saw answered goes by the usual rule (the engine that
+// gets it answers 404 unless it holds it).
+
+const (
+	locateTimeout = 2 * time.Second
+	maxLocating   = 8
+	missTTL       = 10 * time.Second
+	maxMissed     = 4096
+)
+
+// locator runs the searches; its zero value is ready.
+type locator struct {
+	once  sync.Once
+	slots chan struct{}
+	group singleflight.Group
+
+	mu     sync.Mutex
+	missed map[string]time.Time // id -> when no replica held it
+}
+
+// candidate is a replica a search asks, with its model.
+type candidate struct {
+	m   *model
+	rep *replica
+}
+
+// Answers of a probe.
+const (
+	probeUnknown = iota // no answer, or one that says nothing (5xx, a timeout)
+	probeAbsent         // 404: the replica does not hold it
+	probeHeld           // 200
+)
+
+// Results of a search, as inferrail_response_searches_total counts them.
+const (
+	searchFound   = "found"   // a replica answered 200
+	searchMissing = "missing" // every replica answered 404
+	searchUnknown = "unknown" // no 200, and some replica did not say (an error, a timeout)
+	searchBusy    = "busy"    // not started within locateTimeout: maxLocating were running
+	searchRecent  = "recent"  // not searched: every replica said it lacks it within missTTL
+	searchInvalid = "invalid" // not searched: not an id as vLLM makes them (locatable)
+)
+
+// find returns the candidate that holds response id, and how the search
+// went (found, or why not). probe asks one candidate.
+func (l *locator) find(ctx context.Context, id string, cands []candidate, probe func(context.Context, candidate) int) (candidate, string) {
+	switch {
+	case !locatable(id):
+		return candidate{}, searchInvalid
+	case len(cands) == 0:
+		return candidate{}, searchMissing
+	case l.recentlyMissed(id):
+		return candidate{}, searchRecent
+	}
+	l.once.Do(func() { l.slots = make(chan struct{}, maxLocating) })
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, locateTimeout)
+	defer cancel()
+	// The search is shared by concurrent requests for id, asks the first
+	// one's candidates and ends within locateTimeout of its start (its
+	// context's end): a later request waits for it, or for its own
+	// context's end if that comes first.
+	type result struct {
+		c   candidate
+		how string
+	}
+	ch := l.group.DoChan(id, func() (any, error) {
+		select {
+		case l.slots <- struct{}{}:
+		case <-ctx.Done():
+			return result{how: searchBusy}, nil
+		}
+		defer func() { <-l.slots }()
+		if ctx.Err() != nil { // a slot freed as the wait ended
+			return result{how: searchBusy}, nil
+		}
+		pctx, pcancel := context.WithCancel(ctx)
+		defer pcancel() // a probe still running is not needed once one holds it
+		answers := make(chan struct {
+			i, a int
+		}, len(cands))
+		for i, c := range cands {
+			go func() {
+				answers <- struct{ i, a int }{i, probe(pctx, c)}
+			}()
+		}
+		absent := 0
+		for range cands {
+			ans := <-answers
+			switch ans.a {
+			case probeHeld:
+				return result{c: cands[ans.i], how: searchFound}, nil
+			case probeAbsent:
+				absent++
+			}
+		}
+		if absent < len(cands) {
+			return result{how: searchUnknown}, nil
+		}
+		l.miss(id)
+		return result{how: searchMissing}, nil
+	})
+	select {
+	case res := <-ch:
+		r, _ := res.Val.(result)
+		return r.c, r.how
+	case <-parent.Done():
+		return candidate{}, searchUnknown
+	}
+}
+
+// locatable reports whether id may be searched for: an id as vLLM makes
+// them (resp_ and hex digits), letters, digits, '_' and '-', at most
+// maxResponseID bytes; anything else goes into no upstream path.
+func locatable(id string) bool {
+	if id == "" || len(id) > maxResponseID {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *locator) recentlyMissed(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.missed[id]
+	if ok && time.Since(at) >= missTTL {
+		delete(l.missed, id)
+		ok = false
+	}
+	return ok
+}
+
+func (l *locator) miss(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.missed == nil || len(l.missed) >= maxMissed {
+		l.missed = make(map[string]time.Time) // dropped whole: bounded
+	}
+	l.missed[id] = time.Now()
+}
+
+// probeStored asks c's replica whether it holds response id (locatable):
+// GET /v1/responses/{id} with r's headers under the header policy. The
+// answer's body is not read.
+func (s *Server) probeStored(r *http.Request, reqID, id string) func(context.Context, candidate) int {
+	return func(ctx context.Context, c candidate) int {
+		u := *c.rep.base
+		u.Path += "/v1/responses/" + id
+		hdr := s.upstreamHeaders(r, reqID).header()
+		delete(hdr, "Content-Type")
+		out := &http.Request{
+			Method: http.MethodGet, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: hdr, Body: http.NoBody, Host: u.Host,
+		}
+		resp, err := s.upstream.Transport.RoundTrip(out.WithContext(ctx))
+		if err != nil {
+			return probeUnknown
+		}
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			return probeHeld
+		case http.StatusNotFound:
+			return probeAbsent
+		}
+		return probeUnknown
+	}
+}
+
+// locateHome searches for the replica that holds the response a Responses
+// API request continues, when this gateway does not know it (in.home is
+// "") and the model has more than one replica; found, it is remembered
+// and the request pinned to it (pinResponse).
+func (s *Server) locateHome(ctx context.Context, r *http.Request, reqID string, in *inbound) {
+	if in.op != opResponses || in.f.PreviousResponseID == nil || in.home != "" {
+		return
+	}
+	id := *in.f.PreviousResponseID
+	reps := in.m.live()
+	if len(reps) < 2 {
+		return // the usual rule has one replica to pick
+	}
+	cands := make([]candidate, len(reps))
+	for i, rep := range reps {
+		cands[i] = candidate{m: in.m, rep: rep}
+	}
+	c, how := s.loc.find(ctx, id, cands, s.probeStored(r, reqID, id))
+	s.met.responseSearch(how)
+	if how != searchFound {
+		return
+	}
+	s.homes.put(id, home{model: c.m.name, replica: c.rep.name})
+	s.pinResponse(in)
+}
+
+// locateStored searches every model's replicas for the response a stored
+// response's request names (GET /v1/responses/{id}, POST .../cancel) when
+// this gateway does not know it; found, it is remembered.
+func (s *Server) locateStored(ctx context.Context, r *http.Request, reqID, id string) (*model, *replica) {
+	rt := s.routes.Load()
+	seen := map[string]bool{}
+	var cands []candidate
+	for m := range rt.names {
+		for _, rep := range m.live() {
+			if u := rep.base.String(); !seen[u] {
+				seen[u] = true
+				cands = append(cands, candidate{m: m, rep: rep})
+			}
+		}
+	}
+	c, how := s.loc.find(ctx, id, cands, s.probeStored(r, reqID, id))
+	s.met.responseSearch(how)
+	if how != searchFound {
+		return nil, nil
+	}
+	s.homes.put(id, home{model: c.m.name, replica: c.rep.name})
+	return c.m, c.rep
+}

@@ -1,0 +1,242 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/inferrail/inferrail/engine/server"
+)
+
+// probedStoreEngine is storeEngine counting the GET /v1/responses/{id}
+// requests it answers.
+func probedStoreEngine(t *testing.T, gets *atomic.Int64) *upstream {
+	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, EnablePromptTokensDetails: true}}
+	u.wrap = func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
+				gets.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	u.start("127.0.0.1:0")
+	t.Cleanup(u.kill)
+	return u
+}
+
+// A response answered through one gateway is found through another (the
+// chart runs two gateways): its continuations go to the replica that
+// holds it, and so does GET /v1/responses/{id}. An id no replica holds
+// costs one probe of each replica, and is not searched for again at once;
+// an id vLLM would never make is not searched for.
+func TestResponsesAcrossGateways(t *testing.T) {
+	var gets [2]atomic.Int64
+	a, b := probedStoreEngine(t, &gets[0]), probedStoreEngine(t, &gets[1])
+	probes := func() int64 { return gets[0].Load() + gets[1].Load() }
+	g1 := startGateway(t, testConfig(t, a, b))
+	g2 := startGateway(t, testConfig(t, a, b))
+	resp, r1, body := g1.respond(t, map[string]any{"model": "sim", "input": words(100, 300), "max_output_tokens": 4})
+	home := resp.Header.Get(HeaderReplica)
+	if resp.StatusCode != http.StatusOK || home == "" {
+		t.Fatalf("first: %d: %s", resp.StatusCode, body)
+	}
+	prev := r1.ID
+	for turn := range 4 {
+		before := probes()
+		resp, r, body := g2.respond(t, map[string]any{"previous_response_id": prev, "input": words(500+10*turn, 5), "max_output_tokens": 4})
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderReplica) != home {
+			t.Fatalf("turn %d through the other gateway: %d on %q (home %s): %s", turn, resp.StatusCode, resp.Header.Get(HeaderReplica), home, body)
+		}
+		// The first turn searches (both replicas asked at once; the
+		// other's answer may be cut short); the rest are known.
+		if n := probes() - before; turn == 0 && (n < 1 || n > 2) || turn > 0 && n != 0 {
+			t.Fatalf("turn %d: %d probes", turn, n)
+		}
+		prev = r.ID
+	}
+	get := func(g *testGateway, id string) (*http.Response, []byte) {
+		t.Helper()
+		resp, err := g.client.Get(g.base + "/v1/responses/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	g3 := startGateway(t, testConfig(t, a, b))
+	if resp, b := get(g3, r1.ID); resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderReplica) != home || !strings.Contains(string(b), r1.ID) {
+		t.Fatalf("GET through a third gateway: %d from %q: %s", resp.StatusCode, resp.Header.Get(HeaderReplica), b)
+	}
+
+	before := probes()
+	for range 3 {
+		if resp, b := get(g2, "resp_nosuch"); resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "not found") {
+			t.Fatalf("unknown id: %d %s", resp.StatusCode, b)
+		}
+	}
+	if n := probes() - before; n != 2 {
+		t.Fatalf("an unknown id asked for 3 times cost %d probes, want 2 (each replica once)", n)
+	}
+	before = probes()
+	if resp, _ := get(g2, "resp_no.such"); resp.StatusCode != http.StatusNotFound || probes() != before {
+		t.Fatalf("an id vLLM never makes: %d, %d probes", resp.StatusCode, probes()-before)
+	}
+	// A continuation of an unknown id: searched once, then the usual
+	// rule's engine answers 404.
+	before = probes()
+	if resp, _, b := g2.respond(t, map[string]any{"previous_response_id": "resp_gone", "input": "x", "max_output_tokens": 2}); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("continuing an unknown id: %d %s", resp.StatusCode, b)
+	}
+	if n := probes() - before; n != 2 {
+		t.Fatalf("continuing an unknown id cost %d probes, want 2", n)
+	}
+	for how, want := range map[string]float64{searchFound: 1, searchMissing: 2, searchRecent: 2, searchInvalid: 1} {
+		if n := testutil.ToFloat64(g2.met.responseSearches.WithLabelValues(how)); n != want {
+			t.Errorf("inferrail_response_searches_total{result=%q} = %v, want %v", how, n, want)
+		}
+	}
+}
+
+// The locator's bounds: concurrent requests for one id share one search
+// (each candidate asked once); at most maxLocating searches run at once,
+// and one that cannot start within locateTimeout is given up; an id every
+// candidate said it lacks is not searched for again within missTTL.
+func TestLocatorBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var l locator
+		cands := []candidate{{rep: &replica{name: "a"}}, {rep: &replica{name: "b"}}, {rep: &replica{name: "c"}}}
+		var mu sync.Mutex
+		asked := map[string]int{}
+		release := make(chan struct{})
+		var running, most atomic.Int64
+		probe := func(id string, holder string) func(context.Context, candidate) int {
+			return func(ctx context.Context, c candidate) int {
+				mu.Lock()
+				asked[id+"/"+c.rep.name]++
+				mu.Unlock()
+				n := running.Add(1)
+				defer running.Add(-1)
+				for {
+					m := most.Load()
+					if n <= m || most.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return probeUnknown
+				}
+				if c.rep.name == holder {
+					return probeHeld
+				}
+				return probeAbsent
+			}
+		}
+		// 20 requests for one id: one search.
+		var wg sync.WaitGroup
+		found := make([]string, 20)
+		for i := range 20 {
+			wg.Go(func() {
+				if c, how := l.find(t.Context(), "resp_1", cands, probe("resp_1", "b")); how == searchFound {
+					found[i] = c.rep.name
+				}
+			})
+		}
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+		for i, f := range found {
+			if f != "b" {
+				t.Fatalf("request %d found %q, want b", i, f)
+			}
+		}
+		for _, c := range cands {
+			if n := asked["resp_1/"+c.rep.name]; n != 1 {
+				t.Fatalf("%s asked %d times for one id, want 1", c.rep.name, n)
+			}
+		}
+
+		// 12 ids at once, their probes held: maxLocating searches run, the
+		// rest wait, and are given up at locateTimeout.
+		hold := make(chan struct{})
+		blocking := func(ctx context.Context, c candidate) int {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			select {
+			case <-hold:
+				return probeAbsent
+			case <-ctx.Done():
+				return probeUnknown
+			}
+		}
+		most.Store(0)
+		began := time.Now()
+		var given, busy atomic.Int64
+		for i := range 12 {
+			wg.Go(func() {
+				switch _, how := l.find(t.Context(), fmt.Sprintf("resp_x%d", i), cands, blocking); how {
+				case searchBusy:
+					busy.Add(1)
+					given.Add(1)
+				case searchUnknown:
+					given.Add(1)
+				}
+			})
+		}
+		synctest.Wait()
+		if r := running.Load(); r != maxLocating*int64(len(cands)) {
+			t.Fatalf("%d probes running, want %d (%d searches of %d candidates)", r, maxLocating*len(cands), maxLocating, len(cands))
+		}
+		wg.Wait()
+		// Those that waited for a slot are given up as busy, or, where a
+		// slot freed at the very instant their wait ended, as unknown.
+		if took := time.Since(began); took != locateTimeout || given.Load() != 12 || busy.Load() > 12-maxLocating || most.Load() != maxLocating*int64(len(cands)) {
+			t.Fatalf("12 held searches ended after %v, %d given up (%d never started), at most %d probes at once; want %v, 12 (at most %d), %d",
+				took, given.Load(), busy.Load(), most.Load(), locateTimeout, 12-maxLocating, maxLocating*len(cands))
+		}
+		close(hold)
+
+		// Every candidate says it lacks resp_2: not asked again until
+		// missTTL has passed.
+		for i := range 3 {
+			want := searchRecent
+			if i == 0 {
+				want = searchMissing
+			}
+			if _, how := l.find(t.Context(), "resp_2", cands, probe("resp_2", "")); how != want {
+				t.Fatalf("search %d for an id no candidate holds: %s, want %s", i, how, want)
+			}
+		}
+		if n := asked["resp_2/a"]; n != 1 {
+			t.Fatalf("a missed id asked %d times within missTTL, want 1", n)
+		}
+		time.Sleep(missTTL)
+		if _, how := l.find(t.Context(), "resp_2", cands, probe("resp_2", "")); how != searchMissing {
+			t.Fatalf("after missTTL: %s", how)
+		}
+		if _, how := l.find(t.Context(), "resp/../x", cands, probe("x", "a")); how != searchInvalid {
+			t.Fatalf("an id vLLM never makes: %s", how)
+		}
+		if n := asked["resp_2/a"]; n != 2 {
+			t.Fatalf("a missed id asked %d times after missTTL, want 2", n)
+		}
+	})
+}

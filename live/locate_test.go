@@ -120,19 +120,20 @@ func TestLocatorBounds(t *testing.T) {
 		asked := map[string]int{}
 		release := make(chan struct{})
 		var running, most atomic.Int64
+		// enter counts a probe running, and the most at once; the
+		// returned func ends it.
+		enter := func() func() {
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			return func() { running.Add(-1) }
+		}
 		probe := func(id string, holder string) func(context.Context, candidate) int {
 			return func(ctx context.Context, c candidate) int {
 				mu.Lock()
 				asked[id+"/"+c.rep.name]++
 				mu.Unlock()
-				n := running.Add(1)
-				defer running.Add(-1)
-				for {
-					m := most.Load()
-					if n <= m || most.CompareAndSwap(m, n) {
-						break
-					}
-				}
+				defer enter()()
 				select {
 				case <-release:
 				case <-ctx.Done():
@@ -172,14 +173,7 @@ func TestLocatorBounds(t *testing.T) {
 		// rest wait, and are given up at locateTimeout.
 		hold := make(chan struct{})
 		blocking := func(ctx context.Context, c candidate) int {
-			n := running.Add(1)
-			defer running.Add(-1)
-			for {
-				m := most.Load()
-				if n <= m || most.CompareAndSwap(m, n) {
-					break
-				}
-			}
+			defer enter()()
 			select {
 			case <-hold:
 				return probeAbsent

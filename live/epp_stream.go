@@ -281,6 +281,19 @@ func (st *eppStream) onHeaders(msg *extProcPb.ProcessingRequest, h *extProcPb.Ht
 		st.passing = true
 		return true, st.passTo(rep)
 	}
+	if id, ok := storedID(st.method, path); ok {
+		// One this picker did not see answered (it restarted, or
+		// another picker did): the pool is searched (locate.go).
+		ctx, cancel := context.WithTimeout(st.gone, s.cfg.RequestTimeout)
+		_, rep := s.locateStored(ctx, st.clientRequest(), st.reqID, id)
+		cancel()
+		if rep == nil {
+			return true, st.reject(&apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "response_not_found", outcome: "unknown_response",
+				msg: fmt.Sprintf("Response with id '%.200s' not found.", id)})
+		}
+		st.passing = true
+		return true, st.passTo(rep)
+	}
 	if _, ok := opOf(path); st.method != http.MethodPost || !ok {
 		// Answered here as live's client handler answers it.
 		return true, st.answerWeb()
@@ -317,6 +330,12 @@ func (st *eppStream) onHeaders(msg *extProcPb.ProcessingRequest, h *extProcPb.Ht
 }
 
 // answerWeb answers a request that is not a generation one as live's
+// clientRequest is the client's request as the header policy reads it
+// (upstreamHeaders): its headers and address.
+func (st *eppStream) clientRequest() *http.Request {
+	return &http.Request{Header: st.hdr, RemoteAddr: clientAddr(st.hdr)}
+}
+
 // client handler does.
 func (st *eppStream) answerWeb() error {
 	r, err := http.NewRequestWithContext(st.gone, st.method, st.path, http.NoBody)
@@ -397,6 +416,7 @@ func (st *eppStream) route() error {
 	m := in.m
 	st.ar.model = m.name
 	st.ctx, st.cancel = context.WithTimeout(parent, s.cfg.RequestTimeout)
+	s.locateHome(st.ctx, st.clientRequest(), st.reqID, in) // a response another picker saw answered (locate.go)
 	s.weigh(st.ctx, in, st.hdr)
 	s.applyPickerHeaders(st.hdr, in)
 	if in.ids != nil {

@@ -332,6 +332,32 @@ func TestEPPResponses(t *testing.T) {
 		t.Fatalf("GET an unknown id: %+v", unknown.pick)
 	}
 	waitUntil(t, "idle", 5*time.Second, func() bool { return idle(e.Server) })
+
+	// A picker that did not see the response answered (a restart, or
+	// another picker) finds it in the pool: GET and continuations go to
+	// the home.
+	e2 := startEPP(t, eppConfig(t, ups...), Deps{}, eppOptions{})
+	get = e2.open(t, envoyReq{method: http.MethodGet, path: "/v1/responses/" + r.ID})
+	if get.pick.endpoint != home {
+		t.Fatalf("GET through a second picker picked %q, the response is on %q: %+v", get.pick.endpoint, home, get.pick)
+	}
+	if b := get.serve(); !bytes.Contains(b, []byte(r.ID)) {
+		t.Fatalf("GET through a second picker: %s", b)
+	}
+	e3 := startEPP(t, eppConfig(t, ups...), Deps{}, eppOptions{})
+	call = e3.open(t, envoyReq{path: "/v1/responses", body: next})
+	if call.pick.endpoint != home {
+		t.Fatalf("a continuation through a third picker picked %q, the response is on %q", call.pick.endpoint, home)
+	}
+	if b := call.serve(); !bytes.Contains(b, []byte(`"object":"response"`)) {
+		t.Fatalf("a continuation through a third picker: %s", b)
+	}
+	for _, p := range []*testEPP{e2, e3} {
+		if n := testutil.ToFloat64(p.met.responseSearches.WithLabelValues(searchFound)); n != 1 {
+			t.Fatalf("a picker that did not know the response found it %v times, want 1", n)
+		}
+	}
+	waitUntil(t, "idle", 5*time.Second, func() bool { return idle(e2.Server) && idle(e3.Server) })
 }
 
 // With auth: keys a stored response is its key's: another key can neither

@@ -402,3 +402,62 @@ func TestResponsesScopedToKey(t *testing.T) {
 		t.Fatalf("a reading its own: %d %s", status, b)
 	}
 }
+
+// A background response (background: true) through the proxy: answered
+// "queued" by the replica that will hold it, read there until it ends, and
+// cancelled there (the proxy passes the cancel to that replica; the engine
+// answers "cancelled", or refuses a finished one).
+func TestResponsesBackgroundProxied(t *testing.T) {
+	a, b := storeEngine(t), storeEngine(t)
+	g := startGateway(t, testConfig(t, a, b))
+	resp, r, body := g.respond(t, map[string]any{"model": "sim", "input": words(100, 40), "background": true, "max_output_tokens": 8})
+	home := resp.Header.Get(HeaderReplica)
+	if resp.StatusCode != http.StatusOK || r.Status != "queued" || home == "" {
+		t.Fatalf("background: %d on %q: %s", resp.StatusCode, home, body)
+	}
+	read := func(id string) (string, string) {
+		t.Helper()
+		resp, err := g.client.Get(g.base + "/v1/responses/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var rb responseBody
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &rb) != nil {
+			t.Fatalf("GET %s: %d %s", id, resp.StatusCode, b)
+		}
+		return rb.Status, resp.Header.Get(HeaderReplica)
+	}
+	waitUntil(t, "the background response's end", 5*time.Second, func() bool {
+		st, rep := read(r.ID)
+		if rep != home {
+			t.Fatalf("GET went to %q, the response is on %q", rep, home)
+		}
+		return st == "incomplete" || st == "completed"
+	})
+	cancel := func(id string) (int, []byte) {
+		t.Helper()
+		resp, err := g.client.Post(g.base+"/v1/responses/"+id+"/cancel", "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if status, b := cancel(r.ID); status != http.StatusBadRequest || !bytes.Contains(b, []byte("Cannot cancel a synchronous response.")) {
+		t.Fatalf("cancel of a finished response: %d %s", status, b)
+	}
+	// A long one, cancelled while it runs.
+	resp, long, body := g.respond(t, map[string]any{"model": "sim", "input": words(400, 40), "background": true, "max_output_tokens": 3000})
+	if resp.StatusCode != http.StatusOK || long.Status != "queued" {
+		t.Fatalf("long background: %d %s", resp.StatusCode, body)
+	}
+	if status, b := cancel(long.ID); status != http.StatusOK || !bytes.Contains(b, []byte(`"status":"cancelled"`)) {
+		t.Fatalf("cancel through the proxy: %d %s", status, b)
+	}
+	if st, _ := read(long.ID); st != "cancelled" {
+		t.Fatalf("after the cancel: %s", st)
+	}
+}

@@ -2,14 +2,18 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
+	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/simtok"
 )
 
@@ -40,6 +44,7 @@ type responsesRequest struct {
 	MaxOutputTokens    *int            `json:"max_output_tokens"`
 	Stream             *bool           `json:"stream"`
 	Store              *bool           `json:"store"`
+	Background         *bool           `json:"background"`
 	PreviousResponseID *string         `json:"previous_response_id"`
 	CacheSalt          *string         `json:"cache_salt"`
 	// Echoed in the response object as vLLM echoes them, else ignored.
@@ -68,6 +73,9 @@ type responseCall struct {
 	// store: keep the finished response (the server keeps responses and
 	// the request did not say store: false).
 	store bool
+	// background: answered at once, "queued", and generated after
+	// (serveBackground).
+	background bool
 }
 
 // --- the response object and its parts ---
@@ -219,7 +227,10 @@ type responseStore struct {
 type storedResponse struct {
 	messages []simtok.Message // the request's
 	output   string           // the assistant's answer
-	body     []byte           // the response object, as GET answers it
+	obj      *responseObject  // as GET answers it; never changed once stored
+	// cancel stops a background response's generation (nil for any
+	// other).
+	cancel context.CancelFunc
 }
 
 func (st *responseStore) get(id string) (storedResponse, bool) {
@@ -229,7 +240,9 @@ func (st *responseStore) get(id string) (storedResponse, bool) {
 	return r, ok
 }
 
-// put keeps r under id, dropping the oldest beyond limit.
+// put keeps r under id, dropping the oldest beyond limit. A cancelled
+// background response stays cancelled: its generation's end, racing the
+// cancel, does not replace it.
 func (st *responseStore) put(limit int, id string, r storedResponse) {
 	if limit <= 0 {
 		return
@@ -239,8 +252,12 @@ func (st *responseStore) put(limit int, id string, r storedResponse) {
 	if st.byID == nil {
 		st.byID = make(map[string]storedResponse)
 	}
-	if _, ok := st.byID[id]; !ok {
+	old, ok := st.byID[id]
+	if !ok {
 		st.order = append(st.order, id)
+	}
+	if ok && old.obj.Status == "cancelled" {
+		return
 	}
 	st.byID[id] = r
 	for len(st.order) > limit {
@@ -248,6 +265,32 @@ func (st *responseStore) put(limit int, id string, r storedResponse) {
 		st.order[0] = ""
 		st.order = st.order[1:] // append reallocates: the array stays within about 2*limit
 	}
+}
+
+// cancel marks a background response that is still queued or in progress
+// cancelled and stops its generation; ok is false for an unknown id, and
+// active false for a response that is not running (vLLM refuses to cancel
+// it).
+func (st *responseStore) cancel(id string) (o *responseObject, ok, active bool) {
+	st.mu.Lock()
+	r, ok := st.byID[id]
+	if !ok {
+		st.mu.Unlock()
+		return nil, false, false
+	}
+	if r.obj.Status != "queued" && r.obj.Status != "in_progress" {
+		st.mu.Unlock()
+		return r.obj, true, false
+	}
+	c := *r.obj
+	c.Status = "cancelled"
+	r.obj = &c
+	st.byID[id] = r
+	st.mu.Unlock()
+	if r.cancel != nil {
+		r.cancel()
+	}
+	return &c, true, true
 }
 
 func responseNotFound(id string) *apiError {
@@ -274,20 +317,93 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
+	if g.resp.background {
+		s.serveBackground(w, g)
+		return
+	}
 	s.serve(w, r, g)
 }
 
 func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if r.URL.Query().Get("stream") == "true" {
+		// vLLM replays a background response's events from its event
+		// queue; the mock keeps none.
+		writeAPIError(w, badRequest("stream", "this mock engine does not stream a stored response (GET ?stream=true); read it whole"))
+		return
+	}
 	st, ok := s.responses.get(id)
 	if !ok {
 		writeAPIError(w, responseNotFound(id))
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(st.body)))
-	w.WriteHeader(http.StatusOK)
-	w.Write(st.body)
+	writeJSON(w, http.StatusOK, st.obj)
+}
+
+// handleCancelResponse is POST /v1/responses/{id}/cancel: a background
+// response still queued or in progress is cancelled (its generation
+// aborted) and answered with status "cancelled"; any other is refused as
+// vLLM refuses it.
+func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	o, ok, active := s.responses.cancel(id)
+	switch {
+	case !ok:
+		writeAPIError(w, responseNotFound(id))
+	case !active:
+		writeAPIError(w, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", msg: "Cannot cancel a synchronous response."})
+	default:
+		writeJSON(w, http.StatusOK, o)
+	}
+}
+
+// serveBackground answers a background request at once with its response
+// "queued" (stored so: GET reads it, cancel stops it), and generates it
+// after, within the engine's life: stored "completed" (or "incomplete")
+// when it ends, "failed" when the engine fails it.
+func (s *Server) serveBackground(w http.ResponseWriter, g *generation) {
+	a := s.newActive(g)
+	reply := make(chan error, 1)
+	if !s.send(command{kind: cmdAdd, req: a, reply: reply}) {
+		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", "the engine is shutting down")
+		return
+	}
+	if err := <-reply; err != nil {
+		if errors.Is(err, engine.ErrTooLarge) || errors.Is(err, engine.ErrTooLong) {
+			writeError(w, http.StatusBadRequest, "BadRequestError", "", err.Error())
+			return
+		}
+		writeError(w, http.StatusInternalServerError, "InternalServerError", "", err.Error())
+		return
+	}
+	created := time.Now().Unix()
+	o := s.object(g, created, "queued", []outputMessage{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.responses.put(s.cfg.ResponsesStore, o.ID, storedResponse{messages: g.resp.messages, obj: o, cancel: cancel})
+	go func() {
+		defer cancel()
+		for {
+			select {
+			case <-a.notify:
+			case <-ctx.Done(): // cancelled
+				s.send(command{kind: cmdAbort, id: a.id})
+				return
+			case <-s.done: // the engine stopped
+				return
+			}
+			emitted, cached, finished, err := a.progress()
+			if err != nil {
+				f := s.object(g, created, "failed", []outputMessage{}, nil)
+				s.responses.put(s.cfg.ResponsesStore, o.ID, storedResponse{messages: g.resp.messages, obj: f})
+				return
+			}
+			if finished {
+				s.finish(g, a, created, emitted, cached)
+				return
+			}
+		}
+	}()
+	writeJSON(w, http.StatusOK, o)
 }
 
 // onlyGet answers another method on /v1/responses/{id} as FastAPI does.
@@ -345,7 +461,14 @@ func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*genera
 	}
 	g.resp = &responseCall{
 		id: "resp_" + s.hexID(), itemID: "msg_" + s.hexID(), req: &req, messages: msgs,
-		store: s.cfg.ResponsesStore > 0 && (req.Store == nil || *req.Store),
+		store:      s.cfg.ResponsesStore > 0 && (req.Store == nil || *req.Store),
+		background: req.Background != nil && *req.Background,
+	}
+	if g.resp.background && !g.resp.store {
+		return nil, badRequest("background", "background can only be used when `store` is true")
+	}
+	if g.resp.background && g.stream {
+		return nil, badRequest("stream", "this mock engine does not stream a background response (vLLM does); leave stream out")
 	}
 	return g, nil
 }
@@ -454,7 +577,7 @@ func (s *Server) object(g *generation, created int64, status string, output []ou
 		Temperature:       1, ToolChoice: rawOr(q.ToolChoice, `"auto"`), Tools: rawOr(q.Tools, "[]"), TopP: 1,
 		MaxOutputTokens: g.maxTokens, MaxToolCalls: q.MaxToolCalls, PreviousResponseID: q.PreviousResponseID,
 		Reasoning: rawOr(q.Reasoning, "null"), ServiceTier: "auto", Status: status, Text: rawOr(q.Text, "null"),
-		Truncation: "disabled", Usage: u, User: q.User,
+		Truncation: "disabled", Usage: u, User: q.User, Background: g.resp.background,
 	}
 	if q.Temperature != nil {
 		o.Temperature = *q.Temperature
@@ -494,8 +617,7 @@ func (s *Server) finish(g *generation, a *active, created int64, emitted, cached
 		Role: "assistant", Status: "completed", Type: "message"}}
 	o := s.object(g, created, status, out, u)
 	if g.resp.store {
-		body, _ := json.Marshal(o)
-		s.responses.put(s.cfg.ResponsesStore, o.ID, storedResponse{messages: g.resp.messages, output: text, body: body})
+		s.responses.put(s.cfg.ResponsesStore, o.ID, storedResponse{messages: g.resp.messages, output: text, obj: o})
 	}
 	return o, text
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/inferrail/inferrail/internal/pipenet"
 )
@@ -21,6 +22,7 @@ type respBody struct {
 	ID                 string  `json:"id"`
 	Object             string  `json:"object"`
 	Status             string  `json:"status"`
+	Background         bool    `json:"background"`
 	Model              string  `json:"model"`
 	MaxOutputTokens    int     `json:"max_output_tokens"`
 	PreviousResponseID *string `json:"previous_response_id"`
@@ -539,4 +541,86 @@ func TestResponsesFailures(t *testing.T) {
 			t.Fatalf("last event %s %s: want an error event (%v)", last.name, last.data, err)
 		}
 	})
+}
+
+// background: true is vLLM's background mode: answered at once "queued"
+// with no output or usage, generated after (GET reads it finished when
+// done, with the same output a foreground request gets); cancel stops one
+// still running ("cancelled", its slot freed in the engine) and refuses a
+// finished one as vLLM does; it needs the store, and the mock streams none.
+func TestResponsesBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := startPipe(t, Config{Engine: testEngine(), ResponsesStore: 8})
+		defer ts.stop()
+		input := words(ts.Server, 100, 40)
+		began := time.Now()
+		r, _ := respond(t, ts, map[string]any{"input": input, "background": true, "max_output_tokens": 64})
+		if r.Status != "queued" || !r.Background || r.Usage != nil || len(r.Output) != 0 || time.Since(began) != 0 {
+			t.Fatalf("background answer: %+v after %v", r, time.Since(began))
+		}
+		status, b := getPath(t, ts, "/v1/responses/"+r.ID)
+		var got respBody
+		if status != 200 || json.Unmarshal(b, &got) != nil || got.Status != "queued" {
+			t.Fatalf("GET at once: %d %s", status, b)
+		}
+		time.Sleep(10 * time.Second) // the engine's virtual time: long done
+		status, b = getPath(t, ts, "/v1/responses/"+r.ID)
+		if status != 200 || json.Unmarshal(b, &got) != nil || got.Status != "incomplete" || got.Usage == nil || got.Usage.OutputTokens != 64 {
+			t.Fatalf("GET once done (its max_output_tokens reached): %d %s", status, b)
+		}
+		fg, _ := respond(t, ts, map[string]any{"input": input, "max_output_tokens": 64})
+		if got.text() != fg.text() {
+			t.Fatalf("background output %q, foreground %q", got.text(), fg.text())
+		}
+		resp, b := postRaw(t, ts, "/v1/responses/"+r.ID+"/cancel", "", nil)
+		var e errorResponse
+		if resp.StatusCode != 400 || json.Unmarshal(b, &e) != nil || e.Error.Message != "Cannot cancel a synchronous response." {
+			t.Fatalf("cancel of a finished response: %d %s", resp.StatusCode, b)
+		}
+
+		// A long one, cancelled while it runs: its slot is freed.
+		long, _ := respond(t, ts, map[string]any{"input": words(ts.Server, 400, 40), "background": true, "max_output_tokens": 3000})
+		time.Sleep(50 * time.Millisecond)
+		if !strings.Contains(scrape(t, ts), "vllm:num_requests_running{engine=\"0\",model_name=\"inferrail-sim\"} 1\n") {
+			t.Fatalf("the background request is not running in the engine:\n%s", grepLines(scrape(t, ts), "num_requests_running"))
+		}
+		resp, b = postRaw(t, ts, "/v1/responses/"+long.ID+"/cancel", "", nil)
+		if resp.StatusCode != 200 || json.Unmarshal(b, &got) != nil || got.Status != "cancelled" {
+			t.Fatalf("cancel: %d %s", resp.StatusCode, b)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !strings.Contains(scrape(t, ts), "vllm:num_requests_running{engine=\"0\",model_name=\"inferrail-sim\"} 0\n") {
+			t.Fatalf("a request runs after the cancel:\n%s", grepLines(scrape(t, ts), "num_requests_running"))
+		}
+		if status, b := getPath(t, ts, "/v1/responses/"+long.ID); status != 200 || json.Unmarshal(b, &got) != nil || got.Status != "cancelled" {
+			t.Fatalf("GET after cancel: %d %s", status, b)
+		}
+		resp, b = postRaw(t, ts, "/v1/responses/resp_nosuch/cancel", "", nil)
+		checkNotFound(t, resp.StatusCode, b, "resp_nosuch")
+
+		for _, c := range []struct {
+			body map[string]any
+			msg  string
+		}{
+			{map[string]any{"input": "x", "background": true, "store": false}, "background can only be used when `store` is true"},
+			{map[string]any{"input": "x", "background": true, "stream": true}, "does not stream a background response"},
+		} {
+			resp, b := postRaw(t, ts, "/v1/responses", "", c.body)
+			if resp.StatusCode != 400 || !bytes.Contains(b, []byte(c.msg)) {
+				t.Fatalf("%v: %d %s", c.body, resp.StatusCode, b)
+			}
+		}
+	})
+}
+
+// grepLines is page's lines that contain sub.
+func grepLines(page, sub string) string {
+	var out []string
+	for _, l := range strings.Split(page, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

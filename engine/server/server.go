@@ -123,6 +123,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
 	mux.HandleFunc("POST /v1/responses", s.handleResponses)
 	mux.HandleFunc("GET /v1/responses/{id}", s.handleGetResponse)
+	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.handleCancelResponse)
 	mux.HandleFunc("/v1/responses/{id}", onlyGet)
 	for _, p := range []string{"/score", "/v1/score"} {
 		mux.HandleFunc("POST "+p, s.handleScore)

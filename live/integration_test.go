@@ -91,7 +91,10 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 			Previous string
 			Cached   int
 		} `json:"responseNext"`
-		Retrieved string `json:"retrieved"`
+		Retrieved  string `json:"retrieved"`
+		Background struct {
+			Status, Cancelled string
+		} `json:"background"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -104,7 +107,8 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 		t.Fatalf("embeddings through the gateway: %+v", e)
 	}
 	if res.Response.Status != "incomplete" || res.ResponseStream.Last != "response.completed" || res.ResponseStream.Usage == nil || res.ResponseStream.Usage.OutputTokens != 6 ||
-		res.ResponseNext.Previous != res.Response.ID || res.ResponseNext.Cached == 0 || res.Retrieved != res.Response.ID {
+		res.ResponseNext.Previous != res.Response.ID || res.ResponseNext.Cached == 0 || res.Retrieved != res.Response.ID ||
+		res.Background.Status != "queued" || res.Background.Cancelled != "cancelled" {
 		t.Fatalf("the Responses API through the gateway: %s", out)
 	}
 }

@@ -129,13 +129,18 @@ type sdkResponses struct {
 		Previous            string
 		InputTokens, Cached int
 	} `json:"responseNext"`
-	Retrieved string `json:"retrieved"`
+	Retrieved  string `json:"retrieved"`
+	Background struct {
+		Status, Cancelled string
+		Background        bool
+	} `json:"background"`
 }
 
 // check reports what the SDK got wrong of the Responses API, "" for
 // nothing: an answer, a stream of six tokens ending with
 // response.completed and its usage, a continuation whose prompt holds the
-// first turn (cached), and the stored response read back.
+// first turn (cached), the stored response read back, and a background
+// response queued and cancelled.
 func (r *sdkResponses) check() string {
 	switch {
 	case r.Response.Object != "response" || r.Response.Status != "incomplete" || len(strings.Fields(r.Response.Text)) != 5 || r.Response.Usage.OutputTokens != 5:
@@ -146,6 +151,8 @@ func (r *sdkResponses) check() string {
 		return fmt.Sprintf("continued %+v after %+v", r.ResponseNext, r.Response)
 	case r.Retrieved != r.Response.ID:
 		return "retrieved " + r.Retrieved
+	case r.Background.Status != "queued" || !r.Background.Background || r.Background.Cancelled != "cancelled":
+		return fmt.Sprintf("background %+v", r.Background)
 	}
 	return ""
 }

@@ -67,6 +67,10 @@ async function main() {
   out.responseNext = { previous: next.previous_response_id, inputTokens: next.usage.input_tokens, cached: next.usage.input_tokens_details.cached_tokens };
   const got = await client.responses.retrieve(r.id);
   out.retrieved = got.id;
+  // Background mode: queued at once, then cancelled while it runs.
+  const bg = await client.responses.create({ model, input: 'a long story', max_output_tokens: 3000, background: true });
+  const stopped = await client.responses.cancel(bg.id);
+  out.background = { status: bg.status, background: bg.background, cancelled: stopped.status };
 
   // The SDK asks for base64 and decodes it.
   const emb = await client.embeddings.create({ model, input: 'alpha beta gamma' });

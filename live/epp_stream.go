@@ -275,21 +275,16 @@ func (st *eppStream) onHeaders(msg *extProcPb.ProcessingRequest, h *extProcPb.Ht
 	if !validRequestID(st.reqID) {
 		st.reqID = s.newRequestID()
 	}
-	if _, rep, _ := st.s.storedAt(st.method, path); rep != nil {
-		// A stored response's request: to the replica that holds it
-		// (responses.go), outside the core.
-		st.passing = true
-		return true, st.passTo(rep)
-	}
 	if id, ok := storedID(st.method, path); ok {
-		// One this picker did not see answered (it restarted, or
-		// another picker did): the pool is searched (locate.go).
+		// A stored response's request: to the replica that holds it
+		// (responses.go), outside the core; one this picker did not see
+		// answered (it restarted, or another picker did) is found first
+		// (locate.go).
 		ctx, cancel := context.WithTimeout(st.gone, s.cfg.RequestTimeout)
-		_, rep := s.locateStored(ctx, st.clientRequest(), st.reqID, id)
+		_, rep, _ := s.findStored(ctx, st.clientRequest(), st.reqID, id, false)
 		cancel()
 		if rep == nil {
-			return true, st.reject(&apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "response_not_found", outcome: "unknown_response",
-				msg: fmt.Sprintf("Response with id '%.200s' not found.", id)})
+			return true, st.reject(responseNotFoundErr("", id))
 		}
 		st.passing = true
 		return true, st.passTo(rep)
@@ -416,7 +411,9 @@ func (st *eppStream) route() error {
 	m := in.m
 	st.ar.model = m.name
 	st.ctx, st.cancel = context.WithTimeout(parent, s.cfg.RequestTimeout)
-	s.locateHome(st.ctx, st.clientRequest(), st.reqID, in) // a response another picker saw answered (locate.go)
+	if e := s.locateHome(st.ctx, st.clientRequest(), st.reqID, in, false); e != nil { // a response another picker saw answered (locate.go)
+		return st.reject(e)
+	}
 	s.weigh(st.ctx, in, st.hdr)
 	s.applyPickerHeaders(st.hdr, in)
 	if in.ids != nil {

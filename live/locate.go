@@ -203,18 +203,29 @@ func (s *Server) probeStored(r *http.Request, reqID, id string) func(context.Con
 	}
 }
 
-// locateHome searches for the replica that holds the response a Responses
-// API request continues, when this gateway does not know it (in.home is
-// "") and the model has more than one replica; found, it is remembered
-// and the request pinned to it (pinResponse).
-func (s *Server) locateHome(ctx context.Context, r *http.Request, reqID string, in *inbound) {
+// locateHome finds the replica that holds the response a Responses API
+// request continues, when this gateway does not know it (in.home is ""):
+// shared by another gateway through tenancy.redis (sharedhomes.go), else,
+// unless keyed (auth: keys: only the shared home knows the response's
+// key), searched for among the model's replicas when it has more than one.
+// Found, it is remembered and the request pinned to it (pinResponse); a
+// response another key made is answered 404, as if it did not exist.
+func (s *Server) locateHome(ctx context.Context, r *http.Request, reqID string, in *inbound, keyed bool) *apiError {
 	if in.op != opResponses || in.f.PreviousResponseID == nil || in.home != "" {
-		return
+		return nil
 	}
 	id := *in.f.PreviousResponseID
+	if at, ok := s.shared.get(ctx, id); ok && at.model == in.m.name {
+		s.homes.put(id, at)
+		s.pinResponse(in)
+		if keyed && in.home != "" && in.homeOwner != in.owner {
+			return responseNotFoundErr(in.m.name, id)
+		}
+		return nil
+	}
 	reps := in.m.live()
-	if len(reps) < 2 {
-		return // the usual rule has one replica to pick
+	if keyed || len(reps) < 2 {
+		return nil // the usual rule: it has one replica to pick, or the key is unknown here
 	}
 	cands := make([]candidate, len(reps))
 	for i, rep := range reps {
@@ -223,16 +234,35 @@ func (s *Server) locateHome(ctx context.Context, r *http.Request, reqID string, 
 	c, how := s.loc.find(ctx, id, cands, s.probeStored(r, reqID, id))
 	s.met.responseSearch(how)
 	if how != searchFound {
-		return
+		return nil
 	}
-	s.homes.put(id, home{model: c.m.name, replica: c.rep.name})
+	at := home{model: c.m.name, replica: c.rep.name}
+	s.homes.put(id, at)
+	s.shared.put(id, at)
 	s.pinResponse(in)
+	return nil
 }
 
-// locateStored searches every model's replicas for the response a stored
-// response's request names (GET /v1/responses/{id}, POST .../cancel) when
-// this gateway does not know it; found, it is remembered.
-func (s *Server) locateStored(ctx context.Context, r *http.Request, reqID, id string) (*model, *replica) {
+// findStored finds the replica that holds the response a stored response's
+// request names (GET /v1/responses/{id}, POST .../cancel), with its model
+// and owner (the key it was made with): this gateway's own homes, else the
+// shared ones (tenancy.redis), else, unless keyed, a search of every
+// model's replicas. Nil when none is found.
+func (s *Server) findStored(ctx context.Context, r *http.Request, reqID, id string, keyed bool) (*model, *replica, string) {
+	if at, ok := s.homes.get(id); ok {
+		if m, rep := s.homeOf(at); rep != nil {
+			return m, rep, at.owner
+		}
+	}
+	if at, ok := s.shared.get(ctx, id); ok {
+		if m, rep := s.homeOf(at); rep != nil {
+			s.homes.put(id, at)
+			return m, rep, at.owner
+		}
+	}
+	if keyed {
+		return nil, nil, ""
+	}
 	rt := s.routes.Load()
 	seen := map[string]bool{}
 	var cands []candidate
@@ -247,8 +277,10 @@ func (s *Server) locateStored(ctx context.Context, r *http.Request, reqID, id st
 	c, how := s.loc.find(ctx, id, cands, s.probeStored(r, reqID, id))
 	s.met.responseSearch(how)
 	if how != searchFound {
-		return nil, nil
+		return nil, nil, ""
 	}
-	s.homes.put(id, home{model: c.m.name, replica: c.rep.name})
-	return c.m, c.rep
+	at := home{model: c.m.name, replica: c.rep.name}
+	s.homes.put(id, at)
+	s.shared.put(id, at)
+	return c.m, c.rep, ""
 }

@@ -1,10 +1,13 @@
 package live
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/internal/testredis"
+	"github.com/inferrail/inferrail/live/config"
 )
 
 // probedStoreEngine is storeEngine counting the GET /v1/responses/{id}
@@ -233,4 +238,93 @@ func TestLocatorBounds(t *testing.T) {
 			t.Fatalf("a missed id asked %d times after missTTL, want 2", n)
 		}
 	})
+}
+
+// With auth: keys the gateways share each stored response's replica and
+// key through tenancy.redis (a real redis-server): a key continues and
+// reads its response through a gateway that did not pass it on, and
+// another key is refused there as on the first (404, as if it did not
+// exist); no replica is searched.
+func TestResponsesSharedHomesKeyed(t *testing.T) {
+	srv := testredis.Start(t)
+	var gets [2]atomic.Int64
+	a, b := probedStoreEngine(t, &gets[0]), probedStoreEngine(t, &gets[1])
+	store := filepath.Join(t.TempDir(), "tenancy.db")
+	keyed := func(c *config.Config) {
+		c.Models[0].Replicas = []config.Replica{{Name: "a", URL: a.url()}, {Name: "b", URL: b.url()}}
+		c.Tenancy.Store = store
+		redisConfig(srv, "open", 2)(c) // the limiter admits while Redis is down (below)
+	}
+	g1 := startTenantGateway(t, a, keyed, Deps{})
+	_, keyA := g1.createKey(t, map[string]any{"name": "a"})
+	_, keyB := g1.createKey(t, map[string]any{"name": "b"})
+	g2 := startTenantGateway(t, a, keyed, Deps{})
+	call := func(g *tenantGateway, key, method, path string, body map[string]any) (*http.Response, []byte) {
+		t.Helper()
+		var rd io.Reader
+		if body != nil {
+			j, _ := json.Marshal(body)
+			rd = bytes.NewReader(j)
+		}
+		req, _ := http.NewRequest(method, g.base+path, rd)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := g.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp, out
+	}
+	resp, body := call(g1, keyA, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 40), "max_output_tokens": 2})
+	var r responseBody
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &r) != nil || r.ID == "" {
+		t.Fatalf("a on the first gateway: %d %s", resp.StatusCode, body)
+	}
+	home := resp.Header.Get(HeaderReplica)
+	// The home is written to Redis without holding the request: read
+	// through the other gateway once it is there.
+	waitUntil(t, "the response's home shared", 5*time.Second, func() bool {
+		resp, _ := call(g2, keyA, http.MethodGet, "/v1/responses/"+r.ID, nil)
+		return resp.StatusCode == http.StatusOK && resp.Header.Get(HeaderReplica) == home
+	})
+	next := map[string]any{"previous_response_id": r.ID, "input": "more", "max_output_tokens": 2}
+	if resp, b := call(g2, keyB, http.MethodPost, "/v1/responses", next); resp.StatusCode != http.StatusNotFound || !bytes.Contains(b, []byte("not found")) {
+		t.Fatalf("b continuing a's response through the other gateway: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := call(g2, keyB, http.MethodGet, "/v1/responses/"+r.ID, nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("b reading a's response through the other gateway: %d %s", resp.StatusCode, b)
+	}
+	for turn := range 3 {
+		resp, b := call(g2, keyA, http.MethodPost, "/v1/responses", next)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderReplica) != home {
+			t.Fatalf("a's turn %d through the other gateway: %d on %q (home %s): %s", turn, resp.StatusCode, resp.Header.Get(HeaderReplica), home, b)
+		}
+	}
+	if n := gets[0].Load() + gets[1].Load(); n != 1 {
+		t.Fatalf("%d GETs reached the engines, want a's one read (no search with keys)", n)
+	}
+	if n := testutil.ToFloat64(g2.met.responseHomeErrors.WithLabelValues("get")) + testutil.ToFloat64(g1.met.responseHomeErrors.WithLabelValues("put")); n != 0 {
+		t.Fatalf("%v Redis errors", n)
+	}
+
+	// Redis down: each gateway serves its own responses as without it,
+	// and counts and logs the outage once.
+	srv.Stop()
+	resp, body = call(g1, keyA, http.MethodPost, "/v1/responses", map[string]any{"input": words(300, 40), "max_output_tokens": 2})
+	var r2 responseBody
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &r2) != nil {
+		t.Fatalf("with Redis down: %d %s", resp.StatusCode, body)
+	}
+	waitUntil(t, "the failed write counted", 5*time.Second, func() bool {
+		return testutil.ToFloat64(g1.met.responseHomeErrors.WithLabelValues("put")) >= 1
+	})
+	home2 := resp.Header.Get(HeaderReplica)
+	next2 := map[string]any{"previous_response_id": r2.ID, "input": "more", "max_output_tokens": 2}
+	if resp, b := call(g1, keyA, http.MethodPost, "/v1/responses", next2); resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderReplica) != home2 {
+		t.Fatalf("continuing with Redis down: %d on %q (home %s): %s", resp.StatusCode, resp.Header.Get(HeaderReplica), home2, b)
+	}
+	if strings.Count(g1.logs.String(), "redis response homes failing") != 1 {
+		t.Errorf("the outage is not logged once:\n%s", g1.logs.String())
+	}
 }

@@ -75,6 +75,9 @@ type metrics struct {
 	// responseSearches counts the searches for a stored response's
 	// replica (locate.go) by result.
 	responseSearches *prometheus.CounterVec
+	// responseHomeErrors counts failed reads and writes of the response
+	// homes shared through Redis (sharedhomes.go).
+	responseHomeErrors *prometheus.CounterVec
 }
 
 // deleter is a metric vector whose series can be deleted by labels.
@@ -134,6 +137,7 @@ func newMetrics(s *Server) *metrics {
 	m.own = append(m.own, m.recordWritten, m.recordFiles)
 	reg.MustRegister(m.recordWritten, m.recordFiles)
 	m.responseSearches = cv("inferrail_response_searches_total", "Searches of the replicas for a stored response (Responses API) this gateway did not see answered, by result: found, missing (every replica answered 404), unknown (no 200 and some replica did not say), busy (not started: 8 searches were running), recent (not searched: missing within 10 s), invalid (not searched: not an id as vLLM makes them).", "result")
+	m.responseHomeErrors = cv("inferrail_response_home_errors_total", "Failed reads (get) and writes (put) of the stored responses' replicas shared through tenancy.redis; a write is also counted when 64 were in flight already (dropped).", "op")
 	m.reloads = cv("inferrail_config_reloads_total", "Configuration reloads (SIGHUP, the file changing, POST /admin/reload) by result: ok (applied), error (rejected: the running configuration is kept).", "result")
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")

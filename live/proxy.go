@@ -95,8 +95,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
-	if g == nil || !s.ten.auth {
-		s.locateHome(ctx, r, reqID, in) // a response another gateway answered (locate.go)
+	if e := s.locateHome(ctx, r, reqID, in, g != nil && s.ten.auth); e != nil { // a response another gateway answered (locate.go)
+		ar.status, ar.outcome = e.status, e.outcome
+		s.answerError(w, e)
+		return
 	}
 	// The response caches (cache.go): a hit is answered here; a miss's
 	// answer goes to the client through the capture, stored at the end.

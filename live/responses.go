@@ -187,7 +187,9 @@ func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
 		return
 	}
 	if id := ans.responseID(); id != "" {
-		s.homes.put(id, home{model: in.m.name, replica: rep.name, owner: in.owner})
+		at := home{model: in.m.name, replica: rep.name, owner: in.owner}
+		s.homes.put(id, at)
+		s.shared.put(id, at) // other gateways (tenancy.redis)
 	}
 }
 
@@ -211,26 +213,23 @@ func storedID(method, path string) (string, bool) {
 	return id, true
 }
 
-// storedAt is the replica that holds the response a stored response's
-// request names (storedID), with its model and owner (the key it was made
-// with); nil for any other request or an id the proxy does not know.
-func (s *Server) storedAt(method, path string) (*model, *replica, string) {
-	id, ok := storedID(method, path)
-	if !ok {
-		return nil, nil, ""
-	}
-	at, ok := s.homes.get(id)
-	if !ok {
-		return nil, nil, ""
-	}
+// homeOf is the model and replica at names, nil when either is gone.
+func (s *Server) homeOf(at home) (*model, *replica) {
 	m, _, _ := s.lookup(at.model)
 	if m == nil {
-		return nil, nil, ""
+		return nil, nil
 	}
 	if rep := m.lookup(at.replica); rep != nil {
-		return m, rep, at.owner
+		return m, rep
 	}
-	return nil, nil, ""
+	return nil, nil
+}
+
+// responseNotFoundErr is vLLM's 404 for a response id it does not hold,
+// which the proxy answers too for another key's response.
+func responseNotFoundErr(model, id string) *apiError {
+	return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "response_not_found", outcome: "unknown_response", model: model,
+		msg: fmt.Sprintf("Response with id '%.200s' not found.", id)}
 }
 
 // maxResponseID bounds the id in /v1/responses/{id}.
@@ -259,20 +258,22 @@ func (s *Server) handleStoredResponse(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxStoredBody))
 	rc.SetReadDeadline(time.Time{})
 	id := r.PathValue("id")
-	m, rep, owner := s.storedAt(r.Method, r.URL.Path)
 	keyed := g != nil && s.ten.auth
-	if rep != nil && keyed && owner != g.key.ID {
-		rep = nil // another key's: as if it did not exist
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
-	if _, ok := storedID(r.Method, r.URL.Path); ok && m == nil && !keyed {
-		m, rep = s.locateStored(ctx, r, reqID, id) // answered through another gateway (locate.go)
+	var m *model
+	var rep *replica
+	if id, ok := storedID(r.Method, r.URL.Path); ok {
+		var owner string
+		m, rep, owner = s.findStored(ctx, r, reqID, id, keyed) // locate.go
+		if rep != nil && keyed && owner != g.key.ID {
+			rep = nil // another key's: as if it did not exist
+		}
 	}
 	if rep == nil {
-		ar.status, ar.outcome = http.StatusNotFound, "unknown_response"
-		s.writeError(w, http.StatusNotFound, "invalid_request_error", "response_not_found",
-			fmt.Sprintf("Response with id '%.200s' not found.", id))
+		e := responseNotFoundErr("", id)
+		ar.status, ar.outcome = e.status, e.outcome
+		s.answerError(w, e)
 		return
 	}
 	ar.model, ar.replica = m.name, rep.name

@@ -46,8 +46,10 @@ type Server struct {
 	// (responses.go).
 	homes homes
 	// loc finds the replica of a stored response homes does not know
-	// (locate.go).
-	loc locator
+	// (locate.go); shared is homes shared through tenancy.redis (nil
+	// without it).
+	loc    locator
+	shared *sharedHomes
 	// h1 carries proxied requests to http:// engines (nil when Deps gave
 	// a transport: every request then goes through it).
 	h1  *h1Client
@@ -193,9 +195,15 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("live: %w", err)
 	}
 	s.ledgers = leds
+	if s.shared, err = s.newSharedHomes(); err != nil {
+		leds.close()
+		cs.close()
+		return nil, fmt.Errorf("live: %w", err)
+	}
 	built := false
 	defer func() {
 		if !built {
+			s.shared.close()
 			leds.close() // New failed: no reservation stays behind
 			cs.close()
 		}
@@ -615,6 +623,7 @@ func (s *Server) Close() {
 		close(s.stop)
 		s.wg.Wait()
 		s.ledgers.close() // this gateway's reservations released
+		s.shared.close()  // its response homes' writes in flight, each bounded
 		if s.declog != nil {
 			s.declog.close()
 		}

@@ -466,8 +466,7 @@ func (s *Server) authorize(g *grant, in *inbound, h http.Header) *apiError {
 	in.owner = g.key.ID
 	if in.home != "" && in.homeOwner != in.owner {
 		// Another key's stored response: as if it did not exist.
-		return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "response_not_found", outcome: "unknown_response", model: m.name,
-			msg: fmt.Sprintf("Response with id '%.200s' not found.", *in.f.PreviousResponseID)}
+		return responseNotFoundErr(m.name, *in.f.PreviousResponseID)
 	}
 	return nil
 }

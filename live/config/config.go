@@ -224,8 +224,9 @@ type Tenancy struct {
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// Limits are the limits beyond each key's own.
 	Limits TenancyLimits `yaml:"limits"`
-	// Redis shares the limiter's state between gateways; without an
-	// address the limiter is in process.
+	// Redis shares the limiter's state between gateways, and the
+	// Responses API's stored-response homes (which replica holds each,
+	// and its key); without an address both are in process.
 	Redis Redis `yaml:"redis"`
 	// Ledger is where the gateway core's KV reservations live.
 	Ledger Ledger `yaml:"ledger"`

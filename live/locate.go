@@ -12,11 +12,12 @@ import (
 // This file finds the replica that holds a stored response this gateway
 // did not see answered: one made through another gateway (the chart runs
 // two), or before this one started. homes knows only the responses this
-// gateway passed on; for any other id named by previous_response_id or
-// GET /v1/responses/{id} (and .../cancel) the candidate replicas are asked
-// GET /v1/responses/{id} at once, and the first to answer 200 holds it
-// (vLLM answers 404 for an id its store lacks). What is found is
-// remembered as any home is.
+// gateway passed on, and the homes shared through tenancy.redis
+// (sharedhomes.go) those of every gateway that has it; for any other id
+// named by previous_response_id or GET /v1/responses/{id} (and .../cancel)
+// the candidate replicas are asked GET /v1/responses/{id} at once, and the
+// first to answer 200 holds it (vLLM answers 404 for an id its store
+// lacks). What is found is remembered, and shared, as any home is.
 //
 // Bounds, as a request that names a made-up id costs a request to every
 // replica: at most maxLocating searches at once gateway-wide (a search
@@ -27,9 +28,9 @@ import (
 // locateTimeout, and reads no answer's body.
 //
 // With auth: keys a response belongs to the key it was made with, which
-// only the gateway that passed it on knows: there is no search, and an id
-// another gateway saw answered goes by the usual rule (the engine that
-// gets it answers 404 unless it holds it).
+// only the gateway that passed it on (and the shared homes) know: there is
+// no search, and an id known to neither goes by the usual rule (the engine
+// that gets it answers 404 unless it holds it).
 
 const (
 	locateTimeout = 2 * time.Second

@@ -25,6 +25,9 @@ type fields struct {
 	// NoStore: a Responses API request's store is false (vLLM stores a
 	// response unless it is, when the engine keeps any).
 	NoStore bool
+	// Background: a Responses API request's background is true (vLLM
+	// answers it "queued" and generates it after: bgwatch.go).
+	Background bool
 	// MaxOutputTokens is a Responses API request's max_output_tokens, read
 	// as max_tokens is.
 	MaxOutputTokens int
@@ -131,6 +134,8 @@ func (f *fields) set(key, raw []byte, start, end int) error {
 		return str(&f.PreviousResponseID)
 	case "store":
 		f.NoStore = bytes.Equal(raw, []byte("false"))
+	case "background":
+		f.Background = bytes.Equal(raw, []byte("true"))
 	case "max_output_tokens":
 		f.MaxOutputTokens = count(raw)
 	case "cache_salt":

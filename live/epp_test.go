@@ -998,7 +998,10 @@ func TestEPPBounds(t *testing.T) {
 	c := eppConfig(t, u)
 	c.MaxBodyBytes = 4 << 10
 	c.MaxInflightBodyBytes = 6 << 10
-	c.ReadTimeout = 200 * time.Millisecond
+	// Long enough that both stalled bodies below are held at once on a
+	// loaded machine (at 200ms a fresh-clone run saw the first time out
+	// before the second was counted).
+	c.ReadTimeout = time.Second
 	e := startEPP(t, c, Deps{}, eppOptions{})
 	big := completionBody("", words(1, 2000), 2, false)
 	if r := e.open(t, envoyReq{path: "/v1/completions", body: big}); r.pick.status() != 413 || r.pick.errorCode(t) != "body_too_large" {

@@ -190,6 +190,7 @@ func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
 		at := home{model: in.m.name, replica: rep.name, owner: in.owner}
 		s.homes.put(id, at)
 		s.shared.put(id, at) // other gateways (tenancy.redis)
+		s.watchBackground(in, rep, id)
 	}
 }
 

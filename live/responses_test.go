@@ -461,3 +461,33 @@ func TestResponsesBackgroundProxied(t *testing.T) {
 		t.Fatalf("after the cancel: %s", st)
 	}
 }
+
+// With usage metering (auth: keys), a background response's output tokens
+// are metered when it ends: its answer ("queued") carries no usage, so the
+// proxy reads it at its replica until its status is final.
+func TestResponsesBackgroundMetered(t *testing.T) {
+	g := startTenantGateway(t, storeEngine(t), nil, Deps{})
+	id, key := g.createKey(t, map[string]any{"name": "bg"})
+	b, _ := json.Marshal(map[string]any{"input": words(100, 20), "max_output_tokens": 7, "background": true})
+	req, _ := http.NewRequest(http.MethodPost, g.base+"/v1/responses", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := g.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"queued"`)) {
+		t.Fatalf("background: %d %s", resp.StatusCode, body)
+	}
+	waitUntil(t, "the background response metered", 10*time.Second, func() bool {
+		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues("metered")) == 1
+	})
+	var out int64
+	for _, r := range g.usageRows(t, "?key="+id) {
+		out += r.OutputTokens
+	}
+	if out != 7 {
+		t.Fatalf("metered %d output tokens, want 7 (the response's)", out)
+	}
+}

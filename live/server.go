@@ -50,6 +50,9 @@ type Server struct {
 	// without it).
 	loc    locator
 	shared *sharedHomes
+	// bgSlots bounds the watches of background responses (bgwatch.go).
+	bgOnce  sync.Once
+	bgSlots chan struct{}
 	// h1 carries proxied requests to http:// engines (nil when Deps gave
 	// a transport: every request then goes through it).
 	h1  *h1Client

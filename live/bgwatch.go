@@ -1,0 +1,115 @@
+package live
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/inferrail/inferrail/tenancy"
+)
+
+// A background response (a Responses API request with background: true)
+// is answered "queued" and generated after, where the proxy sees none of
+// it: its answer carries no usage. With usage metering on (tenancy) its
+// output tokens are metered when it ends: the proxy reads it at the replica
+// that holds it (GET /v1/responses/{id}) every bgPoll until its status is
+// final (completed, incomplete, failed, cancelled), and adds its output
+// tokens to the key's usage then. Bounds: at most maxBGWatches at once (one
+// more is not metered: counted as busy); each read within bgReadTimeout
+// and bgMaxBody; a watch ends at request_timeout after it began (expired)
+// or when the gateway closes (shutdown), unmetered.
+
+const (
+	bgPoll        = time.Second
+	maxBGWatches  = 256
+	bgReadTimeout = 5 * time.Second
+	bgMaxBody     = 4 << 20
+)
+
+// watchBackground starts the watch of a background response answered by
+// rep as id, when its usage is metered.
+func (s *Server) watchBackground(in *inbound, rep *replica, id string) {
+	if !in.f.Background || s.ten == nil || s.ten.meter == nil {
+		return
+	}
+	s.bgOnce.Do(func() { s.bgSlots = make(chan struct{}, maxBGWatches) })
+	select {
+	case s.bgSlots <- struct{}{}:
+	default:
+		s.met.backgroundWatch("busy")
+		return
+	}
+	key := in.owner
+	if key == "" {
+		key = anonymousKey
+	}
+	model := in.engineModel()
+	s.wg.Go(func() {
+		defer func() { <-s.bgSlots }()
+		s.met.backgroundWatch(s.watch(rep, id, key, model))
+	})
+}
+
+// watch polls the response until it ends, meters its output, and returns
+// how the watch ended.
+func (s *Server) watch(rep *replica, id, key, model string) string {
+	deadline := time.Now().Add(s.cfg.RequestTimeout)
+	t := time.NewTimer(bgPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return "shutdown"
+		case <-t.C:
+		}
+		status, output, ok := s.readStored(rep, id)
+		if ok {
+			switch status {
+			case "completed", "incomplete", "failed", "cancelled":
+				if output > 0 {
+					s.ten.meter.add(tenancy.Usage{KeyID: key, Model: model, Hour: time.Now(), OutputTokens: int64(output)})
+				}
+				return "metered"
+			}
+		}
+		if time.Now().After(deadline) {
+			return "expired"
+		}
+		t.Reset(bgPoll)
+	}
+}
+
+// readStored reads a stored response's status and output tokens at rep;
+// ok is false when it could not (an error, a status other than 200, a
+// body that is not a response).
+func (s *Server) readStored(rep *replica, id string) (status string, output int, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), bgReadTimeout)
+	defer cancel()
+	u := *rep.base
+	u.Path += "/v1/responses/" + id
+	req := &http.Request{Method: http.MethodGet, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Accept": {"application/json"}}, Body: http.NoBody, Host: u.Host}
+	resp, err := s.upstream.Transport.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		return "", 0, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", 0, false
+	}
+	var r struct {
+		Status string `json:"status"`
+		Usage  *struct {
+			OutputTokens int `json:"output_tokens"`
+		} `json:"usage"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, bgMaxBody)).Decode(&r) != nil || r.Status == "" {
+		return "", 0, false
+	}
+	if r.Usage != nil {
+		output = max(r.Usage.OutputTokens, 0)
+	}
+	return r.Status, output, true
+}

@@ -261,20 +261,7 @@ func TestResponsesSharedHomesKeyed(t *testing.T) {
 	g2 := startTenantGateway(t, a, keyed, Deps{})
 	call := func(g *tenantGateway, key, method, path string, body map[string]any) (*http.Response, []byte) {
 		t.Helper()
-		var rd io.Reader
-		if body != nil {
-			j, _ := json.Marshal(body)
-			rd = bytes.NewReader(j)
-		}
-		req, _ := http.NewRequest(method, g.base+path, rd)
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := g.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		return resp, out
+		return keyedCall(t, g.testGateway, key, method, path, body)
 	}
 	resp, body := call(g1, keyA, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 40), "max_output_tokens": 2})
 	var r responseBody

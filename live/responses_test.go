@@ -61,6 +61,26 @@ func (g *testGateway) respond(t *testing.T, body map[string]any) (*http.Response
 	return resp, rb, b
 }
 
+// keyedCall sends method path (body marshalled unless nil) with the API
+// key and returns the answer, its body read whole.
+func keyedCall(t *testing.T, g *testGateway, key, method, path string, body map[string]any) (*http.Response, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, g.base+path, rd)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := g.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
 func storeEngine(t *testing.T) *upstream {
 	return newUpstream(t, server.Config{Engine: testEngineConfig(), ResponsesStore: 100, EnablePromptTokensDetails: true})
 }
@@ -368,19 +388,7 @@ func TestResponsesScopedToKey(t *testing.T) {
 	_, keyB := g.createKey(t, map[string]any{"name": "b"})
 	call := func(key, method, path string, body map[string]any) (int, []byte) {
 		t.Helper()
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, _ := http.NewRequest(method, g.base+path, rd)
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := g.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := keyedCall(t, g.testGateway, key, method, path, body)
 		return resp.StatusCode, b
 	}
 	status, b := call(keyA, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 2})
@@ -468,15 +476,7 @@ func TestResponsesBackgroundProxied(t *testing.T) {
 func TestResponsesBackgroundMetered(t *testing.T) {
 	g := startTenantGateway(t, storeEngine(t), nil, Deps{})
 	id, key := g.createKey(t, map[string]any{"name": "bg"})
-	b, _ := json.Marshal(map[string]any{"input": words(100, 20), "max_output_tokens": 7, "background": true})
-	req, _ := http.NewRequest(http.MethodPost, g.base+"/v1/responses", bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := g.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 7, "background": true})
 	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"queued"`)) {
 		t.Fatalf("background: %d %s", resp.StatusCode, body)
 	}

@@ -403,17 +403,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 			// recompute: the request prefills here, as any other.
 		}
 	}
-	reply := make(chan error, 1)
-	if !s.send(command{kind: cmdAdd, req: a, reply: reply}) {
-		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", "the engine is shutting down")
-		return
-	}
-	if err := <-reply; err != nil {
-		if errors.Is(err, engine.ErrTooLarge) || errors.Is(err, engine.ErrTooLong) {
-			writeError(w, http.StatusBadRequest, "BadRequestError", "", err.Error())
-			return
-		}
-		writeError(w, http.StatusInternalServerError, "InternalServerError", "", err.Error())
+	if !s.add(w, a) {
 		return
 	}
 	created := time.Now().Unix()
@@ -446,6 +436,26 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 			return
 		}
 	}
+}
+
+// add hands a to the engine's loop; false when the engine refused it,
+// answered on w (400 for a request too large or too long for it, 503 while
+// it shuts down, 500 else).
+func (s *Server) add(w http.ResponseWriter, a *active) bool {
+	reply := make(chan error, 1)
+	if !s.send(command{kind: cmdAdd, req: a, reply: reply}) {
+		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", "the engine is shutting down")
+		return false
+	}
+	if err := <-reply; err != nil {
+		if errors.Is(err, engine.ErrTooLarge) || errors.Is(err, engine.ErrTooLong) {
+			writeError(w, http.StatusBadRequest, "BadRequestError", "", err.Error())
+			return false
+		}
+		writeError(w, http.StatusInternalServerError, "InternalServerError", "", err.Error())
+		return false
+	}
+	return true
 }
 
 func (s *Server) usage(a *active, emitted, cached int) usage {

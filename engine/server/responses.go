@@ -6,14 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/inferrail/inferrail/engine"
 	"github.com/inferrail/inferrail/engine/simtok"
 )
 
@@ -363,17 +361,7 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request) {
 // when it ends, "failed" when the engine fails it.
 func (s *Server) serveBackground(w http.ResponseWriter, g *generation) {
 	a := s.newActive(g)
-	reply := make(chan error, 1)
-	if !s.send(command{kind: cmdAdd, req: a, reply: reply}) {
-		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", "the engine is shutting down")
-		return
-	}
-	if err := <-reply; err != nil {
-		if errors.Is(err, engine.ErrTooLarge) || errors.Is(err, engine.ErrTooLong) {
-			writeError(w, http.StatusBadRequest, "BadRequestError", "", err.Error())
-			return
-		}
-		writeError(w, http.StatusInternalServerError, "InternalServerError", "", err.Error())
+	if !s.add(w, a) {
 		return
 	}
 	created := time.Now().Unix()

@@ -29,7 +29,9 @@ const (
 )
 
 // watchBackground starts the watch of a background response answered by
-// rep as id, when its usage is metered.
+// rep as id, when its usage is metered. The caller has checked that the
+// answer carried no usage: an engine that generated it at once (one that
+// ignores background) was metered from its answer, and is not again.
 func (s *Server) watchBackground(in *inbound, rep *replica, id string) {
 	if !in.f.Background || s.ten == nil || s.ten.meter == nil {
 		return

@@ -190,7 +190,9 @@ func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
 		at := home{model: in.m.name, replica: rep.name, owner: in.owner}
 		s.homes.put(id, at)
 		s.shared.put(id, at) // other gateways (tenancy.redis)
-		s.watchBackground(in, rep, id)
+		if _, known := ans.outputTokens(-1); !known {
+			s.watchBackground(in, rep, id) // answered before it was generated: background (bgwatch.go)
+		}
 	}
 }
 

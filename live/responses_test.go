@@ -491,3 +491,42 @@ func TestResponsesBackgroundMetered(t *testing.T) {
 		t.Fatalf("metered %d output tokens, want 7 (the response's)", out)
 	}
 }
+
+// An engine that ignores background and answers whole is metered from its
+// answer, once: no watch.
+func TestResponsesBackgroundIgnoredMeteredOnce(t *testing.T) {
+	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, EnablePromptTokensDetails: true}}
+	u.wrap = func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && r.URL.Path == "/v1/responses" {
+				var body map[string]any
+				json.NewDecoder(r.Body).Decode(&body)
+				delete(body, "background")
+				b, _ := json.Marshal(body)
+				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	u.start("127.0.0.1:0")
+	t.Cleanup(u.kill)
+	g := startTenantGateway(t, u, nil, Deps{})
+	id, key := g.createKey(t, map[string]any{"name": "bg"})
+	resp, body := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 7, "background": true})
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"incomplete"`)) {
+		t.Fatalf("answered whole: %d %s", resp.StatusCode, body)
+	}
+	time.Sleep(1500 * time.Millisecond) // past a watch's first read
+	var out int64
+	for _, r := range g.usageRows(t, "?key="+id) {
+		out += r.OutputTokens
+	}
+	if out != 7 {
+		t.Fatalf("metered %d output tokens, want 7 (once)", out)
+	}
+	for _, how := range []string{"metered", "busy", "expired", "shutdown"} {
+		if n := testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues(how)); n != 0 {
+			t.Fatalf("a watch ended %s: the answer had its usage", how)
+		}
+	}
+}

@@ -93,6 +93,9 @@ func (s *Server) readStored(rep *replica, id string) (status string, output int,
 	u.Path += "/v1/responses/" + id
 	req := &http.Request{Method: http.MethodGet, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: http.Header{"Accept": {"application/json"}}, Body: http.NoBody, Host: u.Host}
+	if a := rep.authorization(); a != "" {
+		req.Header.Set("Authorization", a)
+	}
 	resp, err := s.upstream.Transport.RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		return "", 0, false

@@ -183,7 +183,7 @@ func (s *Server) probeStored(r *http.Request, reqID, id string) func(context.Con
 	return func(ctx context.Context, c candidate) int {
 		u := *c.rep.base
 		u.Path += "/v1/responses/" + id
-		hdr := s.upstreamHeaders(r, reqID).header()
+		hdr := s.upstreamHeaders(r, reqID, c.rep).header()
 		delete(hdr, "Content-Type")
 		out := &http.Request{
 			Method: http.MethodGet, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,

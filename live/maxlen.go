@@ -49,6 +49,9 @@ func (s *Server) fetchContextLen(ctx context.Context, client *http.Client, m *mo
 	if err != nil {
 		return 0, fmt.Errorf("GET /v1/models: %w", err)
 	}
+	if a := r.authorization(); a != "" {
+		req.Header.Set("Authorization", a)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("GET /v1/models: %w", err)

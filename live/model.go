@@ -41,6 +41,8 @@ type replica struct {
 	kvBind   bool
 	group    string // DNS group, "" for a listed replica
 	role     gateway.Role
+	// auth is its model's upstreamAuth.
+	auth *atomic.Pointer[string]
 
 	// retired is set (under the model's mu) when a reload took the
 	// replica out for good; onDrained runs once its last request in
@@ -134,6 +136,10 @@ type model struct {
 	// pdTimeout bounds a remote prefill (pd.prefill_timeout; a reload
 	// sets it), in nanoseconds.
 	pdTimeout atomic.Int64
+	// upstreamAuth is the Authorization value every request to the
+	// model's engines carries (api_key_file: "Bearer KEY"); nil for none.
+	// A reload swaps it.
+	upstreamAuth atomic.Pointer[string]
 	// series are its metric series, resolved once (metrics.model).
 	series atomic.Pointer[modelSeries]
 
@@ -209,6 +215,32 @@ type granted struct {
 // newModel builds the core of one served model from its configuration; ec
 // is the engines' profile (cost_model's estimates, the index's default
 // capacity).
+// upstreamAuth reads mc's api_key_file: the Authorization value its
+// engines ask for, nil without one.
+func upstreamAuth(mc *config.Model) (*string, error) {
+	if mc.APIKeyFile == "" {
+		return nil, nil
+	}
+	key, err := config.ReadSecret(mc.APIKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: api_key_file: %w", mc.Name, err)
+	}
+	v := "Bearer " + key
+	return &v, nil
+}
+
+// authorization is the Authorization value every request to r carries
+// (its model's api_key_file), "" for none.
+func (r *replica) authorization() string {
+	if r == nil || r.auth == nil {
+		return ""
+	}
+	if v := r.auth.Load(); v != nil {
+		return *v
+	}
+	return ""
+}
+
 func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config, start time.Time, trace func(gateway.TraceEvent), log *slog.Logger, led gateway.Ledger) (*model, error) {
 	g := gatewayConfig(c, mc, ec)
 	g.Trace = trace
@@ -229,6 +261,11 @@ func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config,
 		m.kvListen = p.KVEventsListen
 	}
 	m.pdTimeout.Store(int64(mc.PD.PrefillTimeout))
+	auth, err := upstreamAuth(mc)
+	if err != nil {
+		return nil, err
+	}
+	m.upstreamAuth.Store(auth)
 	m.maxModelLen.Store(int64(g.MaxModelLen))
 	m.promptBytes.Store(int64(c.Tokenize.PromptBytes(mc)))
 	for j := range mc.Replicas {
@@ -348,7 +385,7 @@ func (m *model) addLocked(sp replicaSpec) (*replica, error) {
 		if i != len(m.reps) {
 			return nil, fmt.Errorf("model %s: replica %s: the core gave index %d, want %d", m.name, name, i, len(m.reps))
 		}
-		r = &replica{idx: i, name: name, base: u, kvEvents: sp.kvEvents, kvReplay: sp.kvReplay, kvTopic: sp.kvTopic, kvBind: sp.kvBind, group: sp.group, role: sp.role}
+		r = &replica{idx: i, name: name, base: u, kvEvents: sp.kvEvents, kvReplay: sp.kvReplay, kvTopic: sp.kvTopic, kvBind: sp.kvBind, group: sp.group, role: sp.role, auth: &m.upstreamAuth}
 		m.reps = append(m.reps, r)
 		m.byName[name] = r
 	}
@@ -383,6 +420,8 @@ type modelReload struct {
 	policy string
 	// pdTimeout is pd.prefill_timeout.
 	pdTimeout time.Duration
+	// auth is api_key_file's Authorization value, read again.
+	auth *string
 	// remove are the listed replicas taken out for good, update the staying
 	// ones whose caps change, add the new ones.
 	remove []*replica
@@ -413,6 +452,7 @@ func (m *model) reconfigure(p *modelReload) ([]*replica, error) {
 	if p.pdTimeout > 0 {
 		m.pdTimeout.Store(int64(p.pdTimeout))
 	}
+	m.upstreamAuth.Store(p.auth)
 	for _, r := range p.remove {
 		m.deliver(m.core.DetachReplica(now, r.idx))
 		r.retired = true

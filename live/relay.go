@@ -210,10 +210,13 @@ type upstreamHeaders struct {
 	proto string          // X-Forwarded-Proto
 	reqID string
 	extra http.Header
+	// bearer is the engines' own Authorization (api_key_file), which
+	// replaces any client's; "" for none.
+	bearer string
 }
 
-func (s *Server) upstreamHeaders(r *http.Request, reqID string) *upstreamHeaders {
-	u := &upstreamHeaders{in: r.Header, named: connectionNamed(r.Header), auth: s.cfg.ForwardClientAuth, proto: "http", reqID: reqID}
+func (s *Server) upstreamHeaders(r *http.Request, reqID string, rep *replica) *upstreamHeaders {
+	u := &upstreamHeaders{in: r.Header, named: connectionNamed(r.Header), auth: s.cfg.ForwardClientAuth, proto: "http", reqID: reqID, bearer: rep.authorization()}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		u.xff = host
 	}
@@ -225,7 +228,7 @@ func (s *Server) upstreamHeaders(r *http.Request, reqID string) *upstreamHeaders
 
 // forwards reports whether the client's header k goes upstream.
 func (u *upstreamHeaders) forwards(k string) bool {
-	return !(hopSet[k] || u.named[k] || dropUpstream[k] || credentialHdrs[k] && !u.auth || u.extra[k] != nil)
+	return !(hopSet[k] || u.named[k] || dropUpstream[k] || credentialHdrs[k] && !u.auth || u.extra[k] != nil || u.bearer != "" && k == "Authorization")
 }
 
 func (u *upstreamHeaders) appendLines(b []byte) []byte {
@@ -240,6 +243,9 @@ func (u *upstreamHeaders) appendLines(b []byte) []byte {
 		for _, v := range vs {
 			b = appendHeaderLine(b, k, v)
 		}
+	}
+	if u.bearer != "" {
+		b = appendHeaderLine(b, "Authorization", u.bearer)
 	}
 	if u.xff != "" {
 		b = appendHeaderLine(b, "X-Forwarded-For", u.xff)
@@ -258,6 +264,9 @@ func (u *upstreamHeaders) header() http.Header {
 	for k, vs := range u.extra {
 		out[k] = vs
 	}
+	if u.bearer != "" {
+		out["Authorization"] = []string{u.bearer}
+	}
 	if u.xff != "" {
 		out["X-Forwarded-For"] = []string{u.xff}
 	}
@@ -274,7 +283,7 @@ func (s *Server) forward(ctx context.Context, rep *replica, r *http.Request, bod
 	u := *rep.base
 	u.Path += r.URL.Path
 	u.RawQuery = r.URL.RawQuery
-	hdr := s.upstreamHeaders(r, reqID)
+	hdr := s.upstreamHeaders(r, reqID, rep)
 	if s.tr != nil {
 		// The try's span goes on in the engine (a client's own
 		// traceparent is forwarded as is when tracing is off).

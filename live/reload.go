@@ -381,7 +381,11 @@ func (s *Server) prepareModel(m *model, cur, eff *config.Config) (*modelReload, 
 	if err := m.checkReload(g); err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.name, err)
 	}
-	mp := &modelReload{core: g, policy: em.Policy, pdTimeout: em.PD.PrefillTimeout, drained: func(r *replica) { s.dropped(m, r) }}
+	auth, err := upstreamAuth(em)
+	if err != nil {
+		return nil, err
+	}
+	mp := &modelReload{core: g, policy: em.Policy, pdTimeout: em.PD.PrefillTimeout, auth: auth, drained: func(r *replica) { s.dropped(m, r) }}
 	running := map[string]*replica{}
 	for _, r := range m.listed() {
 		running[r.name] = r
@@ -514,6 +518,7 @@ func effective(cur, next *config.Config) *config.Config {
 		if nm, ok := modelNamed(next, om.Name); ok {
 			em.Aliases, em.Adapters = nm.Aliases, nm.Adapters
 			em.Policy, em.ShadowPolicy = nm.Policy, nm.ShadowPolicy
+			em.APIKeyFile = nm.APIKeyFile
 			em.Admission, em.Overcommit, em.OutputQuantile = nm.Admission, nm.Overcommit, nm.OutputQuantile
 			em.MaxPriority, em.Queue = nm.MaxPriority, nm.Queue
 			if !discovers(cur, &om) {

@@ -301,7 +301,7 @@ func (s *Server) forwardStored(ctx context.Context, rep *replica, r *http.Reques
 	u.RawQuery = r.URL.RawQuery
 	out := &http.Request{
 		Method: r.Method, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: s.upstreamHeaders(r, reqID).header(), Body: http.NoBody, Host: u.Host,
+		Header: s.upstreamHeaders(r, reqID, rep).header(), Body: http.NoBody, Host: u.Host,
 	}
 	return s.upstream.Transport.RoundTrip(out.WithContext(ctx))
 }

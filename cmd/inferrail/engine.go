@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -35,6 +36,7 @@ type engineFlags struct {
 	kvTransferConfig     string
 	outputTokens         int
 	responsesStore       int
+	apiKeyFile           string
 	seed                 uint64
 	faults               server.Faults
 	drain                time.Duration
@@ -109,6 +111,7 @@ func (f *engineFlags) addFlags(cmd *cobra.Command) {
 	fl.StringVar(&f.kvEventsConfig, "kv-events-config", "", `KV cache events, as vLLM's JSON: {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv"}`)
 	fl.StringVar(&f.kvTransferConfig, "kv-transfer-config", "", `disaggregated prefill/decode, as vLLM's JSON: {"kv_connector":"NixlConnector","kv_role":"kv_producer"} (kv_consumer, kv_both; see docs/pd-live.md)`)
 	fl.IntVar(&f.outputTokens, "output-tokens", 256, "where the mock model stops without ignore_eos (0: it never stops before max_tokens)")
+	fl.StringVar(&f.apiKeyFile, "api-key-file", "", "file holding the API key requests under /v1 must carry as Authorization: Bearer, as vLLM's --api-key (default: $VLLM_API_KEY, else none)")
 	fl.IntVar(&f.responsesStore, "responses-store", 0, "Responses API responses kept for GET /v1/responses/{id} and previous_response_id, the oldest dropped first (vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1); 0 keeps none and ignores store: true, as vLLM does by default")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed for generated text and injected faults")
 	fl.Float64Var(&f.faults.ErrorRate, "fault-error-rate", 0, "share of generation requests answered with --fault-error-status")
@@ -160,6 +163,16 @@ func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
 	if f.procs != "adaptive" && f.procs != "fixed" {
 		return server.Config{}, usagef("--procs: must be adaptive or fixed, got %q", f.procs)
 	}
+	apiKey := strings.TrimSpace(os.Getenv("VLLM_API_KEY"))
+	if f.apiKeyFile != "" {
+		b, err := os.ReadFile(f.apiKeyFile)
+		if err != nil {
+			return server.Config{}, usagef("--api-key-file: %w", err)
+		}
+		if apiKey = strings.TrimSpace(string(b)); apiKey == "" || strings.ContainsAny(apiKey, " \t\r\n") {
+			return server.Config{}, usagef("--api-key-file %s: must hold one key on one line", f.apiKeyFile)
+		}
+	}
 	if f.sysmon != "awake" && f.sysmon != "go" {
 		return server.Config{}, usagef("--sysmon: must be awake or go, got %q", f.sysmon)
 	}
@@ -174,6 +187,7 @@ func (f *engineFlags) config(cmd *cobra.Command) (server.Config, error) {
 		EnablePromptTokensDetails: f.promptTokensDetails,
 		OutputTokens:              f.outputTokens,
 		ResponsesStore:            f.responsesStore,
+		APIKey:                    apiKey,
 		Seed:                      f.seed,
 		Version:                   buildVersion,
 		Faults:                    f.faults,

@@ -47,6 +47,11 @@ type Config struct {
 	// drops one). 0, the default, keeps none and ignores a request's
 	// store: true, as vLLM does without that variable.
 	ResponsesStore int
+	// APIKey is vLLM's --api-key (VLLM_API_KEY): every request under /v1
+	// must carry Authorization: Bearer APIKey, or is answered 401 as vLLM
+	// answers it; the other paths (/health, /metrics, /version, ...) are
+	// open. "" (the default) asks for none.
+	APIKey string
 	// MaxBodyBytes caps request bodies (default 64 MiB).
 	MaxBodyBytes int64
 	// KVTransfer is vLLM's --kv-transfer-config: the engine's part in

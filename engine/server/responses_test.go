@@ -624,3 +624,47 @@ func grepLines(page, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// With APIKey (vLLM's --api-key) every path under /v1 asks for it as
+// Authorization: Bearer (401 {"error": "Unauthorized"} as vLLM answers);
+// /health and /metrics stay open.
+func TestAPIKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := startPipe(t, Config{Engine: testEngine(), APIKey: "sk-test"})
+		defer ts.stop()
+		do := func(method, path, auth string) (int, string) {
+			var body io.Reader
+			if method == http.MethodPost {
+				body = strings.NewReader(`{"prompt":"hi","max_tokens":1}`)
+			}
+			req, _ := http.NewRequest(method, ts.base+path, body)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := ts.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		for _, c := range []struct {
+			method, path, auth string
+			want               int
+		}{
+			{http.MethodPost, "/v1/completions", "", 401},
+			{http.MethodPost, "/v1/completions", "Bearer wrong", 401},
+			{http.MethodGet, "/v1/models", "sk-test", 401},
+			{http.MethodPost, "/v1/completions", "Bearer sk-test", 200},
+			{http.MethodGet, "/v1/models", "Bearer sk-test", 200},
+			{http.MethodGet, "/health", "", 200},
+			{http.MethodGet, "/metrics", "", 200},
+		} {
+			status, body := do(c.method, c.path, c.auth)
+			if status != c.want || status == 401 && strings.TrimSpace(body) != `{"error":"Unauthorized"}` {
+				t.Errorf("%s %s (%q): %d %q, want %d", c.method, c.path, c.auth, status, body, c.want)
+			}
+		}
+	})
+}

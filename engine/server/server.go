@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +118,19 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) publishSnapshot(g *engine.Group) { s.met.publish(g) }
 
 // Handler returns the HTTP API.
+// requireKey answers a request under /v1 that does not carry the API key
+// (Authorization: Bearer) 401 as vLLM's AuthenticationMiddleware does.
+func (s *Server) requireKey(next http.Handler) http.Handler {
+	want := []byte("Bearer " + s.cfg.APIKey)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
@@ -166,6 +181,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
 	})
+	if s.cfg.APIKey != "" {
+		return s.requireKey(mux)
+	}
 	return mux
 }
 

@@ -560,6 +560,12 @@ type Model struct {
 	// the engine keys them. Unique across every model's name, aliases and
 	// adapters.
 	Adapters []string `yaml:"adapters"`
+	// APIKeyFile holds the API key the model's engines ask for (vLLM's
+	// --api-key, VLLM_API_KEY), one line: every request the gateway sends
+	// them carries it as Authorization: Bearer, in place of any client's.
+	// Read at start and at each reload. Not with forward_client_auth.
+	// Default "" (none).
+	APIKeyFile string `yaml:"api_key_file"`
 	// Policy is the routing policy, one of router.Names(). Default
 	// "cost_model".
 	Policy string `yaml:"policy"`
@@ -971,6 +977,7 @@ func (c *Config) resolvePaths(dir string) {
 			m.Tokenizer = join(m.Tokenizer)
 		}
 		m.SemanticCache.Embeddings.APIKeyFile = join(m.SemanticCache.Embeddings.APIKeyFile)
+		m.APIKeyFile = join(m.APIKeyFile)
 		if !isPresetName(m.Profile) {
 			m.Profile = join(m.Profile)
 		}

@@ -891,6 +891,18 @@ func (k *checker) tenancy(c *Config) {
 	} else if c.Auth == AuthKeys {
 		k.fail("tenancy.store", "required with auth: keys: a SQLite file such as /var/lib/inferrail/tenancy.db, or postgres://user@host/db for several gateways")
 	}
+	for i := range c.Models {
+		m := &c.Models[i]
+		if m.APIKeyFile == "" {
+			continue
+		}
+		p := fmt.Sprintf("models[%d].api_key_file", i)
+		if c.ForwardClientAuth {
+			k.fail(p, "not with forward_client_auth: true: the engines' key replaces the client's Authorization; set one of them")
+		} else if _, err := ReadSecret(m.APIKeyFile); err != nil {
+			k.fail(p, "%v", err)
+		}
+	}
 	if c.Auth == AuthKeys && c.ForwardClientAuth {
 		k.fail("forward_client_auth", "must be false with auth: keys: the client's Authorization header holds its inferrail API key, which never goes to the engines")
 	}

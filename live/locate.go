@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 )
 
 // This file finds the replica that holds a stored response this gateway
@@ -20,10 +21,10 @@ import (
 // lacks). What is found is remembered, and shared, as any home is.
 //
 // Bounds, as a request that names a made-up id costs a request to every
-// replica: at most maxLocating searches at once gateway-wide (a search
-// that cannot start within locateTimeout is given up, and the request
-// goes by the usual rule); concurrent requests for one id share one
-// search; an id no replica holds is not searched for again for missTTL
+// replica: at most searchRate searches a second gateway-wide (bursts of
+// searchBurst), at most maxLocating at once (a search that cannot start
+// within locateTimeout is given up, and the request goes by the usual
+// rule); concurrent requests for one id share one search; an id no replica holds is not searched for again for missTTL
 // (at most maxMissed such ids are kept); each search ends within
 // locateTimeout, and reads no answer's body.
 //
@@ -34,6 +35,8 @@ import (
 
 const (
 	locateTimeout = 2 * time.Second
+	searchRate    = 32
+	searchBurst   = 64
 	maxLocating   = 8
 	missTTL       = 10 * time.Second
 	maxMissed     = 4096
@@ -43,6 +46,7 @@ const (
 type locator struct {
 	once  sync.Once
 	slots chan struct{}
+	rate  *rate.Limiter
 	group singleflight.Group
 
 	mu     sync.Mutex
@@ -67,7 +71,7 @@ const (
 	searchFound   = "found"   // a replica answered 200
 	searchMissing = "missing" // every replica answered 404
 	searchUnknown = "unknown" // no 200, and some replica did not say (an error, a timeout)
-	searchBusy    = "busy"    // not started within locateTimeout: maxLocating were running
+	searchBusy    = "busy"    // not started: searchRate a second, or maxLocating at once, were running
 	searchRecent  = "recent"  // not searched: every replica said it lacks it within missTTL
 	searchInvalid = "invalid" // not searched: not an id as vLLM makes them (locatable)
 )
@@ -83,7 +87,10 @@ func (l *locator) find(ctx context.Context, id string, cands []candidate, probe 
 	case l.recentlyMissed(id):
 		return candidate{}, searchRecent
 	}
-	l.once.Do(func() { l.slots = make(chan struct{}, maxLocating) })
+	l.once.Do(func() {
+		l.slots = make(chan struct{}, maxLocating)
+		l.rate = rate.NewLimiter(searchRate, searchBurst)
+	})
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, locateTimeout)
 	defer cancel()
@@ -96,6 +103,9 @@ func (l *locator) find(ctx context.Context, id string, cands []candidate, probe 
 		how string
 	}
 	ch := l.group.DoChan(id, func() (any, error) {
+		if !l.rate.Allow() {
+			return result{how: searchBusy}, nil
+		}
 		select {
 		case l.slots <- struct{}{}:
 		case <-ctx.Done():

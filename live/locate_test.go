@@ -114,7 +114,8 @@ func TestResponsesAcrossGateways(t *testing.T) {
 }
 
 // The locator's bounds: concurrent requests for one id share one search
-// (each candidate asked once); at most maxLocating searches run at once,
+// (each candidate asked once); at most searchRate searches a second (in
+// bursts of searchBurst) and maxLocating at once run,
 // and one that cannot start within locateTimeout is given up; an id every
 // candidate said it lacks is not searched for again within missTTL.
 func TestLocatorBounds(t *testing.T) {
@@ -233,6 +234,26 @@ func TestLocatorBounds(t *testing.T) {
 		}
 		if _, how := l.find(t.Context(), "resp/../x", cands, probe("x", "a")); how != searchInvalid {
 			t.Fatalf("an id vLLM never makes: %s", how)
+		}
+
+		// Made-up ids one after another: searchBurst at once, then
+		// searchRate a second.
+		var l2 locator
+		instant := func(context.Context, candidate) int { return probeAbsent }
+		count := func(n int) (searched int) {
+			for i := range n {
+				if _, how := l2.find(t.Context(), fmt.Sprintf("resp_m%d_%d", n, i), cands, instant); how == searchMissing {
+					searched++
+				}
+			}
+			return searched
+		}
+		if n := count(200); n != searchBurst {
+			t.Fatalf("200 made-up ids at once: %d searched, want %d", n, searchBurst)
+		}
+		time.Sleep(time.Second)
+		if n := count(200); n != searchRate {
+			t.Fatalf("200 more a second later: %d searched, want %d", n, searchRate)
 		}
 		if n := asked["resp_2/a"]; n != 2 {
 			t.Fatalf("a missed id asked %d times after missTTL, want 2", n)

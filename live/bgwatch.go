@@ -16,10 +16,14 @@ import (
 // output tokens are metered when it ends: the proxy reads it at the replica
 // that holds it (GET /v1/responses/{id}) every bgPoll until its status is
 // final (completed, incomplete, failed, cancelled), and adds its output
-// tokens to the key's usage then. Bounds: at most maxBGWatches at once (one
-// more is not metered: counted as busy); each read within bgReadTimeout
-// and bgMaxBody; a watch ends at request_timeout after it began (expired)
-// or when the gateway closes (shutdown), unmetered.
+// tokens to the key's usage then. Bounds: at most maxBGWatches at once;
+// each read within bgReadTimeout and bgMaxBody; a watch ends at
+// request_timeout after it began (expired) or when the gateway closes
+// (shutdown). A response whose end the proxy does not see (one more than
+// maxBGWatches, busy; expired; shutdown) is metered at its output bound
+// (max_output_tokens, else the model's default), as the rate limiter
+// charges what it does not know: flooding the watches never makes output
+// free.
 
 const (
 	bgPoll        = time.Second
@@ -36,48 +40,57 @@ func (s *Server) watchBackground(in *inbound, rep *replica, id string) {
 	if !in.f.Background || s.ten == nil || s.ten.meter == nil {
 		return
 	}
-	s.bgOnce.Do(func() { s.bgSlots = make(chan struct{}, maxBGWatches) })
-	select {
-	case s.bgSlots <- struct{}{}:
-	default:
-		s.met.backgroundWatch("busy")
-		return
-	}
 	key := in.owner
 	if key == "" {
 		key = anonymousKey
 	}
 	model := in.engineModel()
+	bound := s.ten.estimate(in) - max(in.req.PromptTokens, 0) // the output the request may make
+	meter := func(output int) {
+		if output > 0 {
+			s.ten.meter.add(tenancy.Usage{KeyID: key, Model: model, Hour: time.Now(), OutputTokens: int64(output)})
+		}
+	}
+	s.bgOnce.Do(func() { s.bgSlots = make(chan struct{}, maxBGWatches) })
+	select {
+	case s.bgSlots <- struct{}{}:
+	default:
+		meter(bound)
+		s.met.backgroundWatch("busy")
+		return
+	}
 	s.wg.Go(func() {
 		defer func() { <-s.bgSlots }()
-		s.met.backgroundWatch(s.watch(rep, id, key, model))
+		output, how := s.watch(rep, id)
+		if how != "metered" {
+			output = bound
+		}
+		meter(output)
+		s.met.backgroundWatch(how)
 	})
 }
 
-// watch polls the response until it ends, meters its output, and returns
-// how the watch ended.
-func (s *Server) watch(rep *replica, id, key, model string) string {
+// watch polls the response until it ends, and returns its output tokens
+// and how the watch ended.
+func (s *Server) watch(rep *replica, id string) (int, string) {
 	deadline := time.Now().Add(s.cfg.RequestTimeout)
 	t := time.NewTimer(bgPoll)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
-			return "shutdown"
+			return 0, "shutdown"
 		case <-t.C:
 		}
 		status, output, ok := s.readStored(rep, id)
 		if ok {
 			switch status {
 			case "completed", "incomplete", "failed", "cancelled":
-				if output > 0 {
-					s.ten.meter.add(tenancy.Usage{KeyID: key, Model: model, Hour: time.Now(), OutputTokens: int64(output)})
-				}
-				return "metered"
+				return output, "metered"
 			}
 		}
 		if time.Now().After(deadline) {
-			return "expired"
+			return 0, "expired"
 		}
 		t.Reset(bgPoll)
 	}

@@ -530,3 +530,37 @@ func TestResponsesBackgroundIgnoredMeteredOnce(t *testing.T) {
 		}
 	}
 }
+
+// A background response whose end the proxy cannot see (here: its replica
+// never answers the read) is metered at its output bound when the watch
+// expires, as the rate limiter charges what it does not know.
+func TestResponsesBackgroundUnseenMeteredAtBound(t *testing.T) {
+	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, EnablePromptTokensDetails: true}}
+	u.wrap = func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
+				http.Error(w, "unavailable", http.StatusServiceUnavailable)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	u.start("127.0.0.1:0")
+	t.Cleanup(u.kill)
+	g := startTenantGateway(t, u, func(c *config.Config) { c.RequestTimeout = time.Second }, Deps{})
+	id, key := g.createKey(t, map[string]any{"name": "bg"})
+	resp, body := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 9, "background": true})
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"queued"`)) {
+		t.Fatalf("background: %d %s", resp.StatusCode, body)
+	}
+	waitUntil(t, "the watch expired", 10*time.Second, func() bool {
+		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues("expired")) == 1
+	})
+	var out int64
+	for _, r := range g.usageRows(t, "?key="+id) {
+		out += r.OutputTokens
+	}
+	if out != 9 {
+		t.Fatalf("metered %d output tokens, want 9 (max_output_tokens)", out)
+	}
+}

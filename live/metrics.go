@@ -141,7 +141,7 @@ func newMetrics(s *Server) *metrics {
 	reg.MustRegister(m.recordWritten, m.recordFiles)
 	m.responseSearches = cv("inferrail_response_searches_total", "Searches of the replicas for a stored response (Responses API) this gateway did not see answered, by result: found, missing (every replica answered 404), unknown (no 200 and some replica did not say), busy (not started: 32 a second, or 8 at once, were running), recent (not searched: missing within 10 s), invalid (not searched: not an id as vLLM makes them).", "result")
 	m.responseHomeErrors = cv("inferrail_response_home_errors_total", "Failed reads (get) and writes (put) of the stored responses' replicas shared through tenancy.redis; a write is also counted when 64 were in flight already (dropped).", "op")
-	m.backgroundWatches = cv("inferrail_background_watches_total", "Background responses (Responses API, background: true) watched until they end to meter their output tokens, by how the watch ended: metered, busy (not watched: 256 were), expired (not final within request_timeout), shutdown.", "result")
+	m.backgroundWatches = cv("inferrail_background_watches_total", "Background responses (Responses API, background: true) watched until they end to meter their output tokens, by how the watch ended: metered (its usage), busy (not watched: 256 were), expired (not final within request_timeout), shutdown; the last three metered at the output bound.", "result")
 	m.reloads = cv("inferrail_config_reloads_total", "Configuration reloads (SIGHUP, the file changing, POST /admin/reload) by result: ok (applied), error (rejected: the running configuration is kept).", "result")
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")

@@ -324,13 +324,13 @@ func (st *eppStream) onHeaders(msg *extProcPb.ProcessingRequest, h *extProcPb.Ht
 	return false, nil
 }
 
-// answerWeb answers a request that is not a generation one as live's
 // clientRequest is the client's request as the header policy reads it
 // (upstreamHeaders): its headers and address.
 func (st *eppStream) clientRequest() *http.Request {
 	return &http.Request{Header: st.hdr, RemoteAddr: clientAddr(st.hdr)}
 }
 
+// answerWeb answers a request that is not a generation one as live's
 // client handler does.
 func (st *eppStream) answerWeb() error {
 	r, err := http.NewRequestWithContext(st.gone, st.method, st.path, http.NoBody)

@@ -9,9 +9,6 @@ import (
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/inferrail/inferrail/engine/server"
@@ -27,8 +24,7 @@ func TestEPPLeaderElection(t *testing.T) {
 	up := newUpstream(t, server.Config{Engine: testEngineConfig()})
 	host, port, _ := net.SplitHostPort(up.addr)
 	pn, _ := strconv.Atoi(port)
-	kube := fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{poolGVR: "InferencePoolList", podGVR: "PodList", objectiveGVRs[0]: "InferenceObjectiveList", objectiveGVRs[1]: "InferenceObjectiveList"},
+	kube := fakeKube(
 		poolObj(t, map[string]string{"app": "vllm"}, int32(pn)),
 		podObj(t, "p1", "vllm", host, true, false),
 	)

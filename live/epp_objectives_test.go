@@ -10,9 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic/fake"
 
 	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/live/config"
@@ -45,8 +43,7 @@ func TestEPPInferenceObjectives(t *testing.T) {
 	host, port, _ := net.SplitHostPort(up.addr)
 	pn, _ := strconv.Atoi(port)
 	llmd, legacy := objectiveGVRs[0], objectiveGVRs[1]
-	kube := fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{poolGVR: "InferencePoolList", podGVR: "PodList", llmd: "InferenceObjectiveList", legacy: "InferenceObjectiveList"},
+	kube := fakeKube(
 		poolObj(t, map[string]string{"app": "vllm"}, int32(pn)),
 		podObj(t, "p1", "vllm", host, true, false),
 		objectiveObj(llmd, "critical", "vllm", prio(10)),

@@ -68,14 +68,21 @@ func podObj(t *testing.T, name, app, ip string, ready, terminating bool) *unstru
 	return &unstructured.Unstructured{Object: u}
 }
 
+// fakeKube is a dynamic client that lists InferencePools, pods and both
+// InferenceObjective kinds, holding objs.
+func fakeKube(objs ...runtime.Object) *fake.FakeDynamicClient {
+	return fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{poolGVR: "InferencePoolList", podGVR: "PodList", objectiveGVRs[0]: "InferenceObjectiveList", objectiveGVRs[1]: "InferenceObjectiveList"},
+		objs...)
+}
+
 // The InferencePool's ready pods, at its first target port, are the
 // model's replicas: pods join when ready, leave when unready, terminating
 // or deleted (their metric series with them), the pool's selector and port
 // changing changes the set, a pool that goes away leaves none (503), and a
 // failing watch is retried. The picker routes among them.
 func TestEPPPoolWatcher(t *testing.T) {
-	kube := fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{poolGVR: "InferencePoolList", podGVR: "PodList", objectiveGVRs[0]: "InferenceObjectiveList", objectiveGVRs[1]: "InferenceObjectiveList"},
+	kube := fakeKube(
 		poolObj(t, map[string]string{"app": "vllm"}, 8000),
 		podObj(t, "p1", "vllm", "127.0.0.11", true, false),
 		podObj(t, "p2", "vllm", "127.0.0.12", false, false),
@@ -218,8 +225,7 @@ func TestEPPPoolKVEvents(t *testing.T) {
 	pn, _ := strconv.Atoi(port)
 	_, kport, _ := net.SplitHostPort(strings.TrimPrefix(pub.Addr(), "tcp://"))
 	kp, _ := strconv.Atoi(kport)
-	kube := fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{poolGVR: "InferencePoolList", podGVR: "PodList", objectiveGVRs[0]: "InferenceObjectiveList", objectiveGVRs[1]: "InferenceObjectiveList"},
+	kube := fakeKube(
 		poolObj(t, map[string]string{"app": "vllm"}, int32(pn)),
 		podObj(t, "p1", "vllm", host, true, false),
 	)
@@ -256,8 +262,7 @@ func TestEPPPoolKVEventsListen(t *testing.T) {
 	pn := freeTCPPort(t)
 	up := centralEngine(t, pn, listen, fmt.Sprintf("kv@127.0.0.1:%d@%s", pn, server.DefaultModelName))
 	host, _, _ := net.SplitHostPort(up.addr)
-	kube := fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{poolGVR: "InferencePoolList", podGVR: "PodList", objectiveGVRs[0]: "InferenceObjectiveList", objectiveGVRs[1]: "InferenceObjectiveList"},
+	kube := fakeKube(
 		poolObj(t, map[string]string{"app": "vllm"}, int32(pn)),
 		podObj(t, "p1", "vllm", host, true, false),
 	)

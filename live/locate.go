@@ -242,15 +242,9 @@ func (s *Server) locateHome(ctx context.Context, r *http.Request, reqID string, 
 	for i, rep := range reps {
 		cands[i] = candidate{m: in.m, rep: rep}
 	}
-	c, how := s.loc.find(ctx, id, cands, s.probeStored(r, reqID, id))
-	s.met.responseSearch(how)
-	if how != searchFound {
-		return nil
+	if _, ok := s.search(ctx, r, reqID, id, cands); ok {
+		s.pinResponse(in)
 	}
-	at := home{model: c.m.name, replica: c.rep.name}
-	s.homes.put(id, at)
-	s.shared.put(id, at)
-	s.pinResponse(in)
 	return nil
 }
 
@@ -285,13 +279,22 @@ func (s *Server) findStored(ctx context.Context, r *http.Request, reqID, id stri
 			}
 		}
 	}
+	if c, ok := s.search(ctx, r, reqID, id, cands); ok {
+		return c.m, c.rep, ""
+	}
+	return nil, nil, ""
+}
+
+// search asks cands for response id (locator.find), counts how it went,
+// and remembers and shares the home it finds.
+func (s *Server) search(ctx context.Context, r *http.Request, reqID, id string, cands []candidate) (candidate, bool) {
 	c, how := s.loc.find(ctx, id, cands, s.probeStored(r, reqID, id))
 	s.met.responseSearch(how)
 	if how != searchFound {
-		return nil, nil, ""
+		return candidate{}, false
 	}
 	at := home{model: c.m.name, replica: c.rep.name}
 	s.homes.put(id, at)
 	s.shared.put(id, at)
-	return c.m, c.rep, ""
+	return c, true
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/inferrail/inferrail/engine/server"
 	"github.com/inferrail/inferrail/internal/testredis"
 	"github.com/inferrail/inferrail/live/config"
 )
@@ -25,18 +24,14 @@ import (
 // probedStoreEngine is storeEngine counting the GET /v1/responses/{id}
 // requests it answers.
 func probedStoreEngine(t *testing.T, gets *atomic.Int64) *upstream {
-	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, EnablePromptTokensDetails: true}}
-	u.wrap = func(h http.Handler) http.Handler {
+	return wrappedStoreEngine(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
 				gets.Add(1)
 			}
 			h.ServeHTTP(w, r)
 		})
-	}
-	u.start("127.0.0.1:0")
-	t.Cleanup(u.kill)
-	return u
+	})
 }
 
 // A response answered through one gateway is found through another (the

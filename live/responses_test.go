@@ -81,8 +81,34 @@ func keyedCall(t *testing.T, g *testGateway, key, method, path string, body map[
 	return resp, b
 }
 
-func storeEngine(t *testing.T) *upstream {
-	return newUpstream(t, server.Config{Engine: testEngineConfig(), ResponsesStore: 100, EnablePromptTokensDetails: true})
+func storeEngine(t *testing.T) *upstream { return wrappedStoreEngine(t, nil) }
+
+// wrappedStoreEngine is storeEngine with wrap around its handler (none
+// when nil).
+func wrappedStoreEngine(t *testing.T, wrap func(http.Handler) http.Handler) *upstream {
+	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, EnablePromptTokensDetails: true}, wrap: wrap}
+	u.start("127.0.0.1:0")
+	t.Cleanup(u.kill)
+	return u
+}
+
+// meteredBackground sends key's background request of maxOut output
+// tokens through g, waits until a watch ends as how, and returns the
+// output tokens metered to key (keyID).
+func meteredBackground(t *testing.T, g *tenantGateway, keyID, key string, maxOut int, how string) int64 {
+	t.Helper()
+	resp, body := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": maxOut, "background": true})
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"queued"`)) {
+		t.Fatalf("background: %d %s", resp.StatusCode, body)
+	}
+	waitUntil(t, "the background watch "+how, 10*time.Second, func() bool {
+		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues(how)) == 1
+	})
+	var out int64
+	for _, r := range g.usageRows(t, "?key="+keyID) {
+		out += r.OutputTokens
+	}
+	return out
 }
 
 // The Responses API through the proxy: routed and predicted as a chat with
@@ -476,18 +502,7 @@ func TestResponsesBackgroundProxied(t *testing.T) {
 func TestResponsesBackgroundMetered(t *testing.T) {
 	g := startTenantGateway(t, storeEngine(t), nil, Deps{})
 	id, key := g.createKey(t, map[string]any{"name": "bg"})
-	resp, body := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 7, "background": true})
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"queued"`)) {
-		t.Fatalf("background: %d %s", resp.StatusCode, body)
-	}
-	waitUntil(t, "the background response metered", 10*time.Second, func() bool {
-		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues("metered")) == 1
-	})
-	var out int64
-	for _, r := range g.usageRows(t, "?key="+id) {
-		out += r.OutputTokens
-	}
-	if out != 7 {
+	if out := meteredBackground(t, g, id, key, 7, "metered"); out != 7 {
 		t.Fatalf("metered %d output tokens, want 7 (the response's)", out)
 	}
 }
@@ -495,8 +510,7 @@ func TestResponsesBackgroundMetered(t *testing.T) {
 // An engine that ignores background and answers whole is metered from its
 // answer, once: no watch.
 func TestResponsesBackgroundIgnoredMeteredOnce(t *testing.T) {
-	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, EnablePromptTokensDetails: true}}
-	u.wrap = func(h http.Handler) http.Handler {
+	u := wrappedStoreEngine(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodPost && r.URL.Path == "/v1/responses" {
 				var body map[string]any
@@ -507,9 +521,7 @@ func TestResponsesBackgroundIgnoredMeteredOnce(t *testing.T) {
 			}
 			h.ServeHTTP(w, r)
 		})
-	}
-	u.start("127.0.0.1:0")
-	t.Cleanup(u.kill)
+	})
 	g := startTenantGateway(t, u, nil, Deps{})
 	id, key := g.createKey(t, map[string]any{"name": "bg"})
 	resp, body := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 7, "background": true})
@@ -535,8 +547,7 @@ func TestResponsesBackgroundIgnoredMeteredOnce(t *testing.T) {
 // never answers the read) is metered at its output bound when the watch
 // expires, as the rate limiter charges what it does not know.
 func TestResponsesBackgroundUnseenMeteredAtBound(t *testing.T) {
-	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, EnablePromptTokensDetails: true}}
-	u.wrap = func(h http.Handler) http.Handler {
+	u := wrappedStoreEngine(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
 				http.Error(w, "unavailable", http.StatusServiceUnavailable)
@@ -544,23 +555,10 @@ func TestResponsesBackgroundUnseenMeteredAtBound(t *testing.T) {
 			}
 			h.ServeHTTP(w, r)
 		})
-	}
-	u.start("127.0.0.1:0")
-	t.Cleanup(u.kill)
+	})
 	g := startTenantGateway(t, u, func(c *config.Config) { c.RequestTimeout = time.Second }, Deps{})
 	id, key := g.createKey(t, map[string]any{"name": "bg"})
-	resp, body := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 9, "background": true})
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"queued"`)) {
-		t.Fatalf("background: %d %s", resp.StatusCode, body)
-	}
-	waitUntil(t, "the watch expired", 10*time.Second, func() bool {
-		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues("expired")) == 1
-	})
-	var out int64
-	for _, r := range g.usageRows(t, "?key="+id) {
-		out += r.OutputTokens
-	}
-	if out != 9 {
+	if out := meteredBackground(t, g, id, key, 9, "expired"); out != 9 {
 		t.Fatalf("metered %d output tokens, want 9 (max_output_tokens)", out)
 	}
 }

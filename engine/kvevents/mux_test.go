@@ -586,14 +586,7 @@ func TestMuxTopicPrefix(t *testing.T) {
 	rt.set(topicA, sa.route(""))
 	rt.set(other, so.route(""))
 	m := newTestMux(t, rt, nil)
-	pub := zmq4.NewPub(t.Context(), quiet())
-	if err := pub.Dial(m.Addr()); err != nil {
-		t.Fatal(err)
-	}
-	payload, err := EncodeBatch(storedBatch(1), FormatMap)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub, payload := rawPub(t, m)
 	end := time.Now().Add(deadline)
 	for seq := uint64(0); sa.count(anyBatch) == 0; seq++ {
 		if time.Now().After(end) {
@@ -620,6 +613,21 @@ func TestMuxTopicPrefix(t *testing.T) {
 	}
 }
 
+// rawPub is a bare publisher connected to m (its frames are the test's
+// to shape), and an encoded one-block batch to send.
+func rawPub(t *testing.T, m *Mux) (zmq4.Socket, []byte) {
+	t.Helper()
+	pub := zmq4.NewPub(t.Context(), quiet())
+	if err := pub.Dial(m.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	payload, err := EncodeBatch(storedBatch(1), FormatMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub, payload
+}
+
 // TestMuxBadFrames: a message not shaped [topic, 8-byte seq, payload] is a
 // bad frame; a payload that is no batch is a decode error on its topic,
 // reported as an unrepaired gap of one; the good batches around them are
@@ -630,14 +638,7 @@ func TestMuxBadFrames(t *testing.T) {
 	sa := &sink{}
 	rt.set(topicA, sa.route(""))
 	m := newTestMux(t, rt, nil)
-	pub := zmq4.NewPub(t.Context(), quiet())
-	if err := pub.Dial(m.Addr()); err != nil {
-		t.Fatal(err)
-	}
-	payload, err := EncodeBatch(storedBatch(1), FormatMap)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub, payload := rawPub(t, m)
 	end := time.Now().Add(deadline)
 	seq := uint64(0)
 	for st := m.Stats(); st.BadFrames < 2 || st.DecodeErrors == 0 || sa.count(anyBatch) == 0; st = m.Stats() {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -229,6 +230,9 @@ type storedResponse struct {
 	// cancel stops a background response's generation (nil for any
 	// other).
 	cancel context.CancelFunc
+	// log is a background stream's events (nil for any other response):
+	// kept, as vLLM's event store keeps them, while the response is.
+	log *eventLog
 }
 
 func (st *responseStore) get(id string) (storedResponse, bool) {
@@ -256,6 +260,9 @@ func (st *responseStore) put(limit int, id string, r storedResponse) {
 	}
 	if ok && old.obj.Status == "cancelled" {
 		return
+	}
+	if ok && r.log == nil {
+		r.log = old.log // the same response, finished
 	}
 	st.byID[id] = r
 	for len(st.order) > limit {
@@ -316,7 +323,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if g.resp.background {
-		s.serveBackground(w, g)
+		s.serveBackground(w, r, g)
 		return
 	}
 	s.serve(w, r, g)
@@ -324,18 +331,49 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if r.URL.Query().Get("stream") == "true" {
-		// vLLM replays a background response's events from its event
-		// queue; the mock keeps none.
-		writeAPIError(w, badRequest("stream", "this mock engine does not stream a stored response (GET ?stream=true); read it whole"))
+	q := r.URL.Query()
+	stream, err := queryBool(q.Get("stream"))
+	if err != nil {
+		writeAPIError(w, badRequest("stream", "stream must be true or false, got %q", q.Get("stream")))
 		return
+	}
+	next := 0
+	if v := q.Get("starting_after"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < -1 {
+			writeAPIError(w, badRequest("starting_after", "starting_after must be an event's sequence_number (an integer, at least -1), got %q", v))
+			return
+		}
+		next = n + 1
 	}
 	st, ok := s.responses.get(id)
 	if !ok {
 		writeAPIError(w, responseNotFound(id))
 		return
 	}
-	writeJSON(w, http.StatusOK, st.obj)
+	if !stream {
+		writeJSON(w, http.StatusOK, st.obj)
+		return
+	}
+	// vLLM replays the events of a response made with background and
+	// stream from its event store (any other is unknown there), from
+	// starting_after's next, and follows it to its end.
+	if st.log == nil {
+		writeAPIError(w, badRequest("response_id", "Unknown response_id: %s", id))
+		return
+	}
+	s.followEvents(w, r, st.log, next)
+}
+
+// queryBool reads a boolean query parameter as FastAPI does ("" is false).
+func queryBool(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "", "false", "0", "off", "f", "n", "no":
+		return false, nil
+	case "true", "1", "on", "t", "y", "yes":
+		return true, nil
+	}
+	return false, fmt.Errorf("not a boolean: %q", v)
 }
 
 // handleCancelResponse is POST /v1/responses/{id}/cancel: a background
@@ -358,8 +396,11 @@ func (s *Server) handleCancelResponse(w http.ResponseWriter, r *http.Request) {
 // serveBackground answers a background request at once with its response
 // "queued" (stored so: GET reads it, cancel stops it), and generates it
 // after, within the engine's life: stored "completed" (or "incomplete")
-// when it ends, "failed" when the engine fails it.
-func (s *Server) serveBackground(w http.ResponseWriter, g *generation) {
+// when it ends, "failed" when the engine fails it. With stream, as vLLM
+// does, the answer is the generation's event stream instead, kept as it
+// is written (eventLog) for GET ?stream=true to replay: the client leaving
+// it does not stop the generation.
+func (s *Server) serveBackground(w http.ResponseWriter, r *http.Request, g *generation) {
 	a := s.newActive(g)
 	if !s.add(w, a) {
 		return
@@ -367,31 +408,57 @@ func (s *Server) serveBackground(w http.ResponseWriter, g *generation) {
 	created := time.Now().Unix()
 	o := s.object(g, created, "queued", []outputMessage{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	s.responses.put(s.cfg.ResponsesStore, o.ID, storedResponse{messages: g.resp.messages, obj: o, cancel: cancel})
-	go func() {
-		defer cancel()
-		for {
-			select {
-			case <-a.notify:
-			case <-ctx.Done(): // cancelled
-				s.send(command{kind: cmdAbort, id: a.id})
-				return
-			case <-s.done: // the engine stopped
-				return
-			}
-			emitted, cached, finished, err := a.progress()
-			if err != nil {
-				f := s.object(g, created, "failed", []outputMessage{}, nil)
-				s.responses.put(s.cfg.ResponsesStore, o.ID, storedResponse{messages: g.resp.messages, obj: f})
-				return
-			}
-			if finished {
-				s.finish(g, a, created, emitted, cached)
-				return
-			}
-		}
-	}()
+	var log *eventLog
+	if g.stream {
+		log = newEventLog()
+	}
+	s.responses.put(s.cfg.ResponsesStore, o.ID, storedResponse{messages: g.resp.messages, obj: o, cancel: cancel, log: log})
+	go s.background(ctx, cancel, g, a, created, log)
+	if log != nil {
+		s.followEvents(w, r, log, 0)
+		return
+	}
 	writeJSON(w, http.StatusOK, o)
+}
+
+// background generates a background response until it ends, is cancelled
+// (ctx) or the engine stops; with log its events are kept there.
+func (s *Server) background(ctx context.Context, cancel context.CancelFunc, g *generation, a *active, created int64, log *eventLog) {
+	defer cancel()
+	var e *respEvents
+	if log != nil {
+		defer log.end()
+		e = &respEvents{s: s, g: g, a: a, created: created, ev: sseEvents{log: log}}
+		e.start()
+	}
+	for {
+		select {
+		case <-a.notify:
+		case <-ctx.Done(): // cancelled
+			s.send(command{kind: cmdAbort, id: a.id})
+			return
+		case <-s.done: // the engine stopped
+			return
+		}
+		emitted, cached, finished, err := a.progress()
+		if err != nil {
+			if e != nil {
+				e.fail(err)
+			}
+			f := s.object(g, created, "failed", []outputMessage{}, nil)
+			s.responses.put(s.cfg.ResponsesStore, g.resp.id, storedResponse{messages: g.resp.messages, obj: f})
+			return
+		}
+		if e != nil {
+			e.step(emitted, cached, finished) // stores the response when finished
+			e.ev.buf = e.ev.buf[:0]
+		} else if finished {
+			s.finish(g, a, created, emitted, cached)
+		}
+		if finished {
+			return
+		}
+	}
 }
 
 // onlyGet answers another method on /v1/responses/{id} as FastAPI does.
@@ -454,9 +521,6 @@ func (s *Server) parseResponses(w http.ResponseWriter, r *http.Request) (*genera
 	}
 	if g.resp.background && !g.resp.store {
 		return nil, badRequest("background", "background can only be used when `store` is true")
-	}
-	if g.resp.background && g.stream {
-		return nil, badRequest("stream", "this mock engine does not stream a background response (vLLM does); leave stream out")
 	}
 	return g, nil
 }
@@ -616,10 +680,12 @@ func (s *Server) writeResponse(w http.ResponseWriter, g *generation, a *active, 
 	writeJSON(w, http.StatusOK, o)
 }
 
-// sseEvents collects a stream's events, numbering them.
+// sseEvents collects a stream's events, numbering them; with log each
+// event is kept there too, whole (a background stream's, eventlog.go).
 type sseEvents struct {
 	buf []byte
 	seq int
+	log *eventLog
 }
 
 func (e *sseEvents) tail(typ string) eventTail {
@@ -630,45 +696,92 @@ func (e *sseEvents) tail(typ string) eventTail {
 
 func (e *sseEvents) add(v interface{ eventType() string }) {
 	b, _ := json.Marshal(v)
+	at := len(e.buf)
 	e.buf = append(e.buf, "event: "...)
 	e.buf = append(e.buf, v.eventType()...)
 	e.buf = append(e.buf, "\ndata: "...)
 	e.buf = append(e.buf, b...)
 	e.buf = append(e.buf, "\n\n"...)
+	if e.log != nil {
+		e.log.add(bytes.Clone(e.buf[at:]))
+	}
 }
 
-// streamResponse writes the response as vLLM's Responses events: created
-// and in_progress at once, the output item and its content part with the
-// first tokens, one output_text.delta per engine step that produced tokens
-// (as the chat stream chunks them), then the done events and
-// response.completed with usage. A failure after the stream started is an
-// error event.
+// respEvents builds a Responses stream's events as its generation goes:
+// response.created and response.in_progress first; then for each engine
+// step that produced tokens the output item and its content part (with
+// the first tokens) and one output_text.delta (as the chat stream chunks
+// them); at the end the done events and response.completed with usage. A
+// failure after the stream started is an error event.
+type respEvents struct {
+	s       *Server
+	g       *generation
+	a       *active
+	created int64
+	ev      sseEvents
+	written int // output tokens the events carry
+}
+
+func (e *respEvents) start() {
+	o := e.s.object(e.g, e.created, "in_progress", []outputMessage{}, nil)
+	e.ev.add(responseEvent{Response: o, eventTail: e.ev.tail("response.created")})
+	e.ev.add(responseEvent{Response: o, eventTail: e.ev.tail("response.in_progress")})
+}
+
+// step adds the events for the generation's progress to emitted tokens
+// (finished: its end, which also stores the response); false when there
+// is nothing new.
+func (e *respEvents) step(emitted, cached int, finished bool) bool {
+	if emitted <= e.written {
+		return false
+	}
+	g, ev, itemID := e.g, &e.ev, e.g.resp.itemID
+	if e.written == 0 {
+		ev.add(outputItemEvent{Item: outputMessage{ID: itemID, Content: []outputText{}, Role: "assistant", Status: "in_progress", Type: "message"},
+			eventTail: ev.tail("response.output_item.added")})
+		ev.add(contentPartEvent{ItemID: itemID, Part: outputText{Annotations: []struct{}{}, Type: "output_text", Logprobs: &[]struct{}{}},
+			eventTail: ev.tail("response.content_part.added")})
+	}
+	delta := string(e.s.tok.AppendDecode(nil, e.a.tokens[e.a.promptLen+e.written:e.a.promptLen+emitted]))
+	e.written = emitted
+	ev.add(textDeltaEvent{Delta: delta, ItemID: itemID, Logprobs: []struct{}{}, eventTail: ev.tail("response.output_text.delta")})
+	if finished {
+		o, text := e.s.finish(g, e.a, e.created, emitted, cached)
+		t := ev.tail("response.output_text.done")
+		ev.add(textDoneEvent{ItemID: itemID, Logprobs: []struct{}{}, SequenceNumber: t.SequenceNumber, Text: text, Type: t.Type})
+		part := outputText{Annotations: []struct{}{}, Text: text, Type: "output_text"}
+		ev.add(contentPartEvent{ItemID: itemID, Part: part, eventTail: ev.tail("response.content_part.done")})
+		ev.add(outputItemEvent{Item: o.Output[0], eventTail: ev.tail("response.output_item.done")})
+		ev.add(responseEvent{Response: o, eventTail: ev.tail("response.completed")})
+	}
+	return true
+}
+
+func (e *respEvents) fail(err error) {
+	e.ev.add(errorEvent{Code: "server_error", Message: err.Error(), eventTail: e.ev.tail("error")})
+}
+
+// streamResponse writes the response as vLLM's Responses events
+// (respEvents) as the engine generates it; the client leaving aborts it.
 func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, g *generation, a *active, created int64) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	var ev sseEvents
+	sseHeaders(w)
+	e := &respEvents{s: s, g: g, a: a, created: created}
 	abort := func() { s.send(command{kind: cmdAbort, id: a.id}) }
 	flush := func() bool {
-		_, err := w.Write(ev.buf)
-		ev.buf = ev.buf[:0]
+		_, err := w.Write(e.ev.buf)
+		e.ev.buf = e.ev.buf[:0]
 		if err == nil {
 			err = rc.Flush()
 		}
 		return err == nil
 	}
-	start := s.object(g, created, "in_progress", []outputMessage{}, nil)
-	ev.add(responseEvent{Response: start, eventTail: ev.tail("response.created")})
-	ev.add(responseEvent{Response: start, eventTail: ev.tail("response.in_progress")})
+	e.start()
 	if !flush() {
 		abort()
 		return
 	}
-	itemID := g.resp.itemID
-	written := 0
 	for {
 		select {
 		case <-a.notify:
@@ -678,7 +791,7 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, g *gener
 		}
 		emitted, cached, finished, err := a.progress()
 		if err != nil {
-			ev.add(errorEvent{Code: "server_error", Message: err.Error(), eventTail: ev.tail("error")})
+			e.fail(err)
 			flush()
 			return
 		}
@@ -686,26 +799,8 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, g *gener
 		if stalled {
 			emitted, finished = a.stallAt, false
 		}
-		if emitted <= written {
+		if !e.step(emitted, cached, finished) {
 			continue
-		}
-		if written == 0 {
-			ev.add(outputItemEvent{Item: outputMessage{ID: itemID, Content: []outputText{}, Role: "assistant", Status: "in_progress", Type: "message"},
-				eventTail: ev.tail("response.output_item.added")})
-			ev.add(contentPartEvent{ItemID: itemID, Part: outputText{Annotations: []struct{}{}, Type: "output_text", Logprobs: &[]struct{}{}},
-				eventTail: ev.tail("response.content_part.added")})
-		}
-		delta := string(s.tok.AppendDecode(nil, a.tokens[a.promptLen+written:a.promptLen+emitted]))
-		written = emitted
-		ev.add(textDeltaEvent{Delta: delta, ItemID: itemID, Logprobs: []struct{}{}, eventTail: ev.tail("response.output_text.delta")})
-		if finished {
-			o, text := s.finish(g, a, created, emitted, cached)
-			t := ev.tail("response.output_text.done")
-			ev.add(textDoneEvent{ItemID: itemID, Logprobs: []struct{}{}, SequenceNumber: t.SequenceNumber, Text: text, Type: t.Type})
-			part := outputText{Annotations: []struct{}{}, Text: text, Type: "output_text"}
-			ev.add(contentPartEvent{ItemID: itemID, Part: part, eventTail: ev.tail("response.content_part.done")})
-			ev.add(outputItemEvent{Item: o.Output[0], eventTail: ev.tail("response.output_item.done")})
-			ev.add(responseEvent{Response: o, eventTail: ev.tail("response.completed")})
 		}
 		if !flush() {
 			abort()
@@ -720,4 +815,12 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, g *gener
 			return
 		}
 	}
+}
+
+// sseHeaders starts an event stream's answer.
+func sseHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
 }

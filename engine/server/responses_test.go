@@ -547,7 +547,7 @@ func TestResponsesFailures(t *testing.T) {
 // with no output or usage, generated after (GET reads it finished when
 // done, with the same output a foreground request gets); cancel stops one
 // still running ("cancelled", its slot freed in the engine) and refuses a
-// finished one as vLLM does; it needs the store, and the mock streams none.
+// finished one as vLLM does; it needs the store.
 func TestResponsesBackground(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := startPipe(t, Config{Engine: testEngine(), ResponsesStore: 8})
@@ -604,11 +604,127 @@ func TestResponsesBackground(t *testing.T) {
 			msg  string
 		}{
 			{map[string]any{"input": "x", "background": true, "store": false}, "background can only be used when `store` is true"},
-			{map[string]any{"input": "x", "background": true, "stream": true}, "does not stream a background response"},
 		} {
 			resp, b := postRaw(t, ts, "/v1/responses", "", c.body)
 			if resp.StatusCode != 400 || !bytes.Contains(b, []byte(c.msg)) {
 				t.Fatalf("%v: %d %s", c.body, resp.StatusCode, b)
+			}
+		}
+	})
+}
+
+// background with stream is vLLM's resumable stream: the answer is the
+// generation's event stream, which the client may leave without stopping
+// the generation; GET ?stream=true replays its events from starting_after's
+// next one and follows them to response.completed, the same events with
+// the same numbers. A response made otherwise has no events to replay
+// (400, as vLLM's "Unknown response_id"), an unknown one is 404, a bad
+// starting_after 400; cancel ends the followers.
+func TestResponsesBackgroundStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := startPipe(t, Config{Engine: testEngine(), ResponsesStore: 8})
+		defer ts.stop()
+		input := words(ts.Server, 100, 40)
+		ctx, leave := context.WithCancel(context.Background())
+		resp, err := ts.post(ctx, "/v1/responses", map[string]any{"input": input, "background": true, "stream": true, "max_output_tokens": 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream; charset=utf-8" {
+			t.Fatalf("background stream: %d %v", resp.StatusCode, resp.Header)
+		}
+		// The client reads the first event and leaves.
+		br := bufio.NewReader(resp.Body)
+		var first []byte
+		for {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				t.Fatalf("first event: %v", err)
+			}
+			if len(bytes.TrimSpace(line)) == 0 {
+				break
+			}
+			first = append(first, line...)
+		}
+		leave()
+		resp.Body.Close()
+		evs0 := readResponseEvents(t, bytes.NewReader(first))
+		var start respBody
+		if len(evs0) != 1 || evs0[0].name != "response.created" || json.Unmarshal(evs0[0].v.Response, &start) != nil || !start.Background {
+			t.Fatalf("first event: %s", first)
+		}
+		time.Sleep(10 * time.Second) // the engine's virtual time: long done
+		status, b := getPath(t, ts, "/v1/responses/"+start.ID)
+		var got respBody
+		if status != 200 || json.Unmarshal(b, &got) != nil || got.Status != "incomplete" || got.Usage == nil || got.Usage.OutputTokens != 64 {
+			t.Fatalf("GET after the client left the stream: %d %s", status, b)
+		}
+		// Replayed whole, then from the third event on: the same events.
+		replay := func(query string) (int, []byte) {
+			return getPath(t, ts, "/v1/responses/"+start.ID+"?stream=true"+query)
+		}
+		status, b = replay("")
+		all := readResponseEvents(t, bytes.NewReader(b))
+		if status != 200 || checkEventOrder(t, all).text() != got.text() {
+			t.Fatalf("replay: %d %s", status, b)
+		}
+		status, b = replay("&starting_after=1")
+		tail := readResponseEvents(t, bytes.NewReader(b))
+		if status != 200 || len(tail) != len(all)-2 || !bytes.Equal(tail[0].data, all[2].data) || tail[len(tail)-1].name != "response.completed" {
+			t.Fatalf("replay after event 1: %d, %d events of %d", status, len(tail), len(all))
+		}
+
+		// Followed live, then cancelled: the follower's stream ends.
+		long, err := ts.post(context.Background(), "/v1/responses", map[string]any{"input": words(ts.Server, 400, 40), "background": true, "stream": true, "max_output_tokens": 3000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer long.Body.Close()
+		br = bufio.NewReader(long.Body)
+		line, _ := br.ReadBytes('\n')
+		data, _ := br.ReadBytes('\n')
+		var created struct {
+			Response respBody `json:"response"`
+		}
+		if !bytes.HasPrefix(line, []byte("event: response.created")) || json.Unmarshal(bytes.TrimPrefix(data, []byte("data: ")), &created) != nil {
+			t.Fatalf("long: %s %s", line, data)
+		}
+		followed := make(chan []byte)
+		go func() {
+			_, b := getPath(t, ts, "/v1/responses/"+created.Response.ID+"?stream=1&starting_after=0")
+			followed <- b
+		}()
+		time.Sleep(50 * time.Millisecond)
+		resp2, b := postRaw(t, ts, "/v1/responses/"+created.Response.ID+"/cancel", "", nil)
+		if resp2.StatusCode != 200 {
+			t.Fatalf("cancel: %d %s", resp2.StatusCode, b)
+		}
+		b = <-followed
+		evs := readResponseEvents(t, bytes.NewReader(b))
+		if len(evs) == 0 || evs[0].name != "response.in_progress" || evs[len(evs)-1].name == "response.completed" {
+			t.Fatalf("follower of a cancelled response: %d events", len(evs))
+		}
+		rest, _ := io.ReadAll(br) // the original stream ends too
+		if bytes.Contains(rest, []byte("response.completed")) {
+			t.Fatal("the cancelled response's stream completed")
+		}
+
+		// Errors: not made with background and stream, unknown, bad query.
+		fg, _ := respond(t, ts, map[string]any{"input": "x", "max_output_tokens": 2})
+		bg, _ := respond(t, ts, map[string]any{"input": "x", "background": true, "max_output_tokens": 2})
+		for _, c := range []struct {
+			path   string
+			status int
+			msg    string
+		}{
+			{"/v1/responses/" + fg.ID + "?stream=true", 400, "Unknown response_id: " + fg.ID},
+			{"/v1/responses/" + bg.ID + "?stream=true", 400, "Unknown response_id: " + bg.ID},
+			{"/v1/responses/resp_nosuch?stream=true", 404, "resp_nosuch"},
+			{"/v1/responses/" + start.ID + "?stream=true&starting_after=x", 400, "starting_after must be"},
+			{"/v1/responses/" + start.ID + "?stream=maybe", 400, "stream must be true or false"},
+		} {
+			if status, b := getPath(t, ts, c.path); status != c.status || !bytes.Contains(b, []byte(c.msg)) {
+				t.Fatalf("GET %s: %d %s, want %d %q", c.path, status, b, c.status, c.msg)
 			}
 		}
 	})

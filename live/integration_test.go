@@ -95,6 +95,12 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 		Background struct {
 			Status, Cancelled string
 		} `json:"background"`
+		// Left after its first event and resumed from the next: the
+		// replica that holds it is found, and streams it to its end.
+		BackgroundStream struct {
+			Last                                    string
+			FirstSeq, ResumedFirstSeq, OutputTokens int
+		} `json:"backgroundStream"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -108,7 +114,8 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 	}
 	if res.Response.Status != "incomplete" || res.ResponseStream.Last != "response.completed" || res.ResponseStream.Usage == nil || res.ResponseStream.Usage.OutputTokens != 6 ||
 		res.ResponseNext.Previous != res.Response.ID || res.ResponseNext.Cached == 0 || res.Retrieved != res.Response.ID ||
-		res.Background.Status != "queued" || res.Background.Cancelled != "cancelled" {
+		res.Background.Status != "queued" || res.Background.Cancelled != "cancelled" ||
+		res.BackgroundStream.ResumedFirstSeq != res.BackgroundStream.FirstSeq+1 || res.BackgroundStream.Last != "response.completed" || res.BackgroundStream.OutputTokens != 200 {
 		t.Fatalf("the Responses API through the gateway: %s", out)
 	}
 }

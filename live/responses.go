@@ -183,17 +183,44 @@ func (s *Server) pinResponse(in *inbound) {
 // the engine may have stored the response (the request did not say store:
 // false).
 func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
-	if in.op != opResponses || in.f.NoStore || rep == nil || ans == nil {
-		return
-	}
-	if id := ans.responseID(); id != "" {
-		at := home{model: in.m.name, replica: rep.name, owner: in.owner}
-		s.homes.put(id, at)
-		s.shared.put(id, at) // other gateways (tenancy.redis)
+	if id := s.keepHome(in, rep, ans); id != "" {
 		if _, known := ans.outputTokens(-1); !known {
 			s.watchBackground(in, rep, id) // answered before it was generated: background (bgwatch.go)
 		}
 	}
+}
+
+// leftBackground is for a background stream (background and stream)
+// whose end the proxy did not relay: the client left, or the stream broke
+// or timed out. The engine generates it still (vLLM's background does not
+// end with its first stream), so its replica is remembered for the client
+// to read it or resume its stream there (GET ?stream=true&starting_after),
+// and its output is metered when it ends (bgwatch.go): what the stream
+// carried before it was cut is not metered.
+func (s *Server) leftBackground(in *inbound, rep *replica, ans *answer) {
+	if !in.f.Background {
+		return
+	}
+	if id := s.keepHome(in, rep, ans); id != "" {
+		s.watchBackground(in, rep, id)
+	}
+}
+
+// keepHome remembers the replica that answered a Responses API request
+// (here and through tenancy.redis) when the engine may have stored the
+// response (the request did not say store: false), and returns the
+// response's id ("" for none).
+func (s *Server) keepHome(in *inbound, rep *replica, ans *answer) string {
+	if in.op != opResponses || in.f.NoStore || rep == nil || ans == nil {
+		return ""
+	}
+	id := ans.responseID()
+	if id != "" {
+		at := home{model: in.m.name, replica: rep.name, owner: in.owner}
+		s.homes.put(id, at)
+		s.shared.put(id, at) // other gateways (tenancy.redis)
+	}
+	return id
 }
 
 // storedID is the response id a stored response's request names (GET

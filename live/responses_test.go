@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -560,5 +561,65 @@ func TestResponsesBackgroundUnseenMeteredAtBound(t *testing.T) {
 	id, key := g.createKey(t, map[string]any{"name": "bg"})
 	if out := meteredBackground(t, g, id, key, 9, "expired"); out != 9 {
 		t.Fatalf("metered %d output tokens, want 9 (max_output_tokens)", out)
+	}
+}
+
+// A background stream (background and stream) that the client leaves is
+// generated still, as vLLM generates it: its replica is remembered, so the
+// key resumes its stream through the proxy (GET ?stream=true&starting_after,
+// with auth: keys, where nothing is searched for) and another key gets 404;
+// and its whole output is metered when it ends, not what the stream had
+// carried when the client left.
+func TestResponsesBackgroundStreamLeft(t *testing.T) {
+	g := startTenantGateway(t, storeEngine(t), nil, Deps{})
+	keyID, key := g.createKey(t, map[string]any{"name": "bg"})
+	_, other := g.createKey(t, map[string]any{"name": "other"})
+	b, _ := json.Marshal(map[string]any{"input": words(100, 20), "max_output_tokens": 400, "background": true, "stream": true})
+	req, _ := http.NewRequest(http.MethodPost, g.base+"/v1/responses", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := g.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		t.Fatalf("background stream: %d", resp.StatusCode)
+	}
+	br := bufio.NewReader(resp.Body)
+	var created struct {
+		Response responseBody `json:"response"`
+	}
+	for created.Response.ID == "" {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("before response.created: %v", err)
+		}
+		if d, ok := strings.CutPrefix(line, "data: "); ok && json.Unmarshal([]byte(d), &created) != nil {
+			t.Fatalf("first event: %s", d)
+		}
+	}
+	resp.Body.Close() // the client leaves
+	id := created.Response.ID
+	waitUntil(t, "the request ended client_gone", 5*time.Second, func() bool {
+		return testutil.ToFloat64(g.met.requests.WithLabelValues(server.DefaultModelName, "client_gone")) == 1
+	})
+	resp, body := keyedCall(t, g.testGateway, key, http.MethodGet, "/v1/responses/"+id+"?stream=true&starting_after=0", nil)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream; charset=utf-8" ||
+		!bytes.HasPrefix(body, []byte("event: response.in_progress\n")) || !bytes.Contains(body, []byte("event: response.completed\n")) ||
+		!bytes.Contains(body, []byte(`"output_tokens":400`)) {
+		t.Fatalf("the stream resumed through the proxy: %d %v\n%.300s", resp.StatusCode, resp.Header, body)
+	}
+	if resp, body := keyedCall(t, g.testGateway, other, http.MethodGet, "/v1/responses/"+id, nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("another key read it: %d %s", resp.StatusCode, body)
+	}
+	waitUntil(t, "the background watch metered", 10*time.Second, func() bool {
+		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues("metered")) == 1
+	})
+	var out int64
+	for _, r := range g.usageRows(t, "?key="+keyID) {
+		out += r.OutputTokens
+	}
+	if out != 400 {
+		t.Fatalf("metered %d output tokens, want 400 (the whole response)", out)
 	}
 }

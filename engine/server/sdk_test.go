@@ -134,13 +134,18 @@ type sdkResponses struct {
 		Status, Cancelled string
 		Background        bool
 	} `json:"background"`
+	BackgroundStream struct {
+		FirstType, Last                         string
+		FirstSeq, ResumedFirstSeq, OutputTokens int
+	} `json:"backgroundStream"`
 }
 
 // check reports what the SDK got wrong of the Responses API, "" for
 // nothing: an answer, a stream of six tokens ending with
 // response.completed and its usage, a continuation whose prompt holds the
-// first turn (cached), the stored response read back, and a background
-// response queued and cancelled.
+// first turn (cached), the stored response read back, a background
+// response queued and cancelled, and a background stream left after its
+// first event and resumed from the next to its end.
 func (r *sdkResponses) check() string {
 	switch {
 	case r.Response.Object != "response" || r.Response.Status != "incomplete" || len(strings.Fields(r.Response.Text)) != 5 || r.Response.Usage.OutputTokens != 5:
@@ -153,6 +158,9 @@ func (r *sdkResponses) check() string {
 		return "retrieved " + r.Retrieved
 	case r.Background.Status != "queued" || !r.Background.Background || r.Background.Cancelled != "cancelled":
 		return fmt.Sprintf("background %+v", r.Background)
+	case r.BackgroundStream.FirstType != "response.created" || r.BackgroundStream.ResumedFirstSeq != r.BackgroundStream.FirstSeq+1 ||
+		r.BackgroundStream.Last != "response.completed" || r.BackgroundStream.OutputTokens != 200:
+		return fmt.Sprintf("background stream left and resumed %+v", r.BackgroundStream)
 	}
 	return ""
 }

@@ -1,6 +1,7 @@
 // Drives inferrail engine with the official OpenAI Node SDK: models, chat and
 // completions, streaming and not, the Responses API (a stored response continued and
-// retrieved), embeddings, an error, and request ids. Prints one JSON
+// retrieved, a background response cancelled and
+// a background stream resumed), embeddings, an error, and request ids. Prints one JSON
 // object for TestOpenAINodeSDK. Usage: BASE_URL=http://127.0.0.1:PORT node openai_sdk.cjs
 const OpenAI = require('openai');
 
@@ -71,6 +72,22 @@ async function main() {
   const bg = await client.responses.create({ model, input: 'a long story', max_output_tokens: 3000, background: true });
   const stopped = await client.responses.cancel(bg.id);
   out.background = { status: bg.status, background: bg.background, cancelled: stopped.status };
+  // A background stream left after its first event, resumed from there
+  // (retrieve with stream and starting_after) to its end.
+  const bgs = await client.responses.create({ model, input: 'another story', max_output_tokens: 200, background: true, stream: true });
+  let first = null;
+  for await (const e of bgs) {
+    first = e;
+    break; // leaves the stream: the generation goes on
+  }
+  const resumed = await client.responses.retrieve(first.response.id, { stream: true, starting_after: first.sequence_number });
+  const rb = { firstType: first.type, firstSeq: first.sequence_number, resumedFirstSeq: null, last: null, outputTokens: null };
+  for await (const e of resumed) {
+    if (rb.resumedFirstSeq === null) rb.resumedFirstSeq = e.sequence_number;
+    rb.last = e.type;
+    if (e.response && e.response.usage) rb.outputTokens = e.response.usage.output_tokens;
+  }
+  out.backgroundStream = rb;
 
   // The SDK asks for base64 and decodes it.
   const emb = await client.embeddings.create({ model, input: 'alpha beta gamma' });

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	extProcPb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"io"
 	"net/http"
 	"strings"
@@ -621,5 +622,50 @@ func TestResponsesBackgroundStreamLeft(t *testing.T) {
 	}
 	if out != 400 {
 		t.Fatalf("metered %d output tokens, want 400 (the whole response)", out)
+	}
+}
+
+// The picker too remembers a background stream whose client left (Envoy's
+// stream ended mid-response): a GET for it goes to its replica without a
+// search.
+func TestEPPBackgroundStreamLeft(t *testing.T) {
+	ups := []*upstream{storeEngine(t), storeEngine(t)}
+	e := startEPP(t, eppConfig(t, ups...), Deps{}, eppOptions{})
+	body, _ := json.Marshal(map[string]any{"input": words(300, 40), "max_output_tokens": 400, "background": true, "stream": true})
+	call := e.open(t, envoyReq{path: "/v1/responses", body: body})
+	resp := call.forward()
+	call.respond(resp, "")
+	br := bufio.NewReader(resp.Body)
+	var first []byte
+	var created struct {
+		Response responseBody `json:"response"`
+	}
+	for created.Response.ID == "" {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("before response.created: %v", err)
+		}
+		first = append(first, line...)
+		if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok && json.Unmarshal(d, &created) != nil {
+			t.Fatalf("first event: %s", d)
+		}
+	}
+	end, _ := br.ReadBytes('\n') // the blank line that ends the event
+	first = append(first, end...)
+	call.sendMsg(&extProcPb.ProcessingRequest{Request: &extProcPb.ProcessingRequest_ResponseBody{ResponseBody: &extProcPb.HttpBody{Body: first}}})
+	call.recv()
+	call.cancel() // Envoy's stream ends: the client left
+	resp.Body.Close()
+	waitUntil(t, "the request's end", 5*time.Second, func() bool { return idle(e.Server) })
+	home := call.pick.endpoint
+	get := e.open(t, envoyReq{method: http.MethodGet, path: "/v1/responses/" + created.Response.ID})
+	if get.pick.endpoint != home {
+		t.Fatalf("GET picked %q, the response is on %q: %+v", get.pick.endpoint, home, get.pick)
+	}
+	get.serve()
+	for _, how := range []string{searchFound, searchMissing, searchUnknown, searchBusy} {
+		if n := testutil.ToFloat64(e.met.responseSearches.WithLabelValues(how)); n != 0 {
+			t.Fatalf("the picker searched for the response it had passed on (%s: %v)", how, n)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/inferrail/inferrail/tenancy"
@@ -12,18 +13,22 @@ import (
 
 // A background response (a Responses API request with background: true)
 // is answered "queued" and generated after, where the proxy sees none of
-// it: its answer carries no usage. With usage metering on (tenancy) its
-// output tokens are metered when it ends: the proxy reads it at the replica
+// it: its answer carries no usage. With usage metering or rate limits on
+// (tenancy) the proxy watches it to its end: it reads it at the replica
 // that holds it (GET /v1/responses/{id}) every bgPoll until its status is
-// final (completed, incomplete, failed, cancelled), and adds its output
-// tokens to the key's usage then. Bounds: at most maxBGWatches at once;
-// each read within bgReadTimeout and bgMaxBody; a watch ends at
-// request_timeout after it began (expired) or when the gateway closes
-// (shutdown). A response whose end the proxy does not see (one more than
-// maxBGWatches, busy; expired; shutdown) is metered at its output bound
-// (max_output_tokens, else the model's default), as the rate limiter
-// charges what it does not know: flooding the watches never makes output
-// free.
+// final (completed, incomplete, failed, cancelled). Then its output tokens
+// are added to the key's usage, and the request's rate-limiter reservation
+// ends (bgLimit): its concurrency slot is held, and renewed, until the
+// engine is done with it (so background mode never escapes
+// max_concurrency), and TPM is reconciled with the tokens it really used.
+// Bounds: at most maxBGWatches at once; each read within bgReadTimeout and
+// bgMaxBody; a watch ends at request_timeout after it began (expired) or
+// when the gateway closes (shutdown). A response whose end the proxy does
+// not see (one more than maxBGWatches, busy; expired; shutdown) is metered
+// at its output bound (max_output_tokens, else the model's default) and
+// keeps the limiter's estimate, as the rate limiter charges what it does
+// not know: flooding the watches never makes output free. One not watched
+// (busy) ends its reservation with the request.
 
 const (
 	bgPoll        = time.Second
@@ -37,7 +42,7 @@ const (
 // answer carried no usage: an engine that generated it at once (one that
 // ignores background) was metered from its answer, and is not again.
 func (s *Server) watchBackground(in *inbound, rep *replica, id string) {
-	if !in.f.Background || s.ten == nil || s.ten.meter == nil {
+	if !in.f.Background || s.ten == nil || (s.ten.meter == nil && s.ten.lim == nil) || in.bg != nil {
 		return
 	}
 	key := in.owner
@@ -47,7 +52,7 @@ func (s *Server) watchBackground(in *inbound, rep *replica, id string) {
 	model := in.engineModel()
 	bound := s.ten.estimate(in) - max(in.req.PromptTokens, 0) // the output the request may make
 	meter := func(output int) {
-		if output > 0 {
+		if output > 0 && s.ten.meter != nil {
 			s.ten.meter.add(tenancy.Usage{KeyID: key, Model: model, Hour: time.Now(), OutputTokens: int64(output)})
 		}
 	}
@@ -59,15 +64,56 @@ func (s *Server) watchBackground(in *inbound, rep *replica, id string) {
 		s.met.backgroundWatch("busy")
 		return
 	}
+	bg := &bgLimit{}
+	in.bg = bg
 	s.wg.Go(func() {
 		defer func() { <-s.bgSlots }()
 		output, how := s.watch(rep, id)
 		if how != "metered" {
+			bg.ended(-1)
 			output = bound
+		} else {
+			bg.ended(output)
 		}
 		meter(output)
 		s.met.backgroundWatch(how)
 	})
+}
+
+// bgLimit hands a background request's rate-limiter reservation from the
+// request, which ends first as a rule, to the watch of its response:
+// whichever of the two comes second ends it.
+type bgLimit struct {
+	mu     sync.Mutex
+	done   bool
+	output int // the response's output tokens, -1 unknown (once done)
+	finish func(output int)
+}
+
+// ended is the watch's end: the response's output tokens, -1 when its end
+// was not seen.
+func (b *bgLimit) ended(output int) {
+	b.mu.Lock()
+	f := b.finish
+	b.done, b.output = true, output
+	b.mu.Unlock()
+	if f != nil {
+		f(output)
+	}
+}
+
+// handOver gives the watch finish, to call with the response's output
+// tokens when it ends (at once when it has).
+func (b *bgLimit) handOver(finish func(output int)) {
+	b.mu.Lock()
+	if !b.done {
+		b.finish = finish
+		b.mu.Unlock()
+		return
+	}
+	output := b.output
+	b.mu.Unlock()
+	finish(output)
 }
 
 // watch polls the response until it ends, and returns its output tokens

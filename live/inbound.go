@@ -61,6 +61,9 @@ func opOf(path string) (opKind, bool) {
 type inbound struct {
 	op   opKind
 	body []byte // forwarded as is (its model rewritten for an alias)
+	// bg is the watch of the background response the request made, nil
+	// for none (bgwatch.go): the rate limiter's reservation ends with it.
+	bg *bgLimit
 	f    fields
 	m    *model
 	req  gateway.Request

@@ -669,3 +669,41 @@ func TestEPPBackgroundStreamLeft(t *testing.T) {
 		}
 	}
 }
+
+// A background response holds its key's rate limits until the engine is
+// done with it, not only until its "queued" answer: its concurrency slot
+// (max_concurrency 1: another request is refused while it runs, served
+// once it ended), and TPM is reconciled with the tokens it used (here 300
+// of the 2000 its max_output_tokens reserved; without the refund the next
+// request of the same estimate would not fit the key's TPM).
+func TestResponsesBackgroundHoldsItsLimits(t *testing.T) {
+	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, OutputTokens: 300}}
+	u.start("127.0.0.1:0")
+	t.Cleanup(u.kill)
+	g := startTenantGateway(t, u, nil, Deps{})
+	keyID, key := g.createKey(t, map[string]any{"name": "bg", "max_concurrency": 1, "tpm": 2500})
+	body := map[string]any{"input": words(100, 20), "max_output_tokens": 2000, "background": true}
+	resp, b := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", body)
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"status":"queued"`)) {
+		t.Fatalf("background: %d %s", resp.StatusCode, b)
+	}
+	resp, b = keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": "hi", "max_output_tokens": 1})
+	if resp.StatusCode != http.StatusTooManyRequests || !bytes.Contains(b, []byte("max_concurrency")) {
+		t.Fatalf("a second request while the background one runs: %d %s", resp.StatusCode, b)
+	}
+	waitUntil(t, "the background watch metered", 10*time.Second, func() bool {
+		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues("metered")) == 1
+	})
+	var out int64
+	for _, r := range g.usageRows(t, "?key="+keyID) {
+		out += r.OutputTokens
+	}
+	if out != 300 {
+		t.Fatalf("metered %d output tokens, want 300", out)
+	}
+	waitUntil(t, "the reservation's end", 5*time.Second, func() bool { return g.ten.active.Load() == 0 })
+	resp, b = keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the next background request, after the first ended: %d %s", resp.StatusCode, b)
+	}
+}

@@ -662,8 +662,14 @@ func (s *Server) release(g *grant, in *inbound, ar *accessRecord) {
 		prompt = max(in.req.PromptTokens, 0)
 	}
 	if res := g.dec.Reservation; res != nil {
-		if g.stop != nil {
-			g.stop()
+		finish := func(used int) {
+			if g.stop != nil {
+				g.stop()
+			}
+			if err := t.lim.Finish(context.Background(), res, used); err != nil {
+				s.log.Debug("rate limiter finish failed; the lease expires within lease_ttl", "key", g.keyID, "error", err.Error())
+			}
+			t.active.Add(-1)
 		}
 		used := 0 // no engine answered: nothing was computed
 		switch {
@@ -672,10 +678,20 @@ func (s *Server) release(g *grant, in *inbound, ar *accessRecord) {
 		case g.relayed:
 			used = limit.UsageUnknown
 		}
-		if err := t.lim.Finish(context.Background(), res, used); err != nil {
-			s.log.Debug("rate limiter finish failed; the lease expires within lease_ttl", "key", g.keyID, "error", err.Error())
+		if in.bg != nil {
+			// A background response the engine generates still: its
+			// reservation (its concurrency slot, renewed) ends with it,
+			// charged what it used (bgwatch.go).
+			in.bg.handOver(func(output int) {
+				if output < 0 {
+					finish(limit.UsageUnknown)
+					return
+				}
+				finish(prompt + output)
+			})
+		} else {
+			finish(used)
 		}
-		t.active.Add(-1)
 	}
 	if t.meter == nil {
 		return

@@ -662,15 +662,6 @@ func (s *Server) release(g *grant, in *inbound, ar *accessRecord) {
 		prompt = max(in.req.PromptTokens, 0)
 	}
 	if res := g.dec.Reservation; res != nil {
-		finish := func(used int) {
-			if g.stop != nil {
-				g.stop()
-			}
-			if err := t.lim.Finish(context.Background(), res, used); err != nil {
-				s.log.Debug("rate limiter finish failed; the lease expires within lease_ttl", "key", g.keyID, "error", err.Error())
-			}
-			t.active.Add(-1)
-		}
 		used := 0 // no engine answered: nothing was computed
 		switch {
 		case ok && output >= 0:
@@ -683,14 +674,14 @@ func (s *Server) release(g *grant, in *inbound, ar *accessRecord) {
 			// reservation (its concurrency slot, renewed) ends with it,
 			// charged what it used (bgwatch.go).
 			in.bg.handOver(func(output int) {
-				if output < 0 {
-					finish(limit.UsageUnknown)
-					return
+				used := limit.UsageUnknown
+				if output >= 0 {
+					used = prompt + output
 				}
-				finish(prompt + output)
+				s.finishReservation(g, res, used)
 			})
 		} else {
-			finish(used)
+			s.finishReservation(g, res, used)
 		}
 	}
 	if t.meter == nil {
@@ -705,6 +696,19 @@ func (s *Server) release(g *grant, in *inbound, ar *accessRecord) {
 		u.Errors = 1
 	}
 	t.meter.add(u)
+}
+
+// finishReservation ends g's reservation res: its lease renewals stop and
+// the limiter is told the tokens used (limit.UsageUnknown keeps its
+// estimate).
+func (s *Server) finishReservation(g *grant, res *limit.Reservation, used int) {
+	if g.stop != nil {
+		g.stop()
+	}
+	if err := s.ten.lim.Finish(context.Background(), res, used); err != nil {
+		s.log.Debug("rate limiter finish failed; the lease expires within lease_ttl", "key", g.keyID, "error", err.Error())
+	}
+	s.ten.active.Add(-1)
 }
 
 // meter holds usage rows (merged per key, model and hour as requests end)

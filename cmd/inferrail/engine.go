@@ -112,7 +112,7 @@ func (f *engineFlags) addFlags(cmd *cobra.Command) {
 	fl.StringVar(&f.kvTransferConfig, "kv-transfer-config", "", `disaggregated prefill/decode, as vLLM's JSON: {"kv_connector":"NixlConnector","kv_role":"kv_producer"} (kv_consumer, kv_both; see docs/pd-live.md)`)
 	fl.IntVar(&f.outputTokens, "output-tokens", 256, "where the mock model stops without ignore_eos (0: it never stops before max_tokens)")
 	fl.StringVar(&f.apiKeyFile, "api-key-file", "", "file holding the API key requests under /v1 must carry as Authorization: Bearer, as vLLM's --api-key (default: $VLLM_API_KEY, else none)")
-	fl.IntVar(&f.responsesStore, "responses-store", 0, "Responses API responses kept for GET /v1/responses/{id} and previous_response_id, the oldest dropped first (vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1); 0 keeps none and ignores store: true, as vLLM does by default")
+	fl.IntVar(&f.responsesStore, "responses-store", 0, "Responses API responses kept for GET /v1/responses/{id} and previous_response_id, the oldest dropped first (vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1), a background stream's events with it (one per output token, for GET ?stream=true); 0 keeps none and ignores store: true, as vLLM does by default")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed for generated text and injected faults")
 	fl.Float64Var(&f.faults.ErrorRate, "fault-error-rate", 0, "share of generation requests answered with --fault-error-status")
 	fl.IntVar(&f.faults.ErrorStatus, "fault-error-status", 500, "status code of injected errors")

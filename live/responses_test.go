@@ -103,6 +103,13 @@ func meteredBackground(t *testing.T, g *tenantGateway, keyID, key string, maxOut
 	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"queued"`)) {
 		t.Fatalf("background: %d %s", resp.StatusCode, body)
 	}
+	return watchedOutput(t, g, keyID, how)
+}
+
+// watchedOutput waits until a background watch ends as how, and returns
+// the output tokens metered to key keyID.
+func watchedOutput(t *testing.T, g *tenantGateway, keyID, how string) int64 {
+	t.Helper()
 	waitUntil(t, "the background watch "+how, 10*time.Second, func() bool {
 		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues(how)) == 1
 	})
@@ -613,14 +620,7 @@ func TestResponsesBackgroundStreamLeft(t *testing.T) {
 	if resp, body := keyedCall(t, g.testGateway, other, http.MethodGet, "/v1/responses/"+id, nil); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("another key read it: %d %s", resp.StatusCode, body)
 	}
-	waitUntil(t, "the background watch metered", 10*time.Second, func() bool {
-		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues("metered")) == 1
-	})
-	var out int64
-	for _, r := range g.usageRows(t, "?key="+keyID) {
-		out += r.OutputTokens
-	}
-	if out != 400 {
+	if out := watchedOutput(t, g, keyID, "metered"); out != 400 {
 		t.Fatalf("metered %d output tokens, want 400 (the whole response)", out)
 	}
 }
@@ -691,14 +691,7 @@ func TestResponsesBackgroundHoldsItsLimits(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || !bytes.Contains(b, []byte("max_concurrency")) {
 		t.Fatalf("a second request while the background one runs: %d %s", resp.StatusCode, b)
 	}
-	waitUntil(t, "the background watch metered", 10*time.Second, func() bool {
-		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues("metered")) == 1
-	})
-	var out int64
-	for _, r := range g.usageRows(t, "?key="+keyID) {
-		out += r.OutputTokens
-	}
-	if out != 300 {
+	if out := watchedOutput(t, g, keyID, "metered"); out != 300 {
 		t.Fatalf("metered %d output tokens, want 300", out)
 	}
 	waitUntil(t, "the reservation's end", 5*time.Second, func() bool { return g.ten.active.Load() == 0 })

@@ -593,21 +593,8 @@ func TestResponsesBackgroundStreamLeft(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("background stream: %d", resp.StatusCode)
 	}
-	br := bufio.NewReader(resp.Body)
-	var created struct {
-		Response responseBody `json:"response"`
-	}
-	for created.Response.ID == "" {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("before response.created: %v", err)
-		}
-		if d, ok := strings.CutPrefix(line, "data: "); ok && json.Unmarshal([]byte(d), &created) != nil {
-			t.Fatalf("first event: %s", d)
-		}
-	}
+	id, _ := firstEvent(t, resp.Body)
 	resp.Body.Close() // the client leaves
-	id := created.Response.ID
 	waitUntil(t, "the request ended client_gone", 5*time.Second, func() bool {
 		return testutil.ToFloat64(g.met.requests.WithLabelValues(server.DefaultModelName, "client_gone")) == 1
 	})
@@ -625,6 +612,34 @@ func TestResponsesBackgroundStreamLeft(t *testing.T) {
 	}
 }
 
+// firstEvent reads a Responses stream's first event (response.created) from
+// r, and returns its response's id and the event's bytes.
+func firstEvent(t *testing.T, r io.Reader) (string, []byte) {
+	t.Helper()
+	br := bufio.NewReader(r)
+	var raw []byte
+	var created struct {
+		Response responseBody `json:"response"`
+	}
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("in the first event: %v", err)
+		}
+		raw = append(raw, line...)
+		if len(bytes.TrimSpace(line)) == 0 { // the blank line that ends it
+			break
+		}
+		if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok && json.Unmarshal(d, &created) != nil {
+			t.Fatalf("first event: %s", d)
+		}
+	}
+	if created.Response.ID == "" {
+		t.Fatalf("first event without a response id: %s", raw)
+	}
+	return created.Response.ID, raw
+}
+
 // The picker too remembers a background stream whose client left (Envoy's
 // stream ended mid-response): a GET for it goes to its replica without a
 // search.
@@ -635,30 +650,14 @@ func TestEPPBackgroundStreamLeft(t *testing.T) {
 	call := e.open(t, envoyReq{path: "/v1/responses", body: body})
 	resp := call.forward()
 	call.respond(resp, "")
-	br := bufio.NewReader(resp.Body)
-	var first []byte
-	var created struct {
-		Response responseBody `json:"response"`
-	}
-	for created.Response.ID == "" {
-		line, err := br.ReadBytes('\n')
-		if err != nil {
-			t.Fatalf("before response.created: %v", err)
-		}
-		first = append(first, line...)
-		if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok && json.Unmarshal(d, &created) != nil {
-			t.Fatalf("first event: %s", d)
-		}
-	}
-	end, _ := br.ReadBytes('\n') // the blank line that ends the event
-	first = append(first, end...)
+	id, first := firstEvent(t, resp.Body)
 	call.sendMsg(&extProcPb.ProcessingRequest{Request: &extProcPb.ProcessingRequest_ResponseBody{ResponseBody: &extProcPb.HttpBody{Body: first}}})
 	call.recv()
 	call.cancel() // Envoy's stream ends: the client left
 	resp.Body.Close()
 	waitUntil(t, "the request's end", 5*time.Second, func() bool { return idle(e.Server) })
 	home := call.pick.endpoint
-	get := e.open(t, envoyReq{method: http.MethodGet, path: "/v1/responses/" + created.Response.ID})
+	get := e.open(t, envoyReq{method: http.MethodGet, path: "/v1/responses/" + id})
 	if get.pick.endpoint != home {
 		t.Fatalf("GET picked %q, the response is on %q: %+v", get.pick.endpoint, home, get.pick)
 	}

@@ -26,6 +26,7 @@ type metrics struct {
 	errors     *prometheus.CounterVec
 	rejections *prometheus.CounterVec
 	queueWaitH *prometheus.HistogramVec
+	overheadH  *prometheus.HistogramVec
 	tokenize   *prometheus.CounterVec
 	logDropped prometheus.Counter
 	// The recording's rows written and dropped (by reason), and files
@@ -121,6 +122,7 @@ func newMetrics(s *Server) *metrics {
 	m.pdPrefillH = hv("inferrail_pd_prefill_seconds", "From a remote prefill's request to its whole answer (or its failure), by model.", latencyBuckets, "model")
 	m.tokenize = cv("inferrail_tokenize_total", "Edge tokenizations by outcome (ok, timeout, queue_full, error, skipped).", "model", "outcome")
 	m.rejections = cv("inferrail_rejected_total", "Requests the gateway core rejected, by model and reason (queue_full, queue_timeout, no_capacity, slo_shed, no_replica, too_long).", "model", "reason")
+	m.overheadH = hv("inferrail_proxy_overhead_seconds", "The proxy's own part of a request's time to first byte: from its arrival to its forwarding to the engine, less its wait in the queue, plus from the engine's first byte to the proxy's first write to the client. First tries only, not P/D.", prometheus.ExponentialBuckets(5e-6, 2, 16), "model")
 	m.queueWaitH = hv("inferrail_queue_wait_seconds", "Time each request waited in the queue for a replica to admit it (0 when one admitted it at once).", append([]float64{0.0001}, append(latencyBuckets, 160)...), "model")
 	m.ledgerErrors = cv("inferrail_ledger_errors_total", "Failed calls of the KV reservation ledger shared through Redis (tenancy.ledger.backend: redis), by model and operation.", "model", "op")
 	m.kvEvents = cv("inferrail_kv_event_batches_total", "KV event batches by model, replica and result (applied, gap, reset).", "model", "replica", "result")
@@ -174,7 +176,7 @@ func newMetrics(s *Server) *metrics {
 // resolved child is one line). These vectors' series are never deleted.
 type modelSeries struct {
 	prompt, cached, predicted, reported prometheus.Counter
-	decision, queueWait                 prometheus.Observer
+	decision, queueWait, overhead       prometheus.Observer
 	ok, tokenizedOK                     prometheus.Counter
 }
 
@@ -190,6 +192,7 @@ func (m *metrics) model(md *model) *modelSeries {
 		reported:    m.reportedTokens.WithLabelValues(md.name),
 		decision:    m.decisionH.WithLabelValues(md.name),
 		queueWait:   m.queueWaitH.WithLabelValues(md.name),
+		overhead:    m.overheadH.WithLabelValues(md.name),
 		ok:          m.requests.WithLabelValues(md.name, "ok"),
 		tokenizedOK: m.tokenize.WithLabelValues(md.name, string(tokOK)),
 	}
@@ -299,6 +302,9 @@ func (m *metrics) duration(md *model, r *replica, d time.Duration) {
 	if rs := m.series(md, r); rs != nil {
 		rs.duration.Observe(d.Seconds())
 	}
+}
+func (m *metrics) overhead(md *model, d time.Duration) {
+	m.model(md).overhead.Observe(d.Seconds())
 }
 func (m *metrics) decisionTime(md *model, d time.Duration) {
 	m.model(md).decision.Observe(d.Seconds())

@@ -19,6 +19,7 @@ func BenchmarkRequestMetrics(b *testing.B) {
 		m.queueWait(md, 0)
 		m.decision(md, r)
 		m.ttft(md, r, time.Millisecond)
+		m.overhead(md, 50*time.Microsecond)
 		m.duration(md, r, time.Millisecond)
 		m.served(md, 256, 128)
 		m.reported(md, 256, 128)

@@ -3,10 +3,12 @@ package live
 import (
 	"flag"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,4 +190,71 @@ func TestREADMEMetricsTable(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("README.md's metrics table names\n%s\nbut the metric set is\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// overheadOf is inferrail_proxy_overhead_seconds' sample count and sum.
+func overheadOf(t *testing.T, g *testGateway) (uint64, float64) {
+	t.Helper()
+	var d dto.Metric
+	if err := g.met.overheadH.WithLabelValues(server.DefaultModelName).(prometheus.Metric).Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d.GetHistogram().GetSampleCount(), d.GetHistogram().GetSampleSum()
+}
+
+// inferrail_proxy_overhead_seconds is the proxy's own part of a request's
+// time to first byte: not the engine's time to its first byte (300 ms a
+// step here), not the wait in the queue (the second request waits for the
+// first, over a second); and a retried request is left out.
+func TestProxyOverhead(t *testing.T) {
+	t.Run("engine and queue left out", func(t *testing.T) {
+		ec := testEngineConfig()
+		ec.Latency.StepFixedMs = 300
+		c := testConfig(t, newUpstream(t, server.Config{Engine: ec}))
+		c.Models[0].MaxConcurrency = 1
+		g := startGateway(t, c)
+		done := make(chan error, 1)
+		go func() { _, _, err := g.complete(t.Context(), words(1, 10), 3); done <- err }()
+		waitUntil(t, "the first request in flight", 5*time.Second, func() bool { in, _ := g.inFlight(); return in == 1 })
+		resp, _, err := g.complete(t.Context(), words(2, 10), 1)
+		if err != nil || queuedMs(t, resp) < 300 {
+			t.Fatalf("the second request: %v, queued %v ms; want it queued", err, queuedMs(t, resp))
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n, sum := overheadOf(t, g); n != 2 || sum > 0.3 {
+			t.Fatalf("%d samples summing %.3f s; want 2 under 0.3 s (neither the engine's 300 ms steps nor the queue)", n, sum)
+		}
+	})
+	t.Run("retried left out", func(t *testing.T) {
+		var calls atomic.Int64 // every other generation fails: each request is retried once
+		flaky := func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v1/completions" && calls.Add(1)%2 == 1 {
+					http.Error(w, "busy", http.StatusServiceUnavailable)
+					return
+				}
+				h.ServeHTTP(w, r)
+			})
+		}
+		ups := make([]*upstream, 2)
+		for i := range ups {
+			ups[i] = &upstream{t: t, cfg: server.Config{Engine: testEngineConfig()}, wrap: flaky}
+			ups[i].start("127.0.0.1:0")
+			t.Cleanup(ups[i].kill)
+		}
+		g := startGateway(t, testConfig(t, ups...))
+		for i := range 3 {
+			if _, _, err := g.complete(t.Context(), words(i, 10), 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if calls.Load() != 6 {
+			t.Fatalf("%d tries for 3 requests, want 6", calls.Load())
+		}
+		if n, _ := overheadOf(t, g); n != 0 {
+			t.Fatalf("%d samples of retried requests, want none", n)
+		}
+	})
 }

@@ -181,6 +181,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			body = withStreamUsage(body)
 		}
 		t = s.attempt(ctx, in, body, remote, a.rep, r, reqID)
+		t.nth = n
 		if t.err == nil && !retryable(t.resp.StatusCode) {
 			break
 		}

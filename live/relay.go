@@ -34,7 +34,11 @@ type try struct {
 	reused bool // the connection was a pooled one
 	// timedOut: first_byte_timeout passed before the first byte.
 	timedOut bool
-	cancel   context.CancelFunc
+	// nth is the try's number (0: the request's first); sent is when it
+	// was forwarded, first when its first byte was read.
+	nth         int
+	sent, first time.Time
+	cancel      context.CancelFunc
 	ctx      context.Context
 	span     trace.Span // the try's CLIENT span (nil: tracing is off)
 }
@@ -114,6 +118,7 @@ func (s *Server) attempt(ctx context.Context, in *inbound, body []byte, remote b
 	if stream {
 		timer = time.AfterFunc(s.cfg.FirstByteTimeout, func() { timedOut.Store(true); t.cancel() })
 	}
+	t.sent = time.Now()
 	t.resp, t.reused, t.err = s.forward(t.ctx, rep, r, body, reqID)
 	if t.err == nil && remote && !stream {
 		stripKVParams(t.resp)
@@ -123,6 +128,7 @@ func (s *Server) attempt(ctx context.Context, in *inbound, body []byte, remote b
 		for t.n == 0 && t.err == nil {
 			t.n, t.err = t.resp.Body.Read(*t.buf)
 		}
+		t.first = time.Now()
 		if t.err == io.EOF {
 			t.err, t.eof = nil, true
 		}
@@ -460,6 +466,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 		// The whole answer came in the first read: nothing to wait for.
 		out := ans.pass((*t.buf)[:t.n], true)
 		s.settle(in, a, t, ans, true, "", passThrough, ar)
+		s.observeOverhead(in, a, t, began, ar)
 		w.Write(out)
 		s.met.duration(m, t.rep, time.Since(began))
 		return
@@ -486,6 +493,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	watch.Stop()
 	buf := *t.buf
 	pending := ans.pass(buf[:t.n], false)
+	s.observeOverhead(in, a, t, began, ar) // the first write follows
 	upDone, piped := false, false
 	var failure string
 	var werr error
@@ -595,6 +603,18 @@ func (s *Server) write(w http.ResponseWriter, rc *http.ResponseController, b []b
 	// passes, written to or not.
 	rc.SetWriteDeadline(time.Time{})
 	return err
+}
+
+// observeOverhead records the proxy's own part of a first try's time to
+// first byte, as its first write to the client is due: from the request's
+// arrival (began) to its forwarding, less its wait in the queue, plus from
+// the engine's first byte to now. A retried request (the failed tries'
+// time) and a P/D one (the remote prefill's) are left out.
+func (s *Server) observeOverhead(in *inbound, a *attempt, t *try, began time.Time, ar *accessRecord) {
+	if t.nth != 0 || ar.pd != "" || t.first.IsZero() {
+		return
+	}
+	s.met.overhead(in.m, t.sent.Sub(began)-a.queued+time.Since(t.first))
 }
 
 // drainPipe writes what the watchdog reads into h's pipe to the client

@@ -117,14 +117,44 @@ s = json.load(open(sys.argv[1]))
 print(f"{s['ttft_ms']['p50']:.3f} {s['ttft_ms']['p99']:.3f} {s['e2e_ms']['p50']:.3f} {s['e2e_ms']['p99']:.3f} {s['completed']} {s['failed']}")
 PY
 }
+# own_part is live's own part of the time to first byte over the last
+# measured run (inferrail_proxy_overhead_seconds between the snapshots
+# taken before and after it), p50 / p99 in ms, interpolated within its
+# buckets as Prometheus's histogram_quantile does.
+own_part() { # rate
+	python3 - "$OUT/live-$1.before.prom" "$OUT/live-$1.after.prom" <<'PY'
+import re, sys
+def buckets(path):
+    b = {}
+    for line in open(path):
+        m = re.match(r'inferrail_proxy_overhead_seconds_bucket\{.*le="([^"]+)".*\} (\S+)', line)
+        if m:
+            le = float("inf") if m[1] == "+Inf" else float(m[1])
+            b[le] = b.get(le, 0) + float(m[2])
+    return b
+before, after = buckets(sys.argv[1]), buckets(sys.argv[2])
+cum = sorted((le, after[le] - before.get(le, 0)) for le in after)
+total = cum[-1][1] if cum else 0
+def q(p):
+    rank, lo, prev = p * total, 0.0, 0.0
+    for le, c in cum:
+        if c >= rank:
+            if le == float("inf"):
+                return lo
+            return lo + (le - lo) * (rank - prev) / max(c - prev, 1e-9)
+        lo, prev = le, c
+    return lo
+print(f"{q(0.5) * 1000:.3f} / {q(0.99) * 1000:.3f} ms" if total else "-")
+PY
+}
 DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 {
 	echo "# Gateway overhead ($(date -u +%Y-%m-%d), $(nproc) cores, $(git describe --always --dirty))"
 	echo
 	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and 16-token answers, 3 near-zero-cost engines); overhead = through the proxy minus direct."
 	echo
-	echo "| run | rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| run | rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request | live's own part p50 / p99 |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$OUT/results.md"
 : >"$OUT/runs.tsv"
 for r in $(seq "$RUNS"); do
@@ -142,8 +172,10 @@ for rate in $RATES; do
 		*) echo "ORDER: unknown path $path (live, nginx, nginx-twin, go-baseline, go-raw)" >&2; exit 2 ;;
 		esac
 		run warm "$url" "$rate" $((rate * 2))
+		[ "$path" = live ] && curl -s http://127.0.0.1:19090/metrics >"$OUT/live-$rate.before.prom"
 		# shellcheck disable=SC2086
 		run "$path" "$url" "$rate" "$n" $pids
+		[ "$path" = live ] && curl -s http://127.0.0.1:19090/metrics >"$OUT/live-$rate.after.prom"
 	done
 	if [ -n "${DIRECT_AFTER:-}" ]; then run direct-after "$DIRECT" "$rate" "$n"; fi
 	read -r d50 d99 _ _ _ _ <<<"$(summarise direct "$rate")"
@@ -151,10 +183,11 @@ for rate in $RATES; do
 		read -r t50 t99 e50 e99 ok failed <<<"$(summarise $path "$rate")"
 		a50=$(python3 -c "print(f'{$t50 - $d50:.3f}')")
 		a99=$(python3 -c "print(f'{$t99 - $d99:.3f}')")
-		cpu=- cs=-
+		cpu=- cs=- own=-
 		[ -f "$OUT/$path-$rate.cpu" ] && cpu=$(cat "$OUT/$path-$rate.cpu")
 		[ -f "$OUT/$path-$rate.cs" ] && cs=$(cat "$OUT/$path-$rate.cs")
-		echo "| $r | $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu | $cs |" >>"$OUT/results.md"
+		[ "$path" = live ] && own=$(own_part "$rate")
+		echo "| $r | $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu | $cs | $own |" >>"$OUT/results.md"
 		printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$rate" "$path" "$a99" "$cpu" "$failed" >>"$OUT/runs.tsv"
 	done
 done

@@ -8,27 +8,31 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferrail/inferrail/engine/kvblock"
+	"github.com/inferrail/inferrail/router/gateway"
 	"github.com/inferrail/inferrail/tenancy"
 )
 
 // A background response (a Responses API request with background: true)
 // is answered "queued" and generated after, where the proxy sees none of
-// it: its answer carries no usage. With usage metering or rate limits on
-// (tenancy) the proxy watches it to its end: it reads it at the replica
-// that holds it (GET /v1/responses/{id}) every bgPoll until its status is
-// final (completed, incomplete, failed, cancelled). Then its output tokens
-// are added to the key's usage, and the request's rate-limiter reservation
-// ends (bgLimit): its concurrency slot is held, and renewed, until the
-// engine is done with it (so background mode never escapes
-// max_concurrency), and TPM is reconciled with the tokens it really used.
-// Bounds: at most maxBGWatches at once; each read within bgReadTimeout and
-// bgMaxBody; a watch ends at request_timeout after it began (expired) or
-// when the gateway closes (shutdown). A response whose end the proxy does
-// not see (one more than maxBGWatches, busy; expired; shutdown) is metered
-// at its output bound (max_output_tokens, else the model's default) and
-// keeps the limiter's estimate, as the rate limiter charges what it does
-// not know: flooding the watches never makes output free. One not watched
-// (busy) ends its reservation with the request.
+// it: its answer carries no usage. The proxy watches it to its end: it
+// reads it at the replica that holds it (GET /v1/responses/{id}) every
+// bgPoll until its status is final (completed, incomplete, failed,
+// cancelled). Until then the request stays in the gateway core on that
+// replica, holding its slot as the engine's work does (so background mode
+// never escapes max_concurrency and the queue in front of it), and its
+// rate-limiter reservation stays too (bgLimit: a key's max_concurrency,
+// its lease renewed). When it ends, the core learns its usage, TPM is
+// reconciled with the tokens it used and its output tokens are metered.
+// Bounds: at most maxBGWatches at once; each read within bgReadTimeout
+// and bgMaxBody; a watch ends at request_timeout after it began (expired)
+// or when the gateway closes (shutdown). A response whose end the proxy
+// does not see (one more than maxBGWatches, busy; expired; shutdown) is
+// metered at its output bound (max_output_tokens, else the model's
+// default) and keeps the limiter's estimate, as the rate limiter charges
+// what it does not know: flooding the watches never makes output free.
+// One not watched (busy) leaves the core and ends its reservation with its
+// answer.
 
 const (
 	bgPoll        = time.Second
@@ -38,22 +42,28 @@ const (
 )
 
 // watchBackground starts the watch of a background response answered by
-// rep as id, when its usage is metered. The caller has checked that the
-// answer carried no usage: an engine that generated it at once (one that
-// ignores background) was metered from its answer, and is not again.
-func (s *Server) watchBackground(in *inbound, rep *replica, id string) {
-	if !in.f.Background || s.ten == nil || (s.ten.meter == nil && s.ten.lim == nil) || in.bg != nil {
-		return
+// rep as id, and reports whether it did. With a (nil: none) the watch
+// ends it in the core when the response ends, its blocks held; the caller
+// leaves it to the watch. The caller has checked that the answer carried
+// no usage: an engine that generated it at once (one that ignores
+// background) was learned and metered from its answer.
+func (s *Server) watchBackground(in *inbound, a *attempt, rep *replica, id string, held []kvblock.Hash) bool {
+	if !in.f.Background || in.bg != nil {
+		return false
 	}
-	key := in.owner
-	if key == "" {
-		key = anonymousKey
-	}
-	model := in.engineModel()
-	bound := s.ten.estimate(in) - max(in.req.PromptTokens, 0) // the output the request may make
-	meter := func(output int) {
-		if output > 0 && s.ten.meter != nil {
-			s.ten.meter.add(tenancy.Usage{KeyID: key, Model: model, Hour: time.Now(), OutputTokens: int64(output)})
+	meter := func(int) {}
+	bound := 0
+	if t := s.ten; t != nil && t.meter != nil {
+		key := in.owner
+		if key == "" {
+			key = anonymousKey
+		}
+		model := in.engineModel()
+		bound = t.estimate(in) - max(in.req.PromptTokens, 0) // the output the request may make
+		meter = func(output int) {
+			if output > 0 {
+				t.meter.add(tenancy.Usage{KeyID: key, Model: model, Hour: time.Now(), OutputTokens: int64(output)})
+			}
 		}
 	}
 	s.bgOnce.Do(func() { s.bgSlots = make(chan struct{}, maxBGWatches) })
@@ -62,22 +72,31 @@ func (s *Server) watchBackground(in *inbound, rep *replica, id string) {
 	default:
 		meter(bound)
 		s.met.backgroundWatch("busy")
-		return
+		return false
 	}
 	bg := &bgLimit{}
 	in.bg = bg
+	if a != nil {
+		in.m.watched(a)
+	}
 	s.wg.Go(func() {
 		defer func() { <-s.bgSlots }()
-		output, how := s.watch(rep, id)
+		output, cached, how := s.watch(rep, id)
 		if how != "metered" {
-			bg.ended(-1)
+			output, cached = -1, -1
+		}
+		if a != nil {
+			u := gateway.Usage{Known: output >= 0, CompletionTokens: max(output, 0), CachedTokens: max(cached, 0)}
+			in.m.endWatched(a, held, u)
+		}
+		bg.ended(output)
+		if output < 0 {
 			output = bound
-		} else {
-			bg.ended(output)
 		}
 		meter(output)
 		s.met.backgroundWatch(how)
 	})
+	return true
 }
 
 // bgLimit hands a background request's rate-limiter reservation from the
@@ -116,36 +135,36 @@ func (b *bgLimit) handOver(finish func(output int)) {
 	finish(output)
 }
 
-// watch polls the response until it ends, and returns its output tokens
-// and how the watch ended.
-func (s *Server) watch(rep *replica, id string) (int, string) {
+// watch polls the response until it ends, and returns its output and
+// cached tokens and how the watch ended.
+func (s *Server) watch(rep *replica, id string) (output, cached int, how string) {
 	deadline := time.Now().Add(s.cfg.RequestTimeout)
 	t := time.NewTimer(bgPoll)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
-			return 0, "shutdown"
+			return 0, 0, "shutdown"
 		case <-t.C:
 		}
-		status, output, ok := s.readStored(rep, id)
+		status, output, cached, ok := s.readStored(rep, id)
 		if ok {
 			switch status {
 			case "completed", "incomplete", "failed", "cancelled":
-				return output, "metered"
+				return output, cached, "metered"
 			}
 		}
 		if time.Now().After(deadline) {
-			return 0, "expired"
+			return 0, 0, "expired"
 		}
 		t.Reset(bgPoll)
 	}
 }
 
-// readStored reads a stored response's status and output tokens at rep;
-// ok is false when it could not (an error, a status other than 200, a
+// readStored reads a stored response's status, output and cached tokens at
+// rep; ok is false when it could not (an error, a status other than 200, a
 // body that is not a response).
-func (s *Server) readStored(rep *replica, id string) (status string, output int, ok bool) {
+func (s *Server) readStored(rep *replica, id string) (status string, output, cached int, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), bgReadTimeout)
 	defer cancel()
 	u := *rep.base
@@ -157,23 +176,29 @@ func (s *Server) readStored(rep *replica, id string) (status string, output int,
 	}
 	resp, err := s.upstream.Transport.RoundTrip(req.WithContext(ctx))
 	if err != nil {
-		return "", 0, false
+		return "", 0, 0, false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", 0, false
+		return "", 0, 0, false
 	}
 	var r struct {
 		Status string `json:"status"`
 		Usage  *struct {
-			OutputTokens int `json:"output_tokens"`
+			OutputTokens       int `json:"output_tokens"`
+			InputTokensDetails *struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
 		} `json:"usage"`
 	}
 	if json.NewDecoder(io.LimitReader(resp.Body, bgMaxBody)).Decode(&r) != nil || r.Status == "" {
-		return "", 0, false
+		return "", 0, 0, false
 	}
 	if r.Usage != nil {
 		output = max(r.Usage.OutputTokens, 0)
+		if d := r.Usage.InputTokensDetails; d != nil {
+			cached = max(d.CachedTokens, 0)
+		}
 	}
-	return r.Status, output, true
+	return r.Status, output, cached, true
 }

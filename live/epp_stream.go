@@ -761,10 +761,9 @@ func (st *eppStream) streamEnded() {
 		return
 	}
 	st.ended = true
-	if st.status == http.StatusOK {
-		st.s.leftBackground(st.in, st.a.rep, st.ans) // responses.go
+	if st.status != http.StatusOK || !st.s.leftBackground(st.in, st.a, st.a.rep, st.ans) { // responses.go
+		m.abort(st.a, st.status == http.StatusOK)
 	}
-	m.abort(st.a, st.status == http.StatusOK)
 	st.s.met.outcome(m.name, "client_gone")
 	st.ar.status = statusClientGone
 }

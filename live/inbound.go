@@ -328,7 +328,9 @@ func (s *Server) learn(in *inbound, a *attempt, ans *answer) (output, cached int
 			s.met.reported(m, prompt, ans.cached)
 		}
 	}
-	s.remember(in, a.rep, ans)
+	if s.remember(in, a, ans, hashes) {
+		return output, cached // a background response: its watch ends it in the core (bgwatch.go)
+	}
 	m.finish(a, hashes, u)
 	return output, cached
 }

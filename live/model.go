@@ -564,6 +564,9 @@ type attempt struct {
 	submitted bool
 	queued    time.Duration
 	queuedAt  time.Time
+	// watched: the watch of its background response ends it
+	// (endWatched), not the handler.
+	watched bool
 }
 
 // take applies a decision to a: a dispatch names the replica, a rejection
@@ -795,6 +798,24 @@ func (m *model) finish(a *attempt, held []kvblock.Hash, u gateway.Usage) {
 	m.rearm(now)
 }
 
+// watched hands a served request's end to the watch of its background
+// response (bgwatch.go): it stays in the core, on its replica, until
+// endWatched; the handler's end (abort) leaves it.
+func (m *model) watched(a *attempt) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a.watched = true
+}
+
+// endWatched ends a request whose background response ended (u its usage,
+// Known false when its end was not seen): the replica holds held.
+func (m *model) endWatched(a *attempt, held []kvblock.Hash, u gateway.Usage) {
+	m.mu.Lock()
+	a.watched = false
+	m.mu.Unlock()
+	m.finish(a, held, u)
+}
+
 // fail ends a request that failed and is not retried (fault: the replica
 // is to blame, which counts toward its ejection); ok says the replica
 // answered as it should (a client error), which resets its failures.
@@ -824,7 +845,7 @@ func (m *model) fail(a *attempt, fault, ok bool) {
 func (m *model) abort(a *attempt, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if a.done || !a.submitted {
+	if a.done || !a.submitted || a.watched {
 		return
 	}
 	a.done = true

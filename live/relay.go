@@ -715,19 +715,20 @@ func (s *Server) settle(in *inbound, a *attempt, t *try, ans *answer, whole bool
 	case !whole && failure == "":
 		// The client left (or stopped reading) before the engine was done;
 		// the engine had answered, so it did nothing wrong.
-		m.abort(a, true)
-		s.leftBackground(in, t.rep, ans)
+		if !s.leftBackground(in, a, t.rep, ans) { // a background one goes on in the engine
+			m.abort(a, true)
+		}
 		s.outcomeOf(ar, m.name, "client_gone")
 		ar.status = statusClientGone
 	case failure == failDeadline:
 		m.fail(a, false, false)
-		s.leftBackground(in, t.rep, ans)
+		s.leftBackground(in, nil, t.rep, ans)
 		s.outcomeOf(ar, m.name, "timeout")
 		s.met.errorReason(m.name, failure)
 	case failure != "":
 		// The stream broke after it started: never replayed.
 		m.fail(a, true, false)
-		s.leftBackground(in, t.rep, ans)
+		s.leftBackground(in, nil, t.rep, ans)
 		s.outcomeOf(ar, m.name, failure)
 		s.met.errorReason(m.name, failure)
 	case resp.StatusCode == http.StatusOK && (t.n > 0):

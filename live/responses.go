@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/inferrail/inferrail/engine/kvblock"
 )
 
 // This file is the Responses API (POST /v1/responses) as vLLM serves it: a
@@ -182,12 +184,17 @@ func (s *Server) pinResponse(in *inbound) {
 // remember notes the replica that answered a Responses API request, when
 // the engine may have stored the response (the request did not say store:
 // false).
-func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
-	if id := s.keepHome(in, rep, ans); id != "" {
+//
+// An answer without its output (a background response's "queued") is
+// watched to its end (bgwatch.go), which then ends a in the core (held
+// are its blocks): remember reports whether the watch took a over.
+func (s *Server) remember(in *inbound, a *attempt, ans *answer, held []kvblock.Hash) bool {
+	if id := s.keepHome(in, a.rep, ans); id != "" {
 		if _, known := ans.outputTokens(-1); !known {
-			s.watchBackground(in, rep, id) // answered before it was generated: background (bgwatch.go)
+			return s.watchBackground(in, a, a.rep, id, held)
 		}
 	}
+	return false
 }
 
 // leftBackground is for a background stream (background and stream)
@@ -197,13 +204,19 @@ func (s *Server) remember(in *inbound, rep *replica, ans *answer) {
 // to read it or resume its stream there (GET ?stream=true&starting_after),
 // and its output is metered when it ends (bgwatch.go): what the stream
 // carried before it was cut is not metered.
-func (s *Server) leftBackground(in *inbound, rep *replica, ans *answer) {
+//
+// With a (the client left: the request is still in the core) the watch
+// ends it there when the response ends, and leftBackground reports
+// whether it took it over; nil (the stream failed, and a with it) leaves
+// the core out.
+func (s *Server) leftBackground(in *inbound, a *attempt, rep *replica, ans *answer) bool {
 	if !in.f.Background {
-		return
+		return false
 	}
 	if id := s.keepHome(in, rep, ans); id != "" {
-		s.watchBackground(in, rep, id)
+		return s.watchBackground(in, a, rep, id, in.req.BlockHashes)
 	}
+	return false
 }
 
 // keepHome remembers the replica that answered a Responses API request

@@ -699,3 +699,32 @@ func TestResponsesBackgroundHoldsItsLimits(t *testing.T) {
 		t.Fatalf("the next background request, after the first ended: %d %s", resp.StatusCode, b)
 	}
 }
+
+// A background response stays in the gateway core, on its replica, until
+// the engine is done with it (as its watch reads it), not only until its
+// "queued" answer: with one request at a time on the replica, a chat
+// request sent after it waits in the queue for it (without a key or
+// metering: the core's slot is for every gateway).
+func TestResponsesBackgroundHeldInCore(t *testing.T) {
+	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, OutputTokens: 300}}
+	u.start("127.0.0.1:0")
+	t.Cleanup(u.kill)
+	c := testConfig(t, u)
+	c.Models[0].MaxConcurrency = 1
+	g := startGateway(t, c)
+	resp, r, b := g.respond(t, map[string]any{"model": "sim", "input": words(100, 20), "max_output_tokens": 2000, "background": true})
+	if resp.StatusCode != http.StatusOK || r.Status != "queued" {
+		t.Fatalf("background: %d %s", resp.StatusCode, b)
+	}
+	if in, _ := g.inFlight(); in != 1 {
+		t.Fatalf("%d requests in flight in the core after the queued answer, want the background one", in)
+	}
+	chat, _, err := g.complete(t.Context(), words(7, 10), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := queuedMs(t, chat); ms < 300 {
+		t.Fatalf("the chat request waited %v ms in the queue, want it behind the background response (300 tokens)", ms)
+	}
+	waitUntil(t, "an idle core", 5*time.Second, func() bool { in, _ := g.inFlight(); return in == 0 })
+}

@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -24,10 +25,12 @@ import (
 // rate-limiter reservation stays too (bgLimit: a key's max_concurrency,
 // its lease renewed). When it ends, the core learns its usage, TPM is
 // reconciled with the tokens it used and its output tokens are metered.
-// Bounds: at most maxBGWatches at once; each read within bgReadTimeout
-// and bgMaxBody; a watch ends at request_timeout after it began (expired)
-// or when the gateway closes (shutdown). A response whose end the proxy
-// does not see (one more than maxBGWatches, busy; expired; shutdown) is
+// Bounds: at most max_background_responses at once (one more is refused
+// before it reaches an engine: holdBackground); each read within
+// bgReadTimeout and bgMaxBody; a watch ends at request_timeout after it
+// began (expired) or when the gateway closes (shutdown). A response whose
+// end the proxy does not see (expired; shutdown; busy: one of the
+// picker's, which takes its place only when answered, past the bound) is
 // metered at its output bound (max_output_tokens, else the model's
 // default) and keeps the limiter's estimate, as the rate limiter charges
 // what it does not know: flooding the watches never makes output free.
@@ -36,10 +39,34 @@ import (
 
 const (
 	bgPoll        = time.Second
-	maxBGWatches  = 256
 	bgReadTimeout = 5 * time.Second
 	bgMaxBody     = 4 << 20
 )
+
+// holdBackground takes a background request's place among
+// max_background_responses before it goes to an engine, or refuses it
+// (429): a response the proxy could not watch would leave the core's slot
+// and the limits with its "queued" answer.
+func (s *Server) holdBackground(in *inbound) *apiError {
+	select {
+	case s.bgSlots <- struct{}{}:
+		in.bgSlot = true
+		return nil
+	default:
+		return &apiError{status: http.StatusTooManyRequests, typ: "requests", code: "too_many_background_responses", outcome: "background_full",
+			model: in.m.name, retryAfter: time.Second,
+			msg: fmt.Sprintf("%d background responses are in flight through this gateway (max_background_responses); retry when one has ended", cap(s.bgSlots))}
+	}
+}
+
+// dropBackground gives back a request's place when no watch took it (its
+// answer was not a background one, or failed).
+func (s *Server) dropBackground(in *inbound) {
+	if in.bgSlot {
+		in.bgSlot = false
+		<-s.bgSlots
+	}
+}
 
 // watchBackground starts the watch of a background response answered by
 // rep as id, and reports whether it did. With a (nil: none) the watch
@@ -66,13 +93,16 @@ func (s *Server) watchBackground(in *inbound, a *attempt, rep *replica, id strin
 			}
 		}
 	}
-	s.bgOnce.Do(func() { s.bgSlots = make(chan struct{}, maxBGWatches) })
-	select {
-	case s.bgSlots <- struct{}{}:
-	default:
-		meter(bound)
-		s.met.backgroundWatch("busy")
-		return false
+	if in.bgSlot {
+		in.bgSlot = false // the watch's now
+	} else {
+		select { // the picker's requests take theirs here
+		case s.bgSlots <- struct{}{}:
+		default:
+			meter(bound)
+			s.met.backgroundWatch("busy")
+			return false
+		}
 	}
 	bg := &bgLimit{}
 	in.bg = bg

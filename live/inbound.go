@@ -63,10 +63,13 @@ type inbound struct {
 	body []byte // forwarded as is (its model rewritten for an alias)
 	// bg is the watch of the background response the request made, nil
 	// for none (bgwatch.go): the rate limiter's reservation ends with it.
-	bg *bgLimit
-	f    fields
-	m    *model
-	req  gateway.Request
+	// bgSlot: the request holds a place among max_background_responses,
+	// which its watch takes over.
+	bg     *bgLimit
+	bgSlot bool
+	f      fields
+	m      *model
+	req    gateway.Request
 	// ids is the prompt as the engine tokenizes it, nil when unknown; salt
 	// seeds its block hashes (the model's, or the request's cache_salt:
 	// ownSalt).

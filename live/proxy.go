@@ -92,6 +92,14 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	m := in.m
 	ar.model = m.name
+	if in.f.Background {
+		if e := s.holdBackground(in); e != nil { // bgwatch.go
+			ar.status, ar.outcome = e.status, e.outcome
+			s.answerError(w, e)
+			return
+		}
+		defer s.dropBackground(in)
+	}
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()

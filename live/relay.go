@@ -39,8 +39,8 @@ type try struct {
 	nth         int
 	sent, first time.Time
 	cancel      context.CancelFunc
-	ctx      context.Context
-	span     trace.Span // the try's CLIENT span (nil: tracing is off)
+	ctx         context.Context
+	span        trace.Span // the try's CLIENT span (nil: tracing is off)
 }
 
 // reason names a failed try for metrics and error bodies.

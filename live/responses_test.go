@@ -94,6 +94,24 @@ func wrappedStoreEngine(t *testing.T, wrap func(http.Handler) http.Handler) *ups
 	return u
 }
 
+// ignoringBackgroundEngine is a store engine that ignores background (as
+// an engine without background mode would): it answers such a request
+// whole.
+func ignoringBackgroundEngine(t *testing.T) *upstream {
+	return wrappedStoreEngine(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && r.URL.Path == "/v1/responses" {
+				var body map[string]any
+				json.NewDecoder(r.Body).Decode(&body)
+				delete(body, "background")
+				b, _ := json.Marshal(body)
+				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+}
+
 // meteredBackground sends key's background request of maxOut output
 // tokens through g, waits until a watch ends as how, and returns the
 // output tokens metered to key (keyID).
@@ -519,18 +537,7 @@ func TestResponsesBackgroundMetered(t *testing.T) {
 // An engine that ignores background and answers whole is metered from its
 // answer, once: no watch.
 func TestResponsesBackgroundIgnoredMeteredOnce(t *testing.T) {
-	u := wrappedStoreEngine(t, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost && r.URL.Path == "/v1/responses" {
-				var body map[string]any
-				json.NewDecoder(r.Body).Decode(&body)
-				delete(body, "background")
-				b, _ := json.Marshal(body)
-				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	u := ignoringBackgroundEngine(t)
 	g := startTenantGateway(t, u, nil, Deps{})
 	id, key := g.createKey(t, map[string]any{"name": "bg"})
 	resp, body := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 7, "background": true})
@@ -727,4 +734,52 @@ func TestResponsesBackgroundHeldInCore(t *testing.T) {
 		t.Fatalf("the chat request waited %v ms in the queue, want it behind the background response (300 tokens)", ms)
 	}
 	waitUntil(t, "an idle core", 5*time.Second, func() bool { in, _ := g.inFlight(); return in == 0 })
+}
+
+// max_background_responses bounds the background responses in flight: one
+// more is refused with 429 before it reaches an engine, other requests go
+// on, and the place is free again once the watch reads the first ended. A
+// background request the engine answers whole (one that ignores
+// background) gives its place back with its answer.
+func TestBackgroundResponsesBound(t *testing.T) {
+	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, OutputTokens: 300}}
+	u.start("127.0.0.1:0")
+	t.Cleanup(u.kill)
+	c := testConfig(t, u)
+	c.MaxBackgroundResponses = 1
+	g := startGateway(t, c)
+	bg := map[string]any{"model": "sim", "input": words(100, 20), "max_output_tokens": 2000, "background": true}
+	if resp, r, b := g.respond(t, bg); resp.StatusCode != http.StatusOK || r.Status != "queued" {
+		t.Fatalf("background: %d %s", resp.StatusCode, b)
+	}
+	served := testutil.ToFloat64(g.met.requests.WithLabelValues(server.DefaultModelName, "ok"))
+	resp, _, b := g.respond(t, bg)
+	var e wireError
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" || json.Unmarshal(b, &e) != nil ||
+		e.Error.Code != "too_many_background_responses" || !strings.Contains(e.Error.Message, "max_background_responses") {
+		t.Fatalf("a second background response: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+	if testutil.ToFloat64(g.met.requests.WithLabelValues(server.DefaultModelName, "ok")) != served {
+		t.Fatal("the refused request reached an engine")
+	}
+	if resp, _, b := g.respond(t, map[string]any{"model": "sim", "input": "hi", "max_output_tokens": 1}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a foreground request: %d %s", resp.StatusCode, b)
+	}
+	waitUntil(t, "the first one's end", 10*time.Second, func() bool {
+		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues("metered")) == 1
+	})
+	if resp, r, b := g.respond(t, bg); resp.StatusCode != http.StatusOK || r.Status != "queued" {
+		t.Fatalf("background after the first ended: %d %s", resp.StatusCode, b)
+	}
+
+	// An engine that ignores background: answered whole, no watch.
+	ignoring := ignoringBackgroundEngine(t)
+	c = testConfig(t, ignoring)
+	c.MaxBackgroundResponses = 1
+	g = startGateway(t, c)
+	for i := range 3 {
+		if resp, r, b := g.respond(t, map[string]any{"model": "sim", "input": words(i, 20), "max_output_tokens": 3, "background": true}); resp.StatusCode != http.StatusOK || r.Status == "queued" {
+			t.Fatalf("background %d answered whole: %d %s", i, resp.StatusCode, b)
+		}
+	}
 }

@@ -50,8 +50,8 @@ type Server struct {
 	// without it).
 	loc    locator
 	shared *sharedHomes
-	// bgSlots bounds the watches of background responses (bgwatch.go).
-	bgOnce  sync.Once
+	// bgSlots bounds the background responses in flight, each watched
+	// (max_background_responses; bgwatch.go).
 	bgSlots chan struct{}
 	// h1 carries proxied requests to http:// engines (nil when Deps gave
 	// a transport: every request then goes through it).
@@ -163,7 +163,8 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg: *cfg, resolver: deps.Resolver,
 		boot: time.Now().UnixNano(), start: time.Now(), stop: make(chan struct{}), log: deps.Logger,
-		bodies: &bodyBudget{max: int64(cfg.MaxInflightBodyBytes)}, version: deps.Version,
+		bgSlots: make(chan struct{}, max(cfg.MaxBackgroundResponses, 1)),
+		bodies:  &bodyBudget{max: int64(cfg.MaxInflightBodyBytes)}, version: deps.Version,
 		contextRetry: contextLenRetry,
 	}
 	if s.version == "" {

@@ -95,6 +95,12 @@ type Config struct {
 	// MaxConcurrentStreams caps the concurrent requests of one HTTP/2
 	// connection. Default 100.
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
+	// MaxBackgroundResponses caps the background responses (Responses
+	// API, background: true) in flight through the gateway at once: each
+	// is watched until the engine is done with it (one read a second),
+	// holding its replica's slot meanwhile. One more is refused with 429
+	// before it reaches an engine. Default 256.
+	MaxBackgroundResponses int `yaml:"max_background_responses"`
 	// MaxInflightBodyBytes bounds the request bodies held at once, over
 	// every request (read, queued or in flight); a request that would pass
 	// it is answered 503 with Retry-After. Default 1GiB.
@@ -785,26 +791,27 @@ type DNSGroup struct {
 // Default returns the defaults of every field, with no models.
 func Default() Config {
 	return Config{
-		Listen:               "127.0.0.1:8080",
-		AdminListen:          "127.0.0.1:9090",
-		DrainTimeout:         30 * time.Second,
-		RequestTimeout:       10 * time.Minute,
-		MaxBodyBytes:         32 * MiB,
-		ReadHeaderTimeout:    10 * time.Second,
-		ReadTimeout:          30 * time.Second,
-		WriteTimeout:         10 * time.Second,
-		FirstByteTimeout:     60 * time.Second,
-		StreamIdleTimeout:    60 * time.Second,
-		IdleTimeout:          2 * time.Minute,
-		DrainDelay:           5 * time.Second,
-		MaxConcurrentStreams: 100,
-		MaxInflightBodyBytes: GiB,
-		ResponseBufferBytes:  MiB,
-		StreamUsage:          true,
-		Procs:                "adaptive",
-		Sysmon:               "awake",
-		Log:                  Log{Format: "text", Level: "info", AccessSample: 1},
-		Retry:                Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		Listen:                 "127.0.0.1:8080",
+		AdminListen:            "127.0.0.1:9090",
+		DrainTimeout:           30 * time.Second,
+		RequestTimeout:         10 * time.Minute,
+		MaxBodyBytes:           32 * MiB,
+		ReadHeaderTimeout:      10 * time.Second,
+		ReadTimeout:            30 * time.Second,
+		WriteTimeout:           10 * time.Second,
+		FirstByteTimeout:       60 * time.Second,
+		StreamIdleTimeout:      60 * time.Second,
+		IdleTimeout:            2 * time.Minute,
+		DrainDelay:             5 * time.Second,
+		MaxConcurrentStreams:   100,
+		MaxBackgroundResponses: 256,
+		MaxInflightBodyBytes:   GiB,
+		ResponseBufferBytes:    MiB,
+		StreamUsage:            true,
+		Procs:                  "adaptive",
+		Sysmon:                 "awake",
+		Log:                    Log{Format: "text", Level: "info", AccessSample: 1},
+		Retry:                  Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 		Health: Health{
 			Interval:        time.Second,
 			Timeout:         500 * time.Millisecond,

@@ -41,6 +41,9 @@ const (
 	maxProfileBytes = 1 << 20
 	maxConnections  = 1 << 22
 	maxStreams      = 1 << 16
+	// maxBackground bounds max_background_responses: each is read once a
+	// second.
+	maxBackground = 1 << 16
 	// maxTokenBytes bounds the admin token file.
 	maxTokenBytes = 4096
 )
@@ -190,6 +193,7 @@ func (c *Config) Validate() error {
 		k.fail("max_connections_per_client", "must not exceed max_connections (%d), got %d", c.MaxConnections, c.MaxConnectionsPerClient)
 	}
 	k.intIn("max_concurrent_streams", c.MaxConcurrentStreams, 1, maxStreams)
+	k.intIn("max_background_responses", c.MaxBackgroundResponses, 1, maxBackground)
 	k.size("max_inflight_body_bytes", c.MaxInflightBodyBytes)
 	if c.MaxBodyBytes <= maxSize && c.MaxInflightBodyBytes < c.MaxBodyBytes {
 		k.fail("max_inflight_body_bytes", "must be at least max_body_bytes (%v), or no body of that size is ever taken, got %v", c.MaxBodyBytes, c.MaxInflightBodyBytes)

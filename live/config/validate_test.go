@@ -151,6 +151,8 @@ func TestValidateRules(t *testing.T) {
 		{"per client over total", func(c *Config) { c.MaxConnections, c.MaxConnectionsPerClient = 10, 20 }, "max_connections_per_client", "must not exceed max_connections (10)"},
 		{"per client negative", func(c *Config) { c.MaxConnectionsPerClient = -1 }, "max_connections_per_client", "from 0"},
 		{"streams zero", func(c *Config) { c.MaxConcurrentStreams = 0 }, "max_concurrent_streams", "from 1"},
+		{"background zero", func(c *Config) { c.MaxBackgroundResponses = 0 }, "max_background_responses", "from 1"},
+		{"background huge", func(c *Config) { c.MaxBackgroundResponses = 1 << 20 }, "max_background_responses", "to 65536"},
 		{"inflight under body", func(c *Config) { c.MaxInflightBodyBytes = MiB }, "max_inflight_body_bytes", "at least max_body_bytes"},
 		{"tls key missing", func(c *Config) { c.TLS.CertFile = noTok + "/../" }, "tls.key_file", "required with tls.cert_file"},
 		{"admin token needed", func(c *Config) { c.AdminListen = "0.0.0.0:9090" }, "admin_token_file", "not a loopback address"},

@@ -44,6 +44,7 @@ const (
 // other gateway metric, are histograms.
 var gatewayHistograms = []string{
 	"inferrail_decision_seconds",
+	"inferrail_proxy_overhead_seconds",
 	"inferrail_queue_wait_seconds",
 	"inferrail_request_duration_seconds",
 	"inferrail_time_to_first_byte_seconds",
@@ -613,7 +614,7 @@ func TestDashboard(t *testing.T) {
 		"inferrail_replica_engine_running", "inferrail_replica_engine_waiting", "inferrail_replica_engine_kv_usage",
 		"inferrail_decisions_total", "inferrail_predicted_cached_tokens_total", "inferrail_cached_tokens_total",
 		"inferrail_prompt_tokens_total", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
-		"inferrail_decision_seconds_bucket", "inferrail_retries_total", "inferrail_ejections_total",
+		"inferrail_decision_seconds_bucket", "inferrail_proxy_overhead_seconds_bucket", "inferrail_retries_total", "inferrail_ejections_total",
 		"inferrail_upstream_errors_total", "inferrail_requests_total", "inferrail_rejected_total",
 		"inferrail_tokenize_total", "inferrail_index_blocks", "inferrail_index_bytes",
 		"inferrail_reserved_blocks", "inferrail_replica_kv_capacity_blocks", "inferrail_scrape_errors_total",

@@ -45,6 +45,7 @@ var mustShowData = []string{
 	"Gateway TTFT per replica (p50, p99)",
 	"Gateway TTFT per policy (p50, p99)",
 	"Engine TTFT per replica (p50, p99)",
+	"Proxy overhead (p50, p99)",
 	"In flight and pending per replica (gateway)",
 	"Queued requests (peak)",
 	"Queue wait (p50, p99)",

@@ -92,7 +92,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	m := in.m
 	ar.model = m.name
-	if in.f.Background {
+	if in.f.Background && in.op == opResponses {
 		if e := s.holdBackground(in); e != nil { // bgwatch.go
 			ar.status, ar.outcome = e.status, e.outcome
 			s.answerError(w, e)

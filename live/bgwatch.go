@@ -29,13 +29,9 @@ import (
 // before it reaches an engine: holdBackground); each read within
 // bgReadTimeout and bgMaxBody; a watch ends at request_timeout after it
 // began (expired) or when the gateway closes (shutdown). A response whose
-// end the proxy does not see (expired; shutdown; busy: one of the
-// picker's, which takes its place only when answered, past the bound) is
-// metered at its output bound (max_output_tokens, else the model's
-// default) and keeps the limiter's estimate, as the rate limiter charges
-// what it does not know: flooding the watches never makes output free.
-// One not watched (busy) leaves the core and ends its reservation with its
-// answer.
+// end the proxy does not see (expired; shutdown) is metered at its output
+// bound (max_output_tokens, else the model's default) and keeps the
+// limiter's estimate, as the rate limiter charges what it does not know.
 
 const (
 	bgPoll        = time.Second
@@ -75,9 +71,10 @@ func (s *Server) dropBackground(in *inbound) {
 // no usage: an engine that generated it at once (one that ignores
 // background) was learned and metered from its answer.
 func (s *Server) watchBackground(in *inbound, a *attempt, rep *replica, id string, held []kvblock.Hash) bool {
-	if !in.f.Background || in.bg != nil {
-		return false
+	if !in.f.Background || in.bg != nil || !in.bgSlot {
+		return false // not background, or watched already
 	}
+	in.bgSlot = false // the watch's now (holdBackground took it)
 	meter := func(int) {}
 	bound := 0
 	if t := s.ten; t != nil && t.meter != nil {
@@ -91,17 +88,6 @@ func (s *Server) watchBackground(in *inbound, a *attempt, rep *replica, id strin
 			if output > 0 {
 				t.meter.add(tenancy.Usage{KeyID: key, Model: model, Hour: time.Now(), OutputTokens: int64(output)})
 			}
-		}
-	}
-	if in.bgSlot {
-		in.bgSlot = false // the watch's now
-	} else {
-		select { // the picker's requests take theirs here
-		case s.bgSlots <- struct{}{}:
-		default:
-			meter(bound)
-			s.met.backgroundWatch("busy")
-			return false
 		}
 	}
 	bg := &bgLimit{}

@@ -126,6 +126,9 @@ func (st *eppStream) release() {
 	if st.a != nil {
 		st.in.m.abort(st.a, false)
 	}
+	if st.in != nil {
+		st.s.dropBackground(st.in) // its place, unless a watch took it (bgwatch.go)
+	}
 	if st.first != nil && st.first.submitted {
 		st.s.met.queueWait(st.in.m, st.first.queued)
 		st.ar.queued = st.first.queued
@@ -410,6 +413,11 @@ func (st *eppStream) route() error {
 	st.in = in
 	m := in.m
 	st.ar.model = m.name
+	if in.f.Background && in.op == opResponses {
+		if e := s.holdBackground(in); e != nil { // bgwatch.go
+			return st.reject(e)
+		}
+	}
 	st.ctx, st.cancel = context.WithTimeout(parent, s.cfg.RequestTimeout)
 	if e := s.locateHome(st.ctx, st.clientRequest(), st.reqID, in, false); e != nil { // a response another picker saw answered (locate.go)
 		return st.reject(e)

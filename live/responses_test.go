@@ -552,7 +552,7 @@ func TestResponsesBackgroundIgnoredMeteredOnce(t *testing.T) {
 	if out != 7 {
 		t.Fatalf("metered %d output tokens, want 7 (once)", out)
 	}
-	for _, how := range []string{"metered", "busy", "expired", "shutdown"} {
+	for _, how := range []string{"metered", "expired", "shutdown"} {
 		if n := testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues(how)); n != 0 {
 			t.Fatalf("a watch ended %s: the answer had its usage", how)
 		}
@@ -782,4 +782,28 @@ func TestBackgroundResponsesBound(t *testing.T) {
 			t.Fatalf("background %d answered whole: %d %s", i, resp.StatusCode, b)
 		}
 	}
+}
+
+// The picker bounds background responses as live does: past
+// max_background_responses one more is answered 429 at once, and the place
+// comes back when the first one's stream ends without a watch.
+func TestEPPBackgroundResponsesBound(t *testing.T) {
+	c := eppConfig(t, storeEngine(t))
+	c.MaxBackgroundResponses = 1
+	e := startEPP(t, c, Deps{}, eppOptions{})
+	body, _ := json.Marshal(map[string]any{"input": words(300, 40), "max_output_tokens": 3, "background": true})
+	first := e.open(t, envoyReq{path: "/v1/responses", body: body})
+	if first.pick.endpoint == "" {
+		t.Fatalf("the first background request: %+v", first.pick)
+	}
+	second := e.open(t, envoyReq{path: "/v1/responses", body: body})
+	if second.pick.status() != http.StatusTooManyRequests || second.pick.errorCode(t) != "too_many_background_responses" {
+		t.Fatalf("a second background request: %+v", second.pick)
+	}
+	first.cancel() // Envoy's stream ends before the answer: no watch
+	waitUntil(t, "the place given back", 5*time.Second, func() bool {
+		third := e.open(t, envoyReq{path: "/v1/responses", body: body})
+		defer third.cancel()
+		return third.pick.endpoint != ""
+	})
 }

@@ -20,7 +20,9 @@
 # default, and nginx-twin among them a second nginx, the method's control; DIRECT_AFTER=1 measures the engines directly again after the proxies,
 # to see how far the baseline drifted; RUNS=4 measures the rates four times
 # over, with a line per rate counting the runs where live's added p99 is
-# within nginx's). Each path is warmed for two seconds at
+# within nginx's). Each live run also reports live's own part of the time
+# to first byte (inferrail_proxy_overhead_seconds, p50 / p99 between
+# snapshots of its /metrics). Each path is warmed for two seconds at
 # the rate before it is measured. Engines use the smallest profile costs, so
 # latency is almost all network and proxy. Results: $OUT/results.md.
 set -euo pipefail

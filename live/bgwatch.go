@@ -28,15 +28,23 @@ import (
 // Bounds: at most max_background_responses at once (one more is refused
 // before it reaches an engine: holdBackground); each read within
 // bgReadTimeout and bgMaxBody; a watch ends at request_timeout after it
-// began (expired) or when the gateway closes (shutdown). A response whose
-// end the proxy does not see (expired; shutdown) is metered at its output
-// bound (max_output_tokens, else the model's default) and keeps the
-// limiter's estimate, as the rate limiter charges what it does not know.
+// began (expired), when the gateway closes (shutdown), or when the engine
+// no longer has it (lost: 404, as a restarted engine answers, or
+// bgMaxFailures failed reads in a row). A response whose end the proxy
+// does not see (expired, shutdown, lost) is metered at its output bound
+// (max_output_tokens, else the model's default) and keeps the limiter's
+// estimate, as the rate limiter charges what it does not know.
 
 const (
-	bgPoll        = time.Second
+	bgPoll = time.Second
+	// bgPollQueued is the poll while requests wait in the model's queue:
+	// a slot a background response no longer uses is freed sooner.
+	bgPollQueued  = 200 * time.Millisecond
 	bgReadTimeout = 5 * time.Second
 	bgMaxBody     = 4 << 20
+	// bgMaxFailures failed reads in a row end a watch (lost): its engine
+	// is gone, and holds the slot and the limits of nothing.
+	bgMaxFailures = 10
 )
 
 // holdBackground takes a background request's place among
@@ -97,7 +105,7 @@ func (s *Server) watchBackground(in *inbound, a *attempt, rep *replica, id strin
 	}
 	s.wg.Go(func() {
 		defer func() { <-s.bgSlots }()
-		output, cached, how := s.watch(rep, id)
+		output, cached, how := s.watch(in.m, rep, id)
 		if how != "metered" {
 			output, cached = -1, -1
 		}
@@ -152,35 +160,49 @@ func (b *bgLimit) handOver(finish func(output int)) {
 }
 
 // watch polls the response until it ends, and returns its output and
-// cached tokens and how the watch ended.
-func (s *Server) watch(rep *replica, id string) (output, cached int, how string) {
+// cached tokens and how the watch ended. It reads it first after
+// bgPollQueued (a short one ends soon), then every bgPoll, or every
+// bgPollQueued while m's queue holds requests.
+func (s *Server) watch(m *model, rep *replica, id string) (output, cached int, how string) {
 	deadline := time.Now().Add(s.cfg.RequestTimeout)
-	t := time.NewTimer(bgPoll)
+	t := time.NewTimer(bgPollQueued)
 	defer t.Stop()
+	failures := 0
 	for {
 		select {
 		case <-s.stop:
 			return 0, 0, "shutdown"
 		case <-t.C:
 		}
-		status, output, cached, ok := s.readStored(rep, id)
-		if ok {
-			switch status {
-			case "completed", "incomplete", "failed", "cancelled":
-				return output, cached, "metered"
+		status, output, cached, code := s.readStored(rep, id)
+		switch {
+		case status == "completed" || status == "incomplete" || status == "failed" || status == "cancelled":
+			return output, cached, "metered"
+		case code == http.StatusNotFound:
+			return 0, 0, "lost" // the engine no longer has it (restarted)
+		case status == "":
+			if failures++; failures >= bgMaxFailures {
+				return 0, 0, "lost"
 			}
+		default:
+			failures = 0
 		}
 		if time.Now().After(deadline) {
 			return 0, 0, "expired"
 		}
-		t.Reset(bgPoll)
+		poll := bgPoll
+		if m.hasQueued() {
+			poll = bgPollQueued
+		}
+		t.Reset(poll)
 	}
 }
 
 // readStored reads a stored response's status, output and cached tokens at
-// rep; ok is false when it could not (an error, a status other than 200, a
-// body that is not a response).
-func (s *Server) readStored(rep *replica, id string) (status string, output, cached int, ok bool) {
+// rep, and the HTTP status of the read (0: no answer); status is "" when
+// the read failed (an error, a status other than 200, a body that is not a
+// response).
+func (s *Server) readStored(rep *replica, id string) (status string, output, cached, code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), bgReadTimeout)
 	defer cancel()
 	u := *rep.base
@@ -192,11 +214,11 @@ func (s *Server) readStored(rep *replica, id string) (status string, output, cac
 	}
 	resp, err := s.upstream.Transport.RoundTrip(req.WithContext(ctx))
 	if err != nil {
-		return "", 0, 0, false
+		return "", 0, 0, 0
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", 0, 0, false
+		return "", 0, 0, resp.StatusCode
 	}
 	var r struct {
 		Status string `json:"status"`
@@ -208,7 +230,7 @@ func (s *Server) readStored(rep *replica, id string) (status string, output, cac
 		} `json:"usage"`
 	}
 	if json.NewDecoder(io.LimitReader(resp.Body, bgMaxBody)).Decode(&r) != nil || r.Status == "" {
-		return "", 0, 0, false
+		return "", 0, 0, resp.StatusCode
 	}
 	if r.Usage != nil {
 		output = max(r.Usage.OutputTokens, 0)
@@ -216,5 +238,5 @@ func (s *Server) readStored(rep *replica, id string) (status string, output, cac
 			cached = max(d.CachedTokens, 0)
 		}
 	}
-	return r.Status, output, cached, true
+	return r.Status, output, cached, resp.StatusCode
 }

@@ -798,6 +798,13 @@ func (m *model) finish(a *attempt, held []kvblock.Hash, u gateway.Usage) {
 	m.rearm(now)
 }
 
+// hasQueued reports whether requests wait in m's queue.
+func (m *model) hasQueued() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.core.Queued() > 0
+}
+
 // watched hands a served request's end to the watch of its background
 // response (bgwatch.go): it stays in the core, on its replica, until
 // endWatched; the handler's end (abort) leaves it.

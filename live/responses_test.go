@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -552,7 +553,7 @@ func TestResponsesBackgroundIgnoredMeteredOnce(t *testing.T) {
 	if out != 7 {
 		t.Fatalf("metered %d output tokens, want 7 (once)", out)
 	}
-	for _, how := range []string{"metered", "expired", "shutdown"} {
+	for _, how := range []string{"metered", "expired", "lost", "shutdown"} {
 		if n := testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues(how)); n != 0 {
 			t.Fatalf("a watch ended %s: the answer had its usage", how)
 		}
@@ -713,7 +714,7 @@ func TestResponsesBackgroundHoldsItsLimits(t *testing.T) {
 // request sent after it waits in the queue for it (without a key or
 // metering: the core's slot is for every gateway).
 func TestResponsesBackgroundHeldInCore(t *testing.T) {
-	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, OutputTokens: 300}}
+	u := &upstream{t: t, cfg: server.Config{Engine: testEngineConfig(), ResponsesStore: 100, OutputTokens: 150}}
 	u.start("127.0.0.1:0")
 	t.Cleanup(u.kill)
 	c := testConfig(t, u)
@@ -730,8 +731,10 @@ func TestResponsesBackgroundHeldInCore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ms := queuedMs(t, chat); ms < 300 {
-		t.Fatalf("the chat request waited %v ms in the queue, want it behind the background response (300 tokens)", ms)
+	// Behind the background response's 150 tokens, and freed soon after
+	// them: its watch reads it often while a request waits.
+	if ms := queuedMs(t, chat); ms < 100 || ms > 850 {
+		t.Fatalf("the chat request waited %v ms in the queue, want it behind the background response (150 tokens) and no longer", ms)
 	}
 	waitUntil(t, "an idle core", 5*time.Second, func() bool { in, _ := g.inFlight(); return in == 0 })
 }
@@ -806,4 +809,39 @@ func TestEPPBackgroundResponsesBound(t *testing.T) {
 		defer third.cancel()
 		return third.pick.endpoint != ""
 	})
+}
+
+// A background response its engine no longer has (404 at its read, as an
+// engine restarted since answers) ends its watch at once (lost): its slot
+// in the core and its key's limits are freed, and it is metered at its
+// output bound, as what the proxy does not know is charged.
+func TestResponsesBackgroundLost(t *testing.T) {
+	var forget atomic.Bool
+	u := wrappedStoreEngine(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if forget.Load() && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
+				http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	g := startTenantGateway(t, u, nil, Deps{})
+	keyID, key := g.createKey(t, map[string]any{"name": "bg", "max_concurrency": 1})
+	resp, b := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 5000, "background": true})
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"status":"queued"`)) {
+		t.Fatalf("background: %d %s", resp.StatusCode, b)
+	}
+	forget.Store(true) // the engine "restarts": it no longer has the response
+	began := time.Now()
+	if out := watchedOutput(t, g, keyID, "lost"); out != 5000 {
+		t.Fatalf("metered %d output tokens, want 5000 (max_output_tokens)", out)
+	}
+	if took := time.Since(began); took > 3*time.Second {
+		t.Fatalf("the watch ended %v after the engine lost the response", took)
+	}
+	waitUntil(t, "the slot freed", 2*time.Second, func() bool { in, _ := g.inFlight(); return in == 0 })
+	if resp, b := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": "hi", "max_output_tokens": 1}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the key's next request: %d %s", resp.StatusCode, b)
+	}
 }

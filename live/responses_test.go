@@ -129,7 +129,7 @@ func meteredBackground(t *testing.T, g *tenantGateway, keyID, key string, maxOut
 // the output tokens metered to key keyID.
 func watchedOutput(t *testing.T, g *tenantGateway, keyID, how string) int64 {
 	t.Helper()
-	waitUntil(t, "the background watch "+how, 10*time.Second, func() bool {
+	waitUntil(t, "the background watch "+how, 20*time.Second, func() bool {
 		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues(how)) == 1
 	})
 	var out int64
@@ -844,4 +844,29 @@ func TestResponsesBackgroundLost(t *testing.T) {
 	if resp, b := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": "hi", "max_output_tokens": 1}); resp.StatusCode != http.StatusOK {
 		t.Fatalf("the key's next request: %d %s", resp.StatusCode, b)
 	}
+}
+
+// A background response whose replica fails every read (here 503) ends
+// its watch after ten failed reads in a row (lost, in about nine seconds),
+// not at request_timeout: metered at its output bound, its slot freed.
+func TestResponsesBackgroundLostAfterFailures(t *testing.T) {
+	u := wrappedStoreEngine(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
+				http.Error(w, "unavailable", http.StatusServiceUnavailable)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	g := startTenantGateway(t, u, func(c *config.Config) { c.RequestTimeout = time.Hour }, Deps{})
+	id, key := g.createKey(t, map[string]any{"name": "bg"})
+	began := time.Now()
+	if out := meteredBackground(t, g, id, key, 11, "lost"); out != 11 {
+		t.Fatalf("metered %d output tokens, want 11 (max_output_tokens)", out)
+	}
+	if took := time.Since(began); took < 8*time.Second {
+		t.Fatalf("lost after %v: want ten failed reads first", took)
+	}
+	waitUntil(t, "the slot freed", 2*time.Second, func() bool { in, _ := g.inFlight(); return in == 0 })
 }

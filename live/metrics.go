@@ -365,12 +365,13 @@ var (
 	descIndex     = prometheus.NewDesc("inferrail_index_bytes", "Memory of the model's KV index.", []string{"model"}, nil)
 	descMaxLen    = prometheus.NewDesc("inferrail_model_max_model_len", "The context, in tokens, a request's prompt plus max_tokens must fit: max_model_len as configured, else the smallest the replicas' /v1/models gave (0: unknown, not checked).", []string{"model"}, nil)
 	descBlocks    = prometheus.NewDesc("inferrail_index_blocks", "Blocks the KV index holds for the replica.", []string{"model", "replica"}, nil)
+	descBGFlight  = prometheus.NewDesc("inferrail_background_responses_in_flight", "Background responses (Responses API, background: true) in flight through the gateway: admitted, or answered and watched until they end (at most max_background_responses).", nil, nil)
 	descKeyWatch  = prometheus.NewDesc("inferrail_tenancy_key_watch_up", "1 while the key store's changes are followed (Postgres LISTEN/NOTIFY: a key changed through another gateway applies at once), 0 while the watch connects or is lost (changes then take up to auth_cache_ttl); absent for a store that announces nothing (SQLite).", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHealthy, descInFlight, descPending, descRunning, descWaiting, descKV, descAge,
-		descReserved, descCapacity, descEjections, descRestarts, descQueue, descQueueB, descIndex, descBlocks, descMaxLen, descKeyWatch} {
+		descReserved, descCapacity, descEjections, descRestarts, descQueue, descQueueB, descIndex, descBlocks, descMaxLen, descBGFlight, descKeyWatch} {
 		ch <- d
 	}
 }
@@ -412,6 +413,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descIndex, float64(snap.indexBytes), m.name)
 		g(descMaxLen, float64(m.contextLen()), m.name)
 	}
+	g(descBGFlight, float64(len(c.s.bgSlots)))
 	if t := c.s.ten; t != nil && t.stopWatch != nil {
 		up := 0.0
 		if t.watchState.Load() == watchListening {

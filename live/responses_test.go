@@ -755,6 +755,9 @@ func TestBackgroundResponsesBound(t *testing.T) {
 	if resp, r, b := g.respond(t, bg); resp.StatusCode != http.StatusOK || r.Status != "queued" {
 		t.Fatalf("background: %d %s", resp.StatusCode, b)
 	}
+	if !strings.Contains(admin(t, g, "/metrics"), "\ninferrail_background_responses_in_flight 1\n") {
+		t.Fatal("inferrail_background_responses_in_flight is not 1 while one runs")
+	}
 	served := testutil.ToFloat64(g.met.requests.WithLabelValues(server.DefaultModelName, "ok"))
 	resp, _, b := g.respond(t, bg)
 	var e wireError
@@ -769,7 +772,7 @@ func TestBackgroundResponsesBound(t *testing.T) {
 		t.Fatalf("a foreground request: %d %s", resp.StatusCode, b)
 	}
 	waitUntil(t, "the first one's end", 10*time.Second, func() bool {
-		return testutil.ToFloat64(g.met.backgroundWatches.WithLabelValues("metered")) == 1
+		return strings.Contains(admin(t, g, "/metrics"), "\ninferrail_background_responses_in_flight 0\n")
 	})
 	if resp, r, b := g.respond(t, bg); resp.StatusCode != http.StatusOK || r.Status != "queued" {
 		t.Fatalf("background after the first ended: %d %s", resp.StatusCode, b)

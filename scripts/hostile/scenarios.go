@@ -35,6 +35,7 @@ func scenarios() []scenario {
 		{"sigstop", "requests routed to the stopped engine retried elsewhere within first_byte_timeout (2 s, +1 s of service), all 30 succeed", runSigstop},
 		{"cache-oracle", "no x-inferrail-predicted-cached-tokens for client B (not enabled)", runCacheOracle},
 		{"request-id", "id not echoed in stream chunks, decision log bounded (under 1 MiB)", runRequestID},
+		{"background-flood", "at most max_background_responses (256) in flight at once, the rest 429, the engines' requests bounded by it, all 30 legitimate requests served", runBackgroundFlood},
 	}
 }
 

@@ -317,6 +317,8 @@ type replicaView struct {
 	Pending        int    `json:"pending"`
 	CapacityBlocks int    `json:"capacity_blocks"`
 	Queued         int    `json:"model_queued"`
+	Running        int    `json:"engine_running"`
+	Waiting        int    `json:"engine_waiting"`
 }
 
 func (s *stack) replicas() ([]replicaView, error) {

@@ -3,7 +3,7 @@
 # never read, 20,000 connections that stall mid-body, every engine killed,
 # an engine killed mid-stream (the OpenAI Node SDK's view too), a SIGSTOPped
 # engine, the predicted-cached-tokens header as a cache oracle, a 500 KiB
-# x-request-id. Each scenario starts its own three engines and proxy on
+# x-request-id, a flood of 1,000 background responses. Each scenario starts its own three engines and proxy on
 # 127.0.0.1 and stops them (about 1.5 minutes on 2 cores). Prints a markdown
 # table, writes $OUT/results.md (default runs/hostile), exits 0 when a goal
 # is missed. Arguments go to the harness: --scenario NAME runs one.

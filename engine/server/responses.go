@@ -450,7 +450,11 @@ func (s *Server) background(ctx context.Context, cancel context.CancelFunc, g *g
 			return
 		}
 		if e != nil {
-			e.step(emitted, cached, finished) // stores the response when finished
+			// step stores the response when finished (and it has new
+			// tokens, as a finishing step has).
+			if !e.step(emitted, cached, finished) && finished {
+				s.finish(g, a, created, emitted, cached)
+			}
 			e.ev.buf = e.ev.buf[:0]
 		} else if finished {
 			s.finish(g, a, created, emitted, cached)

@@ -70,13 +70,14 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		"DELETE /admin/keys/{id}": s.revokeKey,
 		"GET /admin/usage":        s.usage,
 		"GET /admin/status":       s.status,
+		"GET /admin/background":   s.backgroundList,
 		"POST /admin/reload":      s.reloadEndpoint,
 		"POST /admin/explain":     s.explainEndpoint,
 		"/admin/":                 s.adminNotFound,
 	}
 	// The other methods of each path: a 405 naming those it has.
 	for path, allowed := range map[string][]string{
-		"/admin/keys": {"GET", "POST"}, "/admin/keys/{id}": {"GET", "PATCH", "DELETE"}, "/admin/usage": {"GET"}, "/admin/status": {"GET"}, "/admin/reload": {"POST"}, "/admin/explain": {"POST"},
+		"/admin/keys": {"GET", "POST"}, "/admin/keys/{id}": {"GET", "PATCH", "DELETE"}, "/admin/usage": {"GET"}, "/admin/status": {"GET"}, "/admin/background": {"GET"}, "/admin/reload": {"POST"}, "/admin/explain": {"POST"},
 	} {
 		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 			if !slices.Contains(allowed, m) {

@@ -1,11 +1,14 @@
 package live
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,9 +106,19 @@ func (s *Server) watchBackground(in *inbound, a *attempt, rep *replica, id strin
 	if a != nil {
 		in.m.watched(a)
 	}
+	entry := &bgEntry{ID: id, Model: in.m.name, Replica: rep.name, Key: in.owner, Since: time.Now().UTC(), Status: "queued"}
+	s.watchMu.Lock()
+	if s.bgWatched == nil {
+		s.bgWatched = make(map[string]*bgEntry)
+	}
+	s.bgWatched[id] = entry
+	s.watchMu.Unlock()
 	s.wg.Go(func() {
 		defer func() { <-s.bgSlots }()
-		output, cached, how := s.watch(in.m, rep, id)
+		output, cached, how := s.watch(in.m, rep, id, entry)
+		s.watchMu.Lock()
+		delete(s.bgWatched, id)
+		s.watchMu.Unlock()
 		if how != "metered" {
 			output, cached = -1, -1
 		}
@@ -163,7 +176,7 @@ func (b *bgLimit) handOver(finish func(output int)) {
 // cached tokens and how the watch ended. It reads it first after
 // bgPollQueued (a short one ends soon), then every bgPoll, or every
 // bgPollQueued while m's queue holds requests.
-func (s *Server) watch(m *model, rep *replica, id string) (output, cached int, how string) {
+func (s *Server) watch(m *model, rep *replica, id string, entry *bgEntry) (output, cached int, how string) {
 	deadline := time.Now().Add(s.cfg.RequestTimeout)
 	t := time.NewTimer(bgPollQueued)
 	defer t.Stop()
@@ -175,6 +188,11 @@ func (s *Server) watch(m *model, rep *replica, id string) (output, cached int, h
 		case <-t.C:
 		}
 		status, output, cached, code := s.readStored(rep, id)
+		if status != "" {
+			s.watchMu.Lock()
+			entry.Status = status
+			s.watchMu.Unlock()
+		}
 		switch {
 		case status == "completed" || status == "incomplete" || status == "failed" || status == "cancelled":
 			return output, cached, "metered"
@@ -239,4 +257,34 @@ func (s *Server) readStored(rep *replica, id string) (status string, output, cac
 		}
 	}
 	return r.Status, output, cached, resp.StatusCode
+}
+
+// bgEntry is a watched background response as GET /admin/background lists
+// it: its replica, its key's id ("" without auth: keys), when it was
+// answered and its status at the last read.
+type bgEntry struct {
+	ID      string    `json:"id"`
+	Model   string    `json:"model"`
+	Replica string    `json:"replica"`
+	Key     string    `json:"key,omitempty"`
+	Since   time.Time `json:"since"`
+	Status  string    `json:"status"`
+}
+
+// backgroundList is GET /admin/background: the background responses in
+// flight (those admitted and not answered yet are counted, not listed) and
+// those watched, oldest first.
+func (s *Server) backgroundList(_ *http.Request) (int, any, *adminError) {
+	s.watchMu.Lock()
+	watched := make([]bgEntry, 0, len(s.bgWatched))
+	for _, e := range s.bgWatched {
+		watched = append(watched, *e)
+	}
+	s.watchMu.Unlock()
+	slices.SortFunc(watched, func(a, b bgEntry) int { return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.ID, b.ID)) })
+	return http.StatusOK, struct {
+		Max      int       `json:"max_background_responses"`
+		InFlight int       `json:"in_flight"`
+		Watched  []bgEntry `json:"watched"`
+	}{cap(s.bgSlots), len(s.bgSlots), watched}, nil
 }

@@ -758,6 +758,18 @@ func TestBackgroundResponsesBound(t *testing.T) {
 	if !strings.Contains(admin(t, g, "/metrics"), "\ninferrail_background_responses_in_flight 1\n") {
 		t.Fatal("inferrail_background_responses_in_flight is not 1 while one runs")
 	}
+	// GET /admin/background lists it.
+	var list struct {
+		Max      int `json:"max_background_responses"`
+		InFlight int `json:"in_flight"`
+		Watched  []struct {
+			ID, Model, Replica, Status string
+		} `json:"watched"`
+	}
+	if b := admin(t, g, "/admin/background"); json.Unmarshal([]byte(b), &list) != nil || list.Max != 1 || list.InFlight != 1 || len(list.Watched) != 1 ||
+		list.Watched[0].Model != server.DefaultModelName || list.Watched[0].Replica != "a" || !strings.HasPrefix(list.Watched[0].ID, "resp_") {
+		t.Fatalf("GET /admin/background while one runs: %s", b)
+	}
 	served := testutil.ToFloat64(g.met.requests.WithLabelValues(server.DefaultModelName, "ok"))
 	resp, _, b := g.respond(t, bg)
 	var e wireError
@@ -774,6 +786,9 @@ func TestBackgroundResponsesBound(t *testing.T) {
 	waitUntil(t, "the first one's end", 10*time.Second, func() bool {
 		return strings.Contains(admin(t, g, "/metrics"), "\ninferrail_background_responses_in_flight 0\n")
 	})
+	if b := admin(t, g, "/admin/background"); !strings.Contains(b, `"in_flight": 0`) || !strings.Contains(b, `"watched": []`) {
+		t.Fatalf("GET /admin/background once it ended: %s", b)
+	}
 	if resp, r, b := g.respond(t, bg); resp.StatusCode != http.StatusOK || r.Status != "queued" {
 		t.Fatalf("background after the first ended: %d %s", resp.StatusCode, b)
 	}

@@ -53,6 +53,10 @@ type Server struct {
 	// bgSlots bounds the background responses in flight, each watched
 	// (max_background_responses; bgwatch.go).
 	bgSlots chan struct{}
+	// bgWatched are the background responses watched now, by id, for
+	// GET /admin/background.
+	watchMu   sync.Mutex
+	bgWatched map[string]*bgEntry
 	// h1 carries proxied requests to http:// engines (nil when Deps gave
 	// a transport: every request then goes through it).
 	h1  *h1Client

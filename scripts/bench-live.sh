@@ -190,7 +190,7 @@ for rate in $RATES; do
 		[ -f "$OUT/$path-$rate.cs" ] && cs=$(cat "$OUT/$path-$rate.cs")
 		[ "$path" = live ] && own=$(own_part "$rate")
 		echo "| $r | $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu | $cs | $own |" >>"$OUT/results.md"
-		printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$rate" "$path" "$a99" "$cpu" "$failed" >>"$OUT/runs.tsv"
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$rate" "$path" "$a99" "$cpu" "$failed" "$own" >>"$OUT/runs.tsv"
 	done
 done
 done
@@ -199,8 +199,8 @@ if [ -s "$OUT/runs.tsv" ]; then
 import sys, collections
 rows = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
-    run, rate, path, a99, cpu, failed = line.rstrip("\n").split("\t")
-    rows[(int(rate), int(run))][path] = (float(a99), cpu, int(failed))
+    run, rate, path, a99, cpu, failed, own = line.rstrip("\n").split("\t")
+    rows[(int(rate), int(run))][path] = (float(a99), cpu, int(failed), own)
 print()
 for rate in sorted({k[0] for k in rows}):
     runs = [rows[k] for k in sorted(rows) if k[0] == rate]
@@ -218,7 +218,10 @@ for rate in sorted({k[0] for k in rows}):
     if pair:
         k = sum(1 for r in pair if r["nginx-twin"][0] <= r["nginx"][0] and r["nginx-twin"][2] == 0 and r["nginx"][2] == 0)
         twin = f" The twin nginx's within nginx's in {k} of {len(pair)}."
-    print(f"At {rate} req/s: live's added TTFT p99 within nginx's in {within} of {len(both)} runs{note}; its CPU per request {span} nginx's.{twin}")
+    # live's own part's p99 (the column's second figure, "a / b ms").
+    owns = [float(r["live"][3].split("/")[1].split()[0]) for r in both if "/" in r["live"][3]]
+    own = f" live's own part of the TTFT at p99: {min(owns):.3f}-{max(owns):.3f} ms." if owns else ""
+    print(f"At {rate} req/s: live's added TTFT p99 within nginx's in {within} of {len(both)} runs{note}; its CPU per request {span} nginx's.{twin}{own}")
 PY
 fi
 

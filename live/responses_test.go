@@ -113,6 +113,20 @@ func ignoringBackgroundEngine(t *testing.T) *upstream {
 	})
 }
 
+// failingReadsEngine is a store engine whose stored-response reads (GET
+// /v1/responses/{id}) answer status while on is set (nil: always).
+func failingReadsEngine(t *testing.T, status int, on *atomic.Bool) *upstream {
+	return wrappedStoreEngine(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if (on == nil || on.Load()) && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
+				http.Error(w, `{"error":{"message":"`+http.StatusText(status)+`"}}`, status)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+}
+
 // meteredBackground sends key's background request of maxOut output
 // tokens through g, waits until a watch ends as how, and returns the
 // output tokens metered to key (keyID).
@@ -564,15 +578,7 @@ func TestResponsesBackgroundIgnoredMeteredOnce(t *testing.T) {
 // never answers the read) is metered at its output bound when the watch
 // expires, as the rate limiter charges what it does not know.
 func TestResponsesBackgroundUnseenMeteredAtBound(t *testing.T) {
-	u := wrappedStoreEngine(t, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
-				http.Error(w, "unavailable", http.StatusServiceUnavailable)
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	u := failingReadsEngine(t, http.StatusServiceUnavailable, nil)
 	g := startTenantGateway(t, u, func(c *config.Config) { c.RequestTimeout = time.Second }, Deps{})
 	id, key := g.createKey(t, map[string]any{"name": "bg"})
 	if out := meteredBackground(t, g, id, key, 9, "expired"); out != 9 {
@@ -835,15 +841,7 @@ func TestEPPBackgroundResponsesBound(t *testing.T) {
 // output bound, as what the proxy does not know is charged.
 func TestResponsesBackgroundLost(t *testing.T) {
 	var forget atomic.Bool
-	u := wrappedStoreEngine(t, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if forget.Load() && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
-				http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	u := failingReadsEngine(t, http.StatusNotFound, &forget)
 	g := startTenantGateway(t, u, nil, Deps{})
 	keyID, key := g.createKey(t, map[string]any{"name": "bg", "max_concurrency": 1})
 	resp, b := keyedCall(t, g.testGateway, key, http.MethodPost, "/v1/responses", map[string]any{"input": words(100, 20), "max_output_tokens": 5000, "background": true})
@@ -868,15 +866,7 @@ func TestResponsesBackgroundLost(t *testing.T) {
 // its watch after ten failed reads in a row (lost, in about nine seconds),
 // not at request_timeout: metered at its output bound, its slot freed.
 func TestResponsesBackgroundLostAfterFailures(t *testing.T) {
-	u := wrappedStoreEngine(t, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/responses/") {
-				http.Error(w, "unavailable", http.StatusServiceUnavailable)
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	u := failingReadsEngine(t, http.StatusServiceUnavailable, nil)
 	g := startTenantGateway(t, u, func(c *config.Config) { c.RequestTimeout = time.Hour }, Deps{})
 	id, key := g.createKey(t, map[string]any{"name": "bg"})
 	began := time.Now()

@@ -222,13 +222,16 @@ func serveOn(hs httpServer, l net.Listener) error {
 
 // listen opens one capped listener (and its certificate reloader).
 func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (guarded, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := netguard.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return guarded{}, fmt.Errorf("live: listen on %s: %w (change %s in the configuration)", addr, err, field)
 	}
 	label := map[string]string{"listen": "client", "admin_listen": "admin"}[field]
 	var acceptLog sync.Mutex
 	lastAccept := ""
+	// TCP keep-alive as net.Listen sets it (15 s), on admitted
+	// connections only: one over a cap is closed without it.
+	nc.KeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second}
 	nc.OnReject = func(r netguard.Reason, _ netip.Addr) { s.met.connRejected.WithLabelValues(label, string(r)).Inc() }
 	nc.OnAcceptError = func(err error) {
 		s.met.acceptErrors.WithLabelValues(label).Inc()

@@ -1,7 +1,9 @@
 package netguard
 
 import (
+	"context"
 	"net"
+	"net/netip"
 	"testing"
 )
 
@@ -74,6 +76,62 @@ func BenchmarkAcceptClose(b *testing.B) {
 				client.Close()
 				c.Close()
 			}
+		})
+	}
+}
+
+// BenchmarkRejectTCP measures a connection over the cap over TCP on
+// 127.0.0.1, from the client's dial to the Listener's close of it: on a
+// listener from net.Listen (keep-alive set on every accepted connection
+// by Go) and from Listen (keep-alive left to the admitted ones).
+func BenchmarkRejectTCP(b *testing.B) {
+	for _, lc := range []struct {
+		name   string
+		listen func() (net.Listener, error)
+	}{
+		{"net.Listen", func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }},
+		{"netguard.Listen", func() (net.Listener, error) { return Listen(context.Background(), "tcp", "127.0.0.1:0") }},
+	} {
+		b.Run(lc.name, func(b *testing.B) {
+			raw, err := lc.listen()
+			if err != nil {
+				b.Fatal(err)
+			}
+			rejected := make(chan struct{}, 1)
+			l, err := NewListener(raw, Config{MaxConns: 1, KeepAlive: net.KeepAliveConfig{Enable: true},
+				OnReject: func(Reason, netip.Addr) { rejected <- struct{}{} }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			addr := raw.Addr().String()
+			held, err := net.Dial("tcp", addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			first, err := l.Accept() // takes the only slot
+			if err != nil {
+				b.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { // every later connection is over the cap: Accept returns at Close
+				defer close(done)
+				l.Accept()
+			}()
+			b.ReportAllocs()
+			for b.Loop() {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-rejected
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+			}
+			b.StopTimer()
+			l.Close()
+			<-done
+			first.Close()
+			held.Close()
 		})
 	}
 }

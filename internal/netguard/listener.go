@@ -1,6 +1,7 @@
 package netguard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -56,6 +57,11 @@ type Config struct {
 	// each temporary accept error (such as EMFILE, "too many open files"),
 	// before Accept waits and tries again.
 	OnAcceptError func(err error)
+	// KeepAlive, when Enable is set, is applied to each admitted TCP
+	// connection. Open the wrapped listener with Listen (TCP keep-alive
+	// off at accept) so that a connection over a cap is closed without
+	// the four setsockopt calls Go's listener would spend on it first.
+	KeepAlive net.KeepAliveConfig
 }
 
 // Validate reports every problem with c, each wrapping ErrInvalidConfig.
@@ -98,6 +104,7 @@ type Listener struct {
 	clientKey     func(net.Addr) netip.Addr
 	onReject      func(Reason, netip.Addr)
 	onAcceptError func(error)
+	keepAlive     net.KeepAliveConfig
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -140,6 +147,7 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 		clientKey:     cfg.ClientKey,
 		onReject:      cfg.OnReject,
 		onAcceptError: cfg.OnAcceptError,
+		keepAlive:     cfg.KeepAlive,
 		done:          make(chan struct{}),
 	}
 	if l.perClient > 0 {
@@ -195,8 +203,21 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.accepted.Add(1)
+		if tc, ok := c.(*net.TCPConn); ok && l.keepAlive.Enable {
+			// Best effort, as net.Listen's own keep-alive: a
+			// connection that cannot take it is served without.
+			_ = tc.SetKeepAliveConfig(l.keepAlive)
+		}
 		return &conn{Conn: c, l: l, key: key}, nil
 	}
+}
+
+// Listen opens a TCP listener on address ("tcp", "tcp4" or "tcp6" network)
+// whose accepted connections come without TCP keep-alive, for NewListener
+// to set it (Config.KeepAlive) on the connections it admits only.
+func Listen(ctx context.Context, network, address string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAlive: -1}
+	return lc.Listen(ctx, network, address)
 }
 
 // admit takes a slot for a connection of client key, or says which cap

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"github.com/inferrail/inferrail/internal/netguard"
 	"runtime"
 	"sync"
 	"time"
@@ -152,7 +153,7 @@ func newMetrics(s *Server) *metrics {
 	reg.MustRegister(m.reloadTime)
 	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_decision_log_dropped_total", Help: "Sampled decisions dropped because the log writer was behind."})
 	m.traceFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "inferrail_trace_export_failures_total", Help: "Trace exports (batches of spans) that failed; their spans are lost."})
-	m.conns = &connCollector{desc: prometheus.NewDesc("inferrail_open_connections", "Client connections open now, by listener.", []string{"listener"}, nil)}
+	m.conns = newConnCollector()
 	m.own = append(m.own, m.traceFailures, m.conns)
 	reg.MustRegister(m.traceFailures, m.conns)
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inferrail_build_info", Help: "1, labelled with the build's version and Go version."}, []string{"version", "goversion"})
@@ -232,32 +233,66 @@ func (m *metrics) series(md *model, r *replica) *replicaSeries {
 	return rs
 }
 
-// connCollector is inferrail_open_connections: each listener's open
-// connections, read when scraped.
+// connCollector is inferrail_open_connections, with each listener's
+// accept queue (inferrail_listen_queue, inferrail_listen_queue_max) and
+// the network namespace's listen overflows (inferrail_listen_overflows_total),
+// all read when scraped.
 type connCollector struct {
-	desc *prometheus.Desc
-	mu   sync.Mutex
-	open map[string]func() int
+	open, queue, queueMax, overflows *prometheus.Desc
+	// drops reads the namespace's listen drops (netguard.ReadListenDrops).
+	drops func() (netguard.ListenDrops, error)
+	mu    sync.Mutex
+	ls    map[string]listenerStats
 }
 
-// set reports listener's open connections from open (a second Serve of the
-// same Server replaces the first's).
-func (c *connCollector) set(listener string, open func() int) {
+// listenerStats is what a listener reports: netguard.Listener's methods.
+type listenerStats interface {
+	Stats() netguard.Stats
+	AcceptQueue() (netguard.AcceptQueue, bool)
+}
+
+func newConnCollector() *connCollector {
+	return &connCollector{
+		open:      prometheus.NewDesc("inferrail_open_connections", "Client connections open now, by listener.", []string{"listener"}, nil),
+		queue:     prometheus.NewDesc("inferrail_listen_queue", "Connections the kernel completed that wait for the listener to accept them, by listener (Linux). At inferrail_listen_queue_max the kernel drops new connections' SYNs and each such client waits a second or more to retry.", []string{"listener"}, nil),
+		queueMax:  prometheus.NewDesc("inferrail_listen_queue_max", "The listener's accept queue bound: the listen backlog, capped by net.core.somaxconn (Linux).", []string{"listener"}, nil),
+		overflows: prometheus.NewDesc("inferrail_listen_overflows_total", "Connection attempts (SYNs, handshakes' last ACKs) the kernel dropped because a listener's accept queue was full, over the whole network namespace (the pod's in Kubernetes; TcpExt ListenOverflows of /proc/net/netstat, Linux).", nil, nil),
+		drops:     netguard.ReadListenDrops,
+	}
+}
+
+// set reports listener's connections from l (a second Serve of the same
+// Server replaces the first's).
+func (c *connCollector) set(listener string, l listenerStats) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.open == nil {
-		c.open = map[string]func() int{}
+	if c.ls == nil {
+		c.ls = map[string]listenerStats{}
 	}
-	c.open[listener] = open
+	c.ls[listener] = l
 }
 
-func (c *connCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.open
+	ch <- c.queue
+	ch <- c.queueMax
+	ch <- c.overflows
+}
 
 func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for l, open := range c.open {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(open()), l)
+	for name, l := range c.ls {
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(l.Stats().Open), name)
+		if q, ok := l.AcceptQueue(); ok {
+			ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(q.Len), name)
+			ch <- prometheus.MustNewConstMetric(c.queueMax, prometheus.GaugeValue, float64(q.Max), name)
+		}
+	}
+	if len(c.ls) > 0 {
+		if d, err := c.drops(); err == nil {
+			ch <- prometheus.MustNewConstMetric(c.overflows, prometheus.CounterValue, float64(d.Overflows))
+		}
 	}
 }
 

@@ -232,6 +232,12 @@ func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (g
 	// TCP keep-alive as net.Listen sets it (15 s), on admitted
 	// connections only: one over a cap is closed without it.
 	nc.KeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second}
+	// Each series from the start, at 0, so a rate over it is 0 and not
+	// missing until the first rejection.
+	for _, r := range []netguard.Reason{netguard.ReasonMaxConns, netguard.ReasonMaxConnsPerClient} {
+		s.met.connRejected.WithLabelValues(label, string(r))
+	}
+	s.met.acceptErrors.WithLabelValues(label)
 	nc.OnReject = func(r netguard.Reason, _ netip.Addr) { s.met.connRejected.WithLabelValues(label, string(r)).Inc() }
 	nc.OnAcceptError = func(err error) {
 		s.met.acceptErrors.WithLabelValues(label).Inc()
@@ -247,7 +253,7 @@ func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (g
 		ln.Close()
 		return guarded{}, fmt.Errorf("live: %s: %w", field, err)
 	}
-	s.met.conns.set(label, func() int { return gl.Stats().Open })
+	s.met.conns.set(label, gl)
 	g := guarded{Listener: gl}
 	if t.Enabled() {
 		if g.tls, err = s.certFiles(label, t); err != nil {

@@ -147,6 +147,14 @@ func runStalledBodies(h *harness) (result, error) {
 	wg.Go(func() { client.run(stop, &wg) })
 	wg.Go(func() { admin.run(stop, &wg) })
 	fdPeak, rssPeak := fdCount(pid), int64(0)
+	// live's view of its client listener's accept queue, and the kernel's
+	// count of connection attempts dropped with a queue full (the
+	// machine's: the harness runs in the host's network namespace).
+	const queueName, queueMaxName, overflowName = `inferrail_listen_queue{listener="client"}`, `inferrail_listen_queue_max{listener="client"}`, "inferrail_listen_overflows_total"
+	metricsURL := st.admin + "/metrics"
+	overflowsBefore, overflowsOK := gauge(metricsURL, overflowName)
+	queueMax, _ := gauge(metricsURL, queueMaxName)
+	queuePeak, queueSeen := 0.0, false
 	var fdMu sync.Mutex
 	wg.Go(func() {
 		t := time.NewTicker(200 * time.Millisecond)
@@ -154,8 +162,12 @@ func runStalledBodies(h *harness) (result, error) {
 		for {
 			n := fdCount(pid)
 			m, _ := readMem(pid)
+			q, qok := gauge(metricsURL, queueName)
 			fdMu.Lock()
 			fdPeak, rssPeak = max(fdPeak, n), max(rssPeak, m.rss)
+			if qok {
+				queuePeak, queueSeen = max(queuePeak, q), true
+			}
 			fdMu.Unlock()
 			select {
 			case <-stop:
@@ -248,6 +260,15 @@ func runStalledBodies(h *harness) (result, error) {
 	afterCode, _, afterErr := getStatus(client.url, 2*time.Second)
 	afterFDs := fdCount(pid)
 	accepts := countLines(st.live.log, "Accept error")
+	overflowsAfter, overflowsAfterOK := gauge(metricsURL, overflowName)
+	queueFig := "not reported (inferrail_listen_queue: Linux only)"
+	if queueSeen {
+		queueFig = fmt.Sprintf("peak %.0f of %.0f", queuePeak, queueMax)
+	}
+	overflowFig := "not reported (inferrail_listen_overflows_total: Linux only)"
+	if overflowsOK && overflowsAfterOK {
+		overflowFig = fmt.Sprintf("%.0f", overflowsAfter-overflowsBefore)
+	}
 
 	bounded := proxyLimit <= 0 || float64(fdPeak) < 0.9*float64(proxyLimit)
 	allAnswered := client.answered == client.total && admin.answered == admin.total && client.total > 0
@@ -258,6 +279,7 @@ func runStalledBodies(h *harness) (result, error) {
 			attackerIP, opened, ms(openedIn), workers, failed, errList(errs)),
 		fmt.Sprintf("Readiness probes every 200 ms on fresh connections, 1 s each: client %s: %s; admin %s: %s.", client.url, client.summary(), admin.url, admin.summary()),
 		fmt.Sprintf("Proxy: open fds idle %d, peak %d, 0.5 s after the attack ended %d; RLIMIT_NOFILE %d; RSS peak %s; %d \"Accept error\" lines in its log.", idleFDs, fdPeak, afterFDs, proxyLimit, fmtMiB(rssPeak), accepts),
+		fmt.Sprintf("The client listener's accept queue (inferrail_listen_queue, read every 200 ms): %s; connection attempts the kernel dropped with an accept queue full meanwhile (inferrail_listen_overflows_total, the machine's; a probe whose SYN is dropped is sent again after 1 s): %s.", queueFig, overflowFig),
 		fmt.Sprintf("After the attack: %s answered %s.", client.url, statusOrErr(afterCode, afterErr)),
 	)
 	return result{Figures: fig, Met: metWord(bounded && allAnswered), Details: d}, nil

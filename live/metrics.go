@@ -127,7 +127,7 @@ func newMetrics(s *Server) *metrics {
 	m.queueWaitH = hv("inferrail_queue_wait_seconds", "Time each request waited in the queue for a replica to admit it (0 when one admitted it at once).", append([]float64{0.0001}, append(latencyBuckets, 160)...), "model")
 	m.ledgerErrors = cv("inferrail_ledger_errors_total", "Failed calls of the KV reservation ledger shared through Redis (tenancy.ledger.backend: redis), by model and operation.", "model", "op")
 	m.kvEvents = cv("inferrail_kv_event_batches_total", "KV event batches by model, replica and result (applied, gap, reset).", "model", "replica", "result")
-	m.connRejected = cv("inferrail_connections_rejected_total", "Connections closed at accept because a cap was reached, by listener and reason (max_conns, max_conns_per_client).", "listener", "reason")
+	m.connRejected = cv("inferrail_connections_rejected_total", "Connections closed at accept because a cap was reached or a flood was shed, by listener and reason (max_conns, max_conns_per_client, flood: see flood_connections_per_client).", "listener", "reason")
 	m.acceptErrors = cv("inferrail_accept_errors_total", "Temporary accept errors (such as too many open files) the listener backed off from.", "listener")
 	m.auth = cv("inferrail_auth_total", "Client authentications (auth: keys) by outcome: ok, missing, malformed, invalid (unknown or revoked), expired, disabled, model_not_allowed, unavailable (the key store failed).", "outcome")
 	m.ratelimit = cv("inferrail_ratelimit_total", "Rate-limit decisions by the kind of bucket that refused (key, key_model, global; all for allowed and limiter_unavailable) and reason (allowed, rpm, tpm, concurrency, too_large, limiter_unavailable).", "bucket_kind", "reason")

@@ -31,9 +31,10 @@ const adminMaxConns = 64
 // running streams get drain_timeout to finish. It returns nil after a
 // clean drain. Connections are capped (max_connections in total, less for
 // one client address: max_connections_per_client, by default all but a
-// tenth of the total), accept errors such as
-// EMFILE back off instead of spinning, and TLS certificates are read again
-// when their files change.
+// tenth of the total), a flood is shed by its source
+// (flood_connections_per_client), accept errors such as EMFILE back off
+// instead of spinning, and TLS certificates are read again when their
+// files change.
 func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
 	total, perClient := s.cfg.MaxConnections, s.cfg.MaxConnectionsPerClient
 	if total == 0 {
@@ -46,7 +47,7 @@ func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
 	if perClient == 0 {
 		perClient = netguard.PerClientCap(total)
 	}
-	client, err := s.listen("listen", s.cfg.Listen, s.cfg.TLS, netguard.Config{MaxConns: total, MaxConnsPerClient: perClient})
+	client, err := s.listen("listen", s.cfg.Listen, s.cfg.TLS, netguard.Config{MaxConns: total, MaxConnsPerClient: perClient, FloodConnsPerClient: s.cfg.FloodConnectionsPerClient})
 	if err != nil {
 		return err
 	}
@@ -78,9 +79,9 @@ func (s *Server) Serve(ctx context.Context, stop <-chan struct{}) error {
 	}
 	if admin != nil {
 		_, al := s.Addrs()
-		s.log.Info("serving", "listen", client.Addr().String(), "admin", al.String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns(), "max_connections_per_client", perClient)
+		s.log.Info("serving", "listen", client.Addr().String(), "admin", al.String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns(), "max_connections_per_client", perClient, "flood_connections_per_client", s.cfg.FloodConnectionsPerClient)
 	} else {
-		s.log.Info("serving", "listen", client.Addr().String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns(), "max_connections_per_client", perClient)
+		s.log.Info("serving", "listen", client.Addr().String(), "tls", s.cfg.TLS.Enabled(), "max_connections", client.MaxConns(), "max_connections_per_client", perClient, "flood_connections_per_client", s.cfg.FloodConnectionsPerClient)
 	}
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	bgDone := make(chan error, 1)
@@ -234,7 +235,7 @@ func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (g
 	nc.KeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second}
 	// Each series from the start, at 0, so a rate over it is 0 and not
 	// missing until the first rejection.
-	for _, r := range []netguard.Reason{netguard.ReasonMaxConns, netguard.ReasonMaxConnsPerClient} {
+	for _, r := range []netguard.Reason{netguard.ReasonMaxConns, netguard.ReasonMaxConnsPerClient, netguard.ReasonFlood} {
 		s.met.connRejected.WithLabelValues(label, string(r))
 	}
 	s.met.acceptErrors.WithLabelValues(label)

@@ -27,6 +27,7 @@ func BenchmarkAcceptClose(b *testing.B) {
 		{"bare", nil},
 		{"total", &Config{MaxConns: 1 << 20}},
 		{"per-client", &Config{MaxConns: 1 << 20, MaxConnsPerClient: 1024}},
+		{"per-client+flood", &Config{MaxConns: 1 << 20, MaxConnsPerClient: 1024, FloodConnsPerClient: 256}},
 	}
 	wrap := func(b *testing.B, ln net.Listener, cfg *Config) net.Listener {
 		if cfg == nil {

@@ -13,7 +13,19 @@
 // net/http does) and reports each through Config.OnAcceptError, so
 // http.Server.Serve never sees them. Stats is what a metrics page shows.
 // DefaultMaxConns (limit.go) derives the total cap from RLIMIT_NOFILE,
-// leaving half of it for the upstream connections a proxy opens.
+// leaving half of it for the upstream connections a proxy opens. Listen
+// opens a TCP listener whose connections get their keep-alive only once
+// admitted (Config.KeepAlive).
+//
+// Then queue.go: the kernel's accept queue of a listener (AcceptQueue, read
+// with TCP_INFO on Linux) and the network namespace's listen drops
+// (ReadListenDrops). With Config.FloodConnsPerClient a Listener sheds a
+// connection flood by its source: while the queue is an eighth full or
+// more, connections are taken bare off the queue (acceptFlooded,
+// queue_linux.go), and those of a client that holds the floor and its share
+// are closed before Go wraps them, so the queue drains faster than it fills
+// and the clients that hold few still get in; the kernel would otherwise
+// drop every client's SYNs alike once the queue is full.
 //
 // Then CertReloader (certreload.go): its GetCertificate serves the pair
 // loaded from two PEM files and loads them again, in a handshake at most

@@ -33,6 +33,10 @@ const (
 	// ReasonMaxConnsPerClient: Config.MaxConnsPerClient connections from
 	// the same client were open.
 	ReasonMaxConnsPerClient Reason = "max_conns_per_client"
+	// ReasonFlood: the accept queue was at least half full and the client
+	// held Config.FloodConnsPerClient connections or more, and at least
+	// its share.
+	ReasonFlood Reason = "flood"
 )
 
 // Config configures a Listener. The zero value caps connections at
@@ -46,6 +50,19 @@ type Config struct {
 	// (one key of ClientKey); 0 leaves clients capped by MaxConns only.
 	// Behind a load balancer or a NAT many clients share one address.
 	MaxConnsPerClient int
+	// FloodConnsPerClient sheds a connection flood by its source. While
+	// the kernel's accept queue is at least half full (connections arrive
+	// faster than the process takes them, and once it is full the kernel
+	// drops every client's SYNs alike, a probe's included, each then
+	// retried a second later), a new connection is closed at accept if
+	// its client already holds FloodConnsPerClient connections or more
+	// and at least its share of the open ones (their number over the
+	// clients'). Closing one costs a fraction of serving it, so the queue
+	// drains, and the clients that hold few are served meanwhile. 0 never
+	// sheds. It needs MaxConnsPerClient (the per-client counts); the
+	// queue is read where the system reports it (Linux), and elsewhere
+	// nothing is shed.
+	FloodConnsPerClient int
 	// ClientKey maps a connection's remote address to the client it counts
 	// for; nil means ClientAddr. A connection whose key is the zero
 	// netip.Addr counts toward MaxConns only.
@@ -72,6 +89,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnsPerClient < 0 {
 		errs = append(errs, fmt.Errorf("%w: MaxConnsPerClient is %d: set it to a positive number, or to 0 to cap clients by MaxConns only", ErrInvalidConfig, c.MaxConnsPerClient))
+	}
+	switch {
+	case c.FloodConnsPerClient < 0:
+		errs = append(errs, fmt.Errorf("%w: FloodConnsPerClient is %d: set it to a positive number, or to 0 never to shed", ErrInvalidConfig, c.FloodConnsPerClient))
+	case c.FloodConnsPerClient > 0 && c.MaxConnsPerClient == 0:
+		errs = append(errs, fmt.Errorf("%w: FloodConnsPerClient needs MaxConnsPerClient (the per-client counts): set it, or FloodConnsPerClient to 0", ErrInvalidConfig))
 	}
 	return errors.Join(errs...)
 }
@@ -105,6 +128,10 @@ type Listener struct {
 	onReject      func(Reason, netip.Addr)
 	onAcceptError func(error)
 	keepAlive     net.KeepAliveConfig
+	flood         int
+	queue         func() (AcceptQueue, bool) // the accept queue, acceptQueue's
+	now           func() time.Time
+	floodUntil    time.Time // Accept's alone: the end of a flood's hold
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -116,6 +143,7 @@ type Listener struct {
 	accepted          atomic.Uint64
 	rejectedTotal     atomic.Uint64
 	rejectedPerClient atomic.Uint64
+	rejectedFlood     atomic.Uint64
 	acceptErrors      atomic.Uint64
 }
 
@@ -148,6 +176,9 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 		onReject:      cfg.OnReject,
 		onAcceptError: cfg.OnAcceptError,
 		keepAlive:     cfg.KeepAlive,
+		flood:         cfg.FloodConnsPerClient,
+		queue:         func() (AcceptQueue, bool) { return acceptQueue(inner) },
+		now:           time.Now,
 		done:          make(chan struct{}),
 	}
 	if l.perClient > 0 {
@@ -163,7 +194,27 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 func (l *Listener) Accept() (net.Conn, error) {
 	var delay time.Duration
 	for {
-		c, err := l.inner.Accept()
+		var c net.Conn
+		var err error
+		var key netip.Addr // the client, needed only with a per-client cap or to report
+		flooded, raw := l.flooded(), false
+		if flooded {
+			// Connections arrive faster than they are taken: each is
+			// accepted bare, and closed before Go wraps it if it is
+			// shed or over a cap (acceptFlooded).
+			c, key, err = l.acceptFlooded()
+			switch {
+			case err == errQueueEmpty, err == errNoRaw:
+				// taken through Go, admitted as flooded
+			case err == nil && c == nil:
+				continue
+			default:
+				raw = true
+			}
+		}
+		if !raw {
+			c, err = l.inner.Accept()
+		}
 		if err != nil {
 			if !temporary(err) {
 				return nil, err
@@ -183,24 +234,18 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		delay = 0
-		var key netip.Addr // the client, needed only with a per-client cap or to report
-		if l.clients != nil {
-			key = l.clientKey(c.RemoteAddr())
-		}
-		if reason, ok := l.admit(key); !ok {
-			if l.clients == nil {
+		if !raw { // acceptFlooded admitted its own
+			if l.clients != nil {
 				key = l.clientKey(c.RemoteAddr())
 			}
-			if reason == ReasonMaxConns {
-				l.rejectedTotal.Add(1)
-			} else {
-				l.rejectedPerClient.Add(1)
+			if reason, ok := l.admit(key, flooded); !ok {
+				if l.clients == nil {
+					key = l.clientKey(c.RemoteAddr())
+				}
+				l.rejected(reason, key)
+				c.Close()
+				continue
 			}
-			c.Close()
-			if l.onReject != nil {
-				l.onReject(reason, key)
-			}
-			continue
 		}
 		l.accepted.Add(1)
 		if tc, ok := c.(*net.TCPConn); ok && l.keepAlive.Enable {
@@ -220,9 +265,54 @@ func Listen(ctx context.Context, network, address string) (net.Listener, error) 
 	return lc.Listen(ctx, network, address)
 }
 
+// acceptFlooded's errors that say to accept through the wrapped listener:
+// no connection was queued, or the listener has no descriptor to accept
+// from itself.
+var (
+	errQueueEmpty = errors.New("netguard: no connection queued")
+	errNoRaw      = errors.New("netguard: no descriptor to accept from")
+)
+
+// rejected counts a connection closed at accept, and reports it.
+func (l *Listener) rejected(reason Reason, key netip.Addr) {
+	switch reason {
+	case ReasonMaxConns:
+		l.rejectedTotal.Add(1)
+	case ReasonFlood:
+		l.rejectedFlood.Add(1)
+	default:
+		l.rejectedPerClient.Add(1)
+	}
+	if l.onReject != nil {
+		l.onReject(reason, key)
+	}
+}
+
+// floodHold is how long a flood is taken to last after the accept queue
+// was last seen an eighth full: without it the flood's source would be
+// served again the moment the queue drained, in a burst whose handling
+// keeps the acceptor from the queue while it fills again.
+const floodHold = time.Second
+
+// flooded reports whether new connections are shed by their source
+// (Config.FloodConnsPerClient): the accept queue is an eighth full or
+// more, or was within floodHold.
+func (l *Listener) flooded() bool {
+	if l.flood == 0 {
+		return false
+	}
+	now := l.now()
+	if q, ok := l.queue(); ok && q.Max > 0 && 8*q.Len >= q.Max {
+		l.floodUntil = now.Add(floodHold)
+		return true
+	}
+	return now.Before(l.floodUntil)
+}
+
 // admit takes a slot for a connection of client key, or says which cap
-// leaves none.
-func (l *Listener) admit(key netip.Addr) (Reason, bool) {
+// leaves none; flooded sheds the clients that hold the most
+// (Config.FloodConnsPerClient).
+func (l *Listener) admit(key netip.Addr, flooded bool) (Reason, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open >= l.maxConns {
@@ -232,6 +322,9 @@ func (l *Listener) admit(key netip.Addr) (Reason, bool) {
 		n := l.clients[key]
 		if n >= l.perClient {
 			return ReasonMaxConnsPerClient, false
+		}
+		if flooded && n >= l.flood && n*len(l.clients) >= l.open {
+			return ReasonFlood, false
 		}
 		l.clients[key] = n + 1
 	}
@@ -279,6 +372,7 @@ func (l *Listener) Stats() Stats {
 		Rejected: map[Reason]uint64{
 			ReasonMaxConns:          l.rejectedTotal.Load(),
 			ReasonMaxConnsPerClient: l.rejectedPerClient.Load(),
+			ReasonFlood:             l.rejectedFlood.Load(),
 		},
 		AcceptErrors: l.acceptErrors.Load(),
 	}

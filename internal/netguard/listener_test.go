@@ -31,6 +31,9 @@ func TestConfigValidate(t *testing.T) {
 		{"negative total", Config{MaxConns: -1}, []string{"MaxConns is -1: set it to a positive number, or to 0"}},
 		{"negative per client", Config{MaxConnsPerClient: -3}, []string{"MaxConnsPerClient is -3: set it to a positive number, or to 0"}},
 		{"both", Config{MaxConns: -1, MaxConnsPerClient: -1}, []string{"MaxConns is -1", "MaxConnsPerClient is -1"}},
+		{"flood", Config{MaxConnsPerClient: 20, FloodConnsPerClient: 4}, nil},
+		{"negative flood", Config{MaxConnsPerClient: 20, FloodConnsPerClient: -1}, []string{"FloodConnsPerClient is -1: set it to a positive number, or to 0 never to shed"}},
+		{"flood without per-client counts", Config{FloodConnsPerClient: 4}, []string{"FloodConnsPerClient needs MaxConnsPerClient"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -358,12 +361,23 @@ func TestCapsProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		maxConns := rapid.IntRange(1, 6).Draw(t, "maxConns")
 		perClient := rapid.IntRange(0, 4).Draw(t, "perClient")
+		flood := 0
+		if perClient > 0 {
+			flood = rapid.IntRange(0, 3).Draw(t, "flood")
+		}
 		inner := newFakeListener(true)
 		reported := map[Reason]uint64{}
-		l, err := NewListener(inner, Config{MaxConns: maxConns, MaxConnsPerClient: perClient, OnReject: func(r Reason, _ netip.Addr) { reported[r]++ }})
+		l, err := NewListener(inner, Config{MaxConns: maxConns, MaxConnsPerClient: perClient, FloodConnsPerClient: flood, OnReject: func(r Reason, _ netip.Addr) { reported[r]++ }})
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The accept queue as the kernel would report it: flooded when
+		// an eighth full or more.
+		queue := AcceptQueue{Max: 16}
+		l.queue = func() (AcceptQueue, bool) { return queue, true }
+		now := time.Unix(0, 0) // moved by the "wait" action
+		l.now = func() time.Time { return now }
+		var floodUntil time.Time
 		type held struct {
 			c   net.Conn
 			key int
@@ -371,7 +385,7 @@ func TestCapsProperty(t *testing.T) {
 		var open []held
 		var closed []net.Conn
 		perKey := map[int]int{}
-		rejected := map[Reason]uint64{ReasonMaxConns: 0, ReasonMaxConnsPerClient: 0}
+		rejected := map[Reason]uint64{ReasonMaxConns: 0, ReasonMaxConnsPerClient: 0, ReasonFlood: 0}
 		var accepted uint64
 		t.Repeat(map[string]func(*rapid.T){
 			"accept": func(t *rapid.T) {
@@ -380,11 +394,20 @@ func TestCapsProperty(t *testing.T) {
 				inner.push(fc)
 				c, err := l.Accept()
 				var want Reason
+				flooded := flood > 0 && 8*queue.Len >= queue.Max
+				if flooded {
+					floodUntil = now.Add(time.Second) // held a second
+				}
+				flooded = flood > 0 && (flooded || now.Before(floodUntil))
 				switch {
 				case len(open) >= maxConns:
 					want = ReasonMaxConns
 				case perClient > 0 && a.key >= 0 && perKey[a.key] >= perClient:
 					want = ReasonMaxConnsPerClient
+				case flooded && a.key >= 0 && perKey[a.key] >= flood && perKey[a.key]*len(perKey) >= len(open):
+					// a flood is shed by the clients that hold the
+					// most: at least flood and their share
+					want = ReasonFlood
 				}
 				if want == "" {
 					if err != nil {
@@ -416,6 +439,12 @@ func TestCapsProperty(t *testing.T) {
 				}
 				h.c.Close()
 				closed = append(closed, h.c)
+			},
+			"queue": func(t *rapid.T) {
+				queue.Len = rapid.IntRange(0, 16).Draw(t, "queued")
+			},
+			"wait": func(t *rapid.T) {
+				now = now.Add(time.Duration(rapid.IntRange(1, 1500).Draw(t, "ms")) * time.Millisecond)
 			},
 			"close again": func(t *rapid.T) {
 				if len(closed) == 0 {

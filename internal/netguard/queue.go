@@ -27,7 +27,7 @@ type AcceptQueue struct {
 // where the system does not report it (only Linux does, for TCP) or the
 // listener is not a TCP one or is closed.
 func (l *Listener) AcceptQueue() (AcceptQueue, bool) {
-	return acceptQueue(l.inner)
+	return l.queue()
 }
 
 // ListenDrops are the kernel's counts of connections its listening

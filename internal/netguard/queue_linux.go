@@ -3,7 +3,9 @@ package netguard
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,4 +43,73 @@ func ReadListenDrops() (ListenDrops, error) {
 	}
 	defer f.Close()
 	return parseNetstat(f)
+}
+
+// acceptFlooded takes the next connection off the queue with accept4(2)
+// alone and admits it as a flooded listener does (Config.FloodConnsPerClient):
+// one shed or over a cap is closed at once, before Go would set its socket
+// options and register it with the poller, and nil is returned with its
+// client; one admitted becomes a net.Conn (net.FileConn: a few system calls
+// more than Go's own accept, paid by the connections served while a flood
+// lasts). It returns errQueueEmpty, without waiting, when no connection is
+// queued (Go lets a listener's raw descriptor be used, not waited on), and
+// errNoRaw for a listener without a descriptor.
+func (l *Listener) acceptFlooded() (net.Conn, netip.Addr, error) {
+	sc, ok := l.inner.(syscall.Conn)
+	if !ok {
+		return nil, netip.Addr{}, errNoRaw
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, netip.Addr{}, errNoRaw
+	}
+	nfd := -1
+	var sa unix.Sockaddr
+	var aerr error
+	if err := rc.Control(func(fd uintptr) {
+		nfd, sa, aerr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+	}); err != nil {
+		return nil, netip.Addr{}, &net.OpError{Op: "accept", Net: l.inner.Addr().Network(), Addr: l.inner.Addr(), Err: err}
+	}
+	switch {
+	case aerr == unix.EAGAIN:
+		return nil, netip.Addr{}, errQueueEmpty
+	case aerr != nil:
+		if nfd >= 0 { // accepted, but its address did not convert
+			unix.Close(nfd)
+		}
+		return nil, netip.Addr{}, &net.OpError{Op: "accept", Net: l.inner.Addr().Network(), Addr: l.inner.Addr(), Err: os.NewSyscallError("accept4", aerr)}
+	}
+	var key netip.Addr
+	if l.clients != nil {
+		key = l.clientKey(sockaddrTCP(sa))
+	}
+	if reason, ok := l.admit(key, true); !ok {
+		unix.Close(nfd)
+		if l.clients == nil {
+			key = l.clientKey(sockaddrTCP(sa))
+		}
+		l.rejected(reason, key)
+		return nil, key, nil
+	}
+	f := os.NewFile(uintptr(nfd), "")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil { // such as EMFILE for the duplicate descriptor: waited out
+		l.release(key)
+		return nil, netip.Addr{}, &net.OpError{Op: "accept", Net: l.inner.Addr().Network(), Addr: l.inner.Addr(), Err: err}
+	}
+	return c, key, nil
+}
+
+// sockaddrTCP is accept4's peer address as a *net.TCPAddr (nil for another
+// family).
+func sockaddrTCP(sa unix.Sockaddr) net.Addr {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(a.Addr[:]).To16(), Port: a.Port}
+	case *unix.SockaddrInet6:
+		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
+	}
+	return nil
 }

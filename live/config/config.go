@@ -92,6 +92,18 @@ type Config struct {
 	// clients share one address (set it to max_connections for no cap of
 	// its own). Default 0.
 	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
+	// FloodConnectionsPerClient sheds a connection flood by its source:
+	// while the kernel's accept queue of the client listener is an eighth
+	// full or more (connections arrive faster than the gateway takes
+	// them; once it is full the kernel drops every client's connections
+	// alike, a readiness probe's included, each retried a second later), a
+	// new connection from an address that already holds this many or
+	// more, and at least its share of the open ones, is closed at accept,
+	// which costs a fraction of serving it: the queue drains and the
+	// addresses that hold few are served meanwhile. 0 never sheds (set it
+	// behind a load balancer or a NAT, where one address is every
+	// client). Linux only (the queue is read with TCP_INFO). Default 256.
+	FloodConnectionsPerClient int `yaml:"flood_connections_per_client"`
 	// MaxConcurrentStreams caps the concurrent requests of one HTTP/2
 	// connection. Default 100.
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
@@ -791,27 +803,28 @@ type DNSGroup struct {
 // Default returns the defaults of every field, with no models.
 func Default() Config {
 	return Config{
-		Listen:                 "127.0.0.1:8080",
-		AdminListen:            "127.0.0.1:9090",
-		DrainTimeout:           30 * time.Second,
-		RequestTimeout:         10 * time.Minute,
-		MaxBodyBytes:           32 * MiB,
-		ReadHeaderTimeout:      10 * time.Second,
-		ReadTimeout:            30 * time.Second,
-		WriteTimeout:           10 * time.Second,
-		FirstByteTimeout:       60 * time.Second,
-		StreamIdleTimeout:      60 * time.Second,
-		IdleTimeout:            2 * time.Minute,
-		DrainDelay:             5 * time.Second,
-		MaxConcurrentStreams:   100,
-		MaxBackgroundResponses: 256,
-		MaxInflightBodyBytes:   GiB,
-		ResponseBufferBytes:    MiB,
-		StreamUsage:            true,
-		Procs:                  "adaptive",
-		Sysmon:                 "awake",
-		Log:                    Log{Format: "text", Level: "info", AccessSample: 1},
-		Retry:                  Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		Listen:                    "127.0.0.1:8080",
+		AdminListen:               "127.0.0.1:9090",
+		DrainTimeout:              30 * time.Second,
+		RequestTimeout:            10 * time.Minute,
+		MaxBodyBytes:              32 * MiB,
+		ReadHeaderTimeout:         10 * time.Second,
+		ReadTimeout:               30 * time.Second,
+		WriteTimeout:              10 * time.Second,
+		FirstByteTimeout:          60 * time.Second,
+		StreamIdleTimeout:         60 * time.Second,
+		IdleTimeout:               2 * time.Minute,
+		DrainDelay:                5 * time.Second,
+		MaxConcurrentStreams:      100,
+		MaxBackgroundResponses:    256,
+		FloodConnectionsPerClient: 256,
+		MaxInflightBodyBytes:      GiB,
+		ResponseBufferBytes:       MiB,
+		StreamUsage:               true,
+		Procs:                     "adaptive",
+		Sysmon:                    "awake",
+		Log:                       Log{Format: "text", Level: "info", AccessSample: 1},
+		Retry:                     Retry{Attempts: 3, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 		Health: Health{
 			Interval:        time.Second,
 			Timeout:         500 * time.Millisecond,

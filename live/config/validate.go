@@ -192,6 +192,7 @@ func (c *Config) Validate() error {
 	if c.MaxConnections > 0 && c.MaxConnectionsPerClient > c.MaxConnections {
 		k.fail("max_connections_per_client", "must not exceed max_connections (%d), got %d", c.MaxConnections, c.MaxConnectionsPerClient)
 	}
+	k.intIn("flood_connections_per_client", c.FloodConnectionsPerClient, 0, maxConnections)
 	k.intIn("max_concurrent_streams", c.MaxConcurrentStreams, 1, maxStreams)
 	k.intIn("max_background_responses", c.MaxBackgroundResponses, 1, maxBackground)
 	k.size("max_inflight_body_bytes", c.MaxInflightBodyBytes)

@@ -150,6 +150,7 @@ func TestValidateRules(t *testing.T) {
 		{"drain_delay negative", func(c *Config) { c.DrainDelay = -time.Second }, "drain_delay", "0 or a positive"},
 		{"per client over total", func(c *Config) { c.MaxConnections, c.MaxConnectionsPerClient = 10, 20 }, "max_connections_per_client", "must not exceed max_connections (10)"},
 		{"per client negative", func(c *Config) { c.MaxConnectionsPerClient = -1 }, "max_connections_per_client", "from 0"},
+		{"flood per client negative", func(c *Config) { c.FloodConnectionsPerClient = -1 }, "flood_connections_per_client", "from 0"},
 		{"streams zero", func(c *Config) { c.MaxConcurrentStreams = 0 }, "max_concurrent_streams", "from 1"},
 		{"background zero", func(c *Config) { c.MaxBackgroundResponses = 0 }, "max_background_responses", "from 1"},
 		{"background huge", func(c *Config) { c.MaxBackgroundResponses = 1 << 20 }, "max_background_responses", "to 65536"},

@@ -261,6 +261,16 @@ func runStalledBodies(h *harness) (result, error) {
 	afterFDs := fdCount(pid)
 	accepts := countLines(st.live.log, "Accept error")
 	overflowsAfter, overflowsAfterOK := gauge(metricsURL, overflowName)
+	var closedAt []string // live's count of the connections it closed at accept, by reason
+	for _, reason := range []string{"flood", "max_conns_per_client", "max_conns"} {
+		if n, ok := gauge(metricsURL, `inferrail_connections_rejected_total{listener="client",reason="`+reason+`"}`); ok {
+			closedAt = append(closedAt, fmt.Sprintf("%.0f %s", n, reason))
+		}
+	}
+	closedFig := "not reported"
+	if len(closedAt) > 0 {
+		closedFig = strings.Join(closedAt, ", ")
+	}
 	queueFig := "not reported (inferrail_listen_queue: Linux only)"
 	if queueSeen {
 		queueFig = fmt.Sprintf("peak %.0f of %.0f", queuePeak, queueMax)
@@ -272,13 +282,14 @@ func runStalledBodies(h *harness) (result, error) {
 
 	bounded := proxyLimit <= 0 || float64(fdPeak) < 0.9*float64(proxyLimit)
 	allAnswered := client.answered == client.total && admin.answered == admin.total && client.total > 0
-	fig := fmt.Sprintf("%d stalled connections open (%d failed); client %s %s; admin %s %s; proxy fds peak %d (limit %d, idle %d)",
-		opened, failed, strings.TrimPrefix(client.url, st.base), client.summary(), strings.TrimPrefix(admin.url, st.admin), admin.summary(), fdPeak, proxyLimit, idleFDs)
+	fig := fmt.Sprintf("%d stalled connections opened (%d failed; closed at accept by live: %s); client %s %s; admin %s %s; proxy fds peak %d (limit %d, idle %d)",
+		opened, failed, closedFig, strings.TrimPrefix(client.url, st.base), client.summary(), strings.TrimPrefix(admin.url, st.admin), admin.summary(), fdPeak, proxyLimit, idleFDs)
 	d := append(notes,
 		fmt.Sprintf("Each connection (from %s; the probes come from 127.0.0.1): POST /v1/chat/completions with Content-Length: 1000, then 12 body bytes, then nothing; %d opened in %s by %d worker processes (%d failed%s), held 3 s more.",
 			attackerIP, opened, ms(openedIn), workers, failed, errList(errs)),
 		fmt.Sprintf("Readiness probes every 200 ms on fresh connections, 1 s each: client %s: %s; admin %s: %s.", client.url, client.summary(), admin.url, admin.summary()),
 		fmt.Sprintf("Proxy: open fds idle %d, peak %d, 0.5 s after the attack ended %d; RLIMIT_NOFILE %d; RSS peak %s; %d \"Accept error\" lines in its log.", idleFDs, fdPeak, afterFDs, proxyLimit, fmtMiB(rssPeak), accepts),
+		fmt.Sprintf("Connections live closed at accept (inferrail_connections_rejected_total, by reason; flood: shed by flood_connections_per_client while the accept queue was an eighth full or more): %s.", closedFig),
 		fmt.Sprintf("The client listener's accept queue (inferrail_listen_queue, read every 200 ms): %s; connection attempts the kernel dropped with an accept queue full meanwhile (inferrail_listen_overflows_total, the machine's; a probe whose SYN is dropped is sent again after 1 s): %s.", queueFig, overflowFig),
 		fmt.Sprintf("After the attack: %s answered %s.", client.url, statusOrErr(afterCode, afterErr)),
 	)

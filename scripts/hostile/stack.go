@@ -40,6 +40,7 @@ var newKeys = []optKey{
 	{"drain_delay", "0s"},
 	{"max_connections", "10000"},
 	{"max_connections_per_client", "1000"},
+	{"flood_connections_per_client", "256"},
 	{"max_concurrent_streams", "100"},
 	{"max_inflight_body_bytes", "256MiB"},
 	{"predicted_cached_header", "false"},

@@ -70,23 +70,7 @@ func waitQueue(t *testing.T, l *Listener, n int) {
 // holds one connection) and sees the kernel count the next connections'
 // drops, in ReadListenDrops and with the queue at its bound.
 func TestListenOverflows(t *testing.T) {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := os.NewFile(uintptr(fd), "listener")
-	defer f.Close()
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.FileListener(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := smallBacklog(t, 0)
 	l, err := NewListener(ln, Config{MaxConns: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +127,7 @@ func smallBacklog(t *testing.T, n int) net.Listener {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ln.Close() })
 	return ln
 }
 

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestAcceptQueue: connections dialled and not yet accepted are counted in
@@ -256,5 +258,24 @@ func TestFloodOff(t *testing.T) {
 	}
 	if s := l.Stats(); s.Rejected[ReasonFlood] != 0 || s.Open != 10 {
 		t.Fatalf("Stats() = %+v, want all 10 served", s)
+	}
+}
+
+// TestSockaddrTCP: accept4's peer addresses give the client ClientAddr
+// gives Go's own accepted connections.
+func TestSockaddrTCP(t *testing.T) {
+	for _, tc := range []struct {
+		sa   unix.Sockaddr
+		want string
+	}{
+		{&unix.SockaddrInet4{Port: 5, Addr: [4]byte{192, 0, 2, 1}}, "192.0.2.1"},
+		{&unix.SockaddrInet6{Port: 5, Addr: netip.MustParseAddr("2001:db8::1").As16()}, "2001:db8::1"},
+		{&unix.SockaddrInet6{Port: 5, ZoneId: 2, Addr: netip.MustParseAddr("fe80::1").As16()}, "fe80::1"},
+		{&unix.SockaddrInet6{Port: 5, Addr: netip.MustParseAddr("::ffff:192.0.2.7").As16()}, "192.0.2.7"},
+		{&unix.SockaddrUnix{Name: "/run/x"}, "invalid IP"},
+	} {
+		if got := ClientAddr(sockaddrTCP(tc.sa)).String(); got != tc.want {
+			t.Errorf("ClientAddr(sockaddrTCP(%+v)) = %s, want %s", tc.sa, got, tc.want)
+		}
 	}
 }

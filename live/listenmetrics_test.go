@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"regexp"
 	"runtime"
@@ -115,5 +116,12 @@ func TestServeListenQueueMetrics(t *testing.T) {
 	}
 	if !strings.Contains(text, "\ninferrail_listen_overflows_total ") {
 		t.Errorf("/metrics lacks inferrail_listen_overflows_total (the kernel counts %d)", d.Overflows)
+	}
+}
+
+func TestTopAddrs(t *testing.T) {
+	got := topAddrs([]netguard.AddrCount{{Addr: netip.MustParseAddr("127.0.0.2"), N: 19744}, {N: 12}})
+	if want := "127.0.0.2 19744, others 12"; got != want {
+		t.Fatalf("topAddrs = %q, want %q", got, want)
 	}
 }

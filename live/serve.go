@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -239,6 +241,17 @@ func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (g
 		s.met.connRejected.WithLabelValues(label, string(r))
 	}
 	s.met.acceptErrors.WithLabelValues(label)
+	// A flood is logged when it begins and when it is over (noticed at
+	// the first connection after), naming whom it shed the most of: an
+	// operator's cue to block them upstream.
+	nc.OnFlood = func(f netguard.FloodReport) {
+		if f.Began {
+			s.log.Warn("connection flood: the accept queue fills; shedding new connections from the addresses that hold the most",
+				"listener", label, "accept_queue", f.Queue.Len, "accept_queue_max", f.Queue.Max, "flood_connections_per_client", nc.FloodConnsPerClient)
+			return
+		}
+		s.log.Warn("connection flood over", "listener", label, "lasted", f.Lasted.Round(time.Millisecond).String(), "shed", f.Shed, "shed_most_from", topAddrs(f.Top))
+	}
 	nc.OnReject = func(r netguard.Reason, _ netip.Addr) { s.met.connRejected.WithLabelValues(label, string(r)).Inc() }
 	nc.OnAcceptError = func(err error) {
 		s.met.acceptErrors.WithLabelValues(label).Inc()
@@ -282,4 +295,22 @@ func (s *Server) certFiles(listener string, t config.TLS) (*tls.Config, error) {
 		return nil, err
 	}
 	return cr.Config(), nil
+}
+
+// topAddrs shows a flood's heaviest sources as "ADDR N, ADDR N" (the
+// addresses past those counted one by one as "others").
+func topAddrs(top []netguard.AddrCount) string {
+	var b strings.Builder
+	for i, a := range top {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if a.Addr.IsValid() {
+			b.WriteString(a.Addr.String())
+		} else {
+			b.WriteString("others")
+		}
+		b.WriteString(" " + strconv.FormatUint(a.N, 10))
+	}
+	return b.String()
 }

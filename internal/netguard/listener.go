@@ -1,11 +1,13 @@
 package netguard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +65,11 @@ type Config struct {
 	// queue is read where the system reports it (Linux), and elsewhere
 	// nothing is shed.
 	FloodConnsPerClient int
+	// OnFlood, if non-nil, is called on an accepting goroutine when a
+	// flood begins (FloodConnsPerClient: the accept queue seen an eighth
+	// full or more) and when it is over: at the first accept after its
+	// hold, so an end is reported when the next connection arrives.
+	OnFlood func(FloodReport)
 	// ClientKey maps a connection's remote address to the client it counts
 	// for; nil means ClientAddr. A connection whose key is the zero
 	// netip.Addr counts toward MaxConns only.
@@ -131,7 +138,14 @@ type Listener struct {
 	flood         int
 	queue         func() (AcceptQueue, bool) // the accept queue, acceptQueue's
 	now           func() time.Time
-	floodUntil    time.Time // Accept's alone: the end of a flood's hold
+	onFlood       func(FloodReport)
+
+	// fmu guards the flood in course, if any: when its hold ends, when it
+	// began and what it shed.
+	fmu       sync.Mutex
+	floodEnd  time.Time
+	floodFrom time.Time
+	floodShed map[netip.Addr]uint64
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -179,6 +193,7 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 		flood:         cfg.FloodConnsPerClient,
 		queue:         func() (AcceptQueue, bool) { return acceptQueue(inner) },
 		now:           time.Now,
+		onFlood:       cfg.OnFlood,
 		done:          make(chan struct{}),
 	}
 	if l.perClient > 0 {
@@ -280,6 +295,15 @@ func (l *Listener) rejected(reason Reason, key netip.Addr) {
 		l.rejectedTotal.Add(1)
 	case ReasonFlood:
 		l.rejectedFlood.Add(1)
+		l.fmu.Lock()
+		if l.floodShed != nil {
+			k := key
+			if _, ok := l.floodShed[k]; !ok && len(l.floodShed) >= floodAddrs {
+				k = netip.Addr{}
+			}
+			l.floodShed[k]++
+		}
+		l.fmu.Unlock()
 	default:
 		l.rejectedPerClient.Add(1)
 	}
@@ -302,11 +326,77 @@ func (l *Listener) flooded() bool {
 		return false
 	}
 	now := l.now()
-	if q, ok := l.queue(); ok && q.Max > 0 && 8*q.Len >= q.Max {
-		l.floodUntil = now.Add(floodHold)
-		return true
+	q, ok := l.queue()
+	full := ok && q.Max > 0 && 8*q.Len >= q.Max
+	l.fmu.Lock()
+	var report *FloodReport
+	switch {
+	case full && l.floodShed == nil: // a flood begins
+		l.floodFrom, l.floodShed = now, map[netip.Addr]uint64{}
+		report = &FloodReport{Began: true, Queue: q}
+	case !full && l.floodShed != nil && !now.Before(l.floodEnd): // it is over
+		report = &FloodReport{Queue: q, Lasted: l.floodEnd.Sub(l.floodFrom), Top: topShed(l.floodShed, floodTop)}
+		for _, n := range l.floodShed {
+			report.Shed += n
+		}
+		l.floodShed = nil
 	}
-	return now.Before(l.floodUntil)
+	if full {
+		l.floodEnd = now.Add(floodHold)
+	}
+	flooded := l.floodShed != nil
+	l.fmu.Unlock()
+	if report != nil && l.onFlood != nil {
+		l.onFlood(*report)
+	}
+	return flooded
+}
+
+// floodTop is how many of the addresses a flood shed the most its report
+// names; floodAddrs bounds the addresses it counts one by one (a flood
+// from more is counted, past them, under the zero Addr).
+const (
+	floodTop   = 3
+	floodAddrs = 1024
+)
+
+// FloodReport is what Config.OnFlood is told.
+type FloodReport struct {
+	// Began is true when the flood begins, false when it is over.
+	Began bool
+	// Queue is the accept queue when the report was made.
+	Queue AcceptQueue
+	// Lasted is how long the flood lasted: from the queue first seen an
+	// eighth full to the end of its hold (a second after it was last).
+	Lasted time.Duration
+	// Shed counts the connections the flood shed (ReasonFlood).
+	Shed uint64
+	// Top are the addresses it shed the most connections of, most first
+	// (at most three; the zero Addr counts the addresses past the first
+	// 1,024).
+	Top []AddrCount
+}
+
+// AddrCount is a client and a count.
+type AddrCount struct {
+	Addr netip.Addr
+	N    uint64
+}
+
+// topShed returns the k addresses of m with the largest counts, largest
+// first (ties by address).
+func topShed(m map[netip.Addr]uint64, k int) []AddrCount {
+	all := make([]AddrCount, 0, len(m))
+	for a, n := range m {
+		all = append(all, AddrCount{a, n})
+	}
+	slices.SortFunc(all, func(x, y AddrCount) int {
+		if x.N != y.N {
+			return cmp.Compare(y.N, x.N)
+		}
+		return x.Addr.Compare(y.Addr)
+	})
+	return all[:min(k, len(all))]
 }
 
 // admit takes a slot for a connection of client key, or says which cap

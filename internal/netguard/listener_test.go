@@ -367,7 +367,10 @@ func TestCapsProperty(t *testing.T) {
 		}
 		inner := newFakeListener(true)
 		reported := map[Reason]uint64{}
-		l, err := NewListener(inner, Config{MaxConns: maxConns, MaxConnsPerClient: perClient, FloodConnsPerClient: flood, OnReject: func(r Reason, _ netip.Addr) { reported[r]++ }})
+		var floods []FloodReport
+		l, err := NewListener(inner, Config{MaxConns: maxConns, MaxConnsPerClient: perClient, FloodConnsPerClient: flood,
+			OnReject: func(r Reason, _ netip.Addr) { reported[r]++ },
+			OnFlood:  func(f FloodReport) { floods = append(floods, f) }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,6 +381,12 @@ func TestCapsProperty(t *testing.T) {
 		now := time.Unix(0, 0) // moved by the "wait" action
 		l.now = func() time.Time { return now }
 		var floodUntil time.Time
+		// The floods the model expects reported: began, and over with
+		// what they shed.
+		var wantFloods []FloodReport
+		var inFlood bool
+		var floodFrom time.Time
+		var floodShed uint64
 		type held struct {
 			c   net.Conn
 			key int
@@ -394,11 +403,19 @@ func TestCapsProperty(t *testing.T) {
 				inner.push(fc)
 				c, err := l.Accept()
 				var want Reason
-				flooded := flood > 0 && 8*queue.Len >= queue.Max
-				if flooded {
+				full := flood > 0 && 8*queue.Len >= queue.Max
+				switch {
+				case full && !inFlood:
+					inFlood, floodFrom, floodShed = true, now, 0
+					wantFloods = append(wantFloods, FloodReport{Began: true, Queue: queue})
+				case flood > 0 && !full && inFlood && !now.Before(floodUntil):
+					inFlood = false
+					wantFloods = append(wantFloods, FloodReport{Queue: queue, Lasted: floodUntil.Sub(floodFrom), Shed: floodShed})
+				}
+				if full {
 					floodUntil = now.Add(time.Second) // held a second
 				}
-				flooded = flood > 0 && (flooded || now.Before(floodUntil))
+				flooded := flood > 0 && (full || now.Before(floodUntil))
 				switch {
 				case len(open) >= maxConns:
 					want = ReasonMaxConns
@@ -424,6 +441,9 @@ func TestCapsProperty(t *testing.T) {
 					t.Fatalf("Accept() from %v = %v, %v (closed %d times); want it rejected for %s", a.addr, c, err, fc.closes.Load(), want)
 				}
 				rejected[want]++
+				if want == ReasonFlood {
+					floodShed++
+				}
 			},
 			"close": func(t *rapid.T) {
 				if len(open) == 0 {
@@ -467,6 +487,19 @@ func TestCapsProperty(t *testing.T) {
 				}
 				if s.Accepted != accepted || fmt.Sprint(s.Rejected) != fmt.Sprint(rejected) || fmt.Sprint(reported) != fmt.Sprint(nonZero(rejected)) {
 					t.Fatalf("Stats() = %+v, OnReject %v; want %d accepted, rejected %v", s, reported, accepted, rejected)
+				}
+				if len(floods) != len(wantFloods) {
+					t.Fatalf("OnFlood told %+v, want %+v", floods, wantFloods)
+				}
+				for i, f := range floods {
+					w := wantFloods[i]
+					var top uint64
+					for _, a := range f.Top {
+						top += a.N
+					}
+					if f.Began != w.Began || f.Queue != w.Queue || f.Lasted != w.Lasted || f.Shed != w.Shed || top != f.Shed && len(f.Top) < floodTop {
+						t.Fatalf("OnFlood told %+v, want %+v", f, w)
+					}
 				}
 			},
 		})
@@ -673,4 +706,63 @@ func TestServeThroughEMFILE(t *testing.T) {
 			t.Errorf("http.Server logged %q", logs.String())
 		}
 	})
+}
+
+// TestFloodReports: OnFlood is told when a flood begins, and when the
+// first accept after its hold finds it over: how long it lasted, what it
+// shed and from whom.
+func TestFloodReports(t *testing.T) {
+	inner := newFakeListener(true)
+	var floods []FloodReport
+	l, err := NewListener(inner, Config{MaxConns: 64, MaxConnsPerClient: 10, FloodConnsPerClient: 2,
+		OnFlood: func(f FloodReport) { floods = append(floods, f) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := AcceptQueue{Len: 2, Max: 16} // an eighth: flooded
+	l.queue = func() (AcceptQueue, bool) { return queue, true }
+	now := time.Unix(100, 0)
+	l.now = func() time.Time { return now }
+	accept := func(addr string) error {
+		inner.push(newFakeConn(tcpAddr(addr)))
+		_, err := l.Accept()
+		return err
+	}
+	heavy, light := "192.0.2.1", "198.51.100.7"
+	for i, want := range []bool{true, true, false, false, false} { // the floor of 2, then shed
+		if err := accept(heavy); (err == nil) != want {
+			t.Fatalf("heavy connection %d: Accept() = %v, want served %v", i, err, want)
+		}
+	}
+	if err := accept(light); err != nil {
+		t.Fatalf("light connection in the flood: %v", err)
+	}
+	if len(floods) != 1 || !floods[0].Began || floods[0].Queue != queue {
+		t.Fatalf("OnFlood told %+v, want one report that a flood began with the queue at %+v", floods, queue)
+	}
+	queue.Len = 0
+	now = now.Add(500 * time.Millisecond) // within the hold: heavy still shed
+	if err := accept(heavy); err == nil {
+		t.Fatal("heavy connection served within the flood's hold")
+	}
+	now = now.Add(600 * time.Millisecond) // the hold is over
+	if err := accept(heavy); err != nil {
+		t.Fatalf("heavy connection after the flood: %v", err)
+	}
+	want := FloodReport{Queue: queue, Lasted: time.Second, Shed: 4, Top: []AddrCount{{netip.MustParseAddr(heavy), 4}}}
+	if len(floods) != 2 || fmt.Sprint(floods[1]) != fmt.Sprint(want) {
+		t.Fatalf("OnFlood told %+v, want the flood over as %+v", floods, want)
+	}
+}
+
+func TestTopShed(t *testing.T) {
+	a, b, c, d := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("192.0.2.3"), netip.MustParseAddr("192.0.2.4")
+	got := topShed(map[netip.Addr]uint64{a: 5, b: 9, c: 5, d: 1}, 3)
+	want := []AddrCount{{b, 9}, {a, 5}, {c, 5}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("topShed = %v, want %v", got, want)
+	}
+	if got := topShed(nil, 3); len(got) != 0 {
+		t.Fatalf("topShed(nil) = %v", got)
+	}
 }

@@ -241,9 +241,8 @@ func (s *Server) listen(field, addr string, t config.TLS, nc netguard.Config) (g
 		s.met.connRejected.WithLabelValues(label, string(r))
 	}
 	s.met.acceptErrors.WithLabelValues(label)
-	// A flood is logged when it begins and when it is over (noticed at
-	// the first connection after), naming whom it shed the most of: an
-	// operator's cue to block them upstream.
+	// A flood is logged when it begins and when it is over, naming whom
+	// it shed the most of: an operator's cue to block them upstream.
 	nc.OnFlood = func(f netguard.FloodReport) {
 		if f.Began {
 			s.log.Warn("connection flood: the accept queue fills; shedding new connections from the addresses that hold the most",

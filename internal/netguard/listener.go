@@ -65,10 +65,10 @@ type Config struct {
 	// queue is read where the system reports it (Linux), and elsewhere
 	// nothing is shed.
 	FloodConnsPerClient int
-	// OnFlood, if non-nil, is called on an accepting goroutine when a
-	// flood begins (FloodConnsPerClient: the accept queue seen an eighth
-	// full or more) and when it is over: at the first accept after its
-	// hold, so an end is reported when the next connection arrives.
+	// OnFlood, if non-nil, is called when a flood begins
+	// (FloodConnsPerClient: the accept queue seen an eighth full or more)
+	// and when it is over (a second after the queue was last seen so), on
+	// an accepting goroutine or a timer's; never after Close.
 	OnFlood func(FloodReport)
 	// ClientKey maps a connection's remote address to the client it counts
 	// for; nil means ClientAddr. A connection whose key is the zero
@@ -138,6 +138,7 @@ type Listener struct {
 	flood         int
 	queue         func() (AcceptQueue, bool) // the accept queue, acceptQueue's
 	now           func() time.Time
+	afterFunc     func(time.Duration, func()) func() // time.AfterFunc, returning its Stop
 	onFlood       func(FloodReport)
 
 	// fmu guards the flood in course, if any: when its hold ends, when it
@@ -146,6 +147,8 @@ type Listener struct {
 	floodEnd  time.Time
 	floodFrom time.Time
 	floodShed map[netip.Addr]uint64
+	floodStop func() // stops the timer that ends the flood
+	closed    bool
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -193,8 +196,12 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 		flood:         cfg.FloodConnsPerClient,
 		queue:         func() (AcceptQueue, bool) { return acceptQueue(inner) },
 		now:           time.Now,
-		onFlood:       cfg.OnFlood,
-		done:          make(chan struct{}),
+		afterFunc: func(d time.Duration, f func()) func() {
+			t := time.AfterFunc(d, f)
+			return func() { t.Stop() }
+		},
+		onFlood: cfg.OnFlood,
+		done:    make(chan struct{}),
 	}
 	if l.perClient > 0 {
 		l.clients = make(map[netip.Addr]int)
@@ -329,11 +336,16 @@ func (l *Listener) flooded() bool {
 	q, ok := l.queue()
 	full := ok && q.Max > 0 && 8*q.Len >= q.Max
 	l.fmu.Lock()
+	if l.closed {
+		l.fmu.Unlock()
+		return false
+	}
 	var report *FloodReport
 	switch {
 	case full && l.floodShed == nil: // a flood begins
 		l.floodFrom, l.floodShed = now, map[netip.Addr]uint64{}
 		report = &FloodReport{Began: true, Queue: q}
+		l.floodStop = l.afterFunc(floodHold, l.watchFlood)
 	case !full && l.floodShed != nil && !now.Before(l.floodEnd): // it is over
 		report = &FloodReport{Queue: q, Lasted: l.floodEnd.Sub(l.floodFrom), Top: topShed(l.floodShed, floodTop)}
 		for _, n := range l.floodShed {
@@ -350,6 +362,17 @@ func (l *Listener) flooded() bool {
 		l.onFlood(*report)
 	}
 	return flooded
+}
+
+// watchFlood ends a flood whose hold is over even when no connection comes
+// to notice it, and waits for the end of the hold again while it lasts.
+func (l *Listener) watchFlood() {
+	l.flooded()
+	l.fmu.Lock()
+	defer l.fmu.Unlock()
+	if l.floodShed != nil && !l.closed {
+		l.floodStop = l.afterFunc(max(l.floodEnd.Sub(l.now()), time.Millisecond), l.watchFlood)
+	}
 }
 
 // floodTop is how many of the addresses a flood shed the most its report
@@ -440,6 +463,12 @@ func (l *Listener) release(key netip.Addr) {
 // already accepted stay open.
 func (l *Listener) Close() error {
 	l.closeOnce.Do(func() { close(l.done) })
+	l.fmu.Lock()
+	l.closed = true
+	if l.floodStop != nil {
+		l.floodStop()
+	}
+	l.fmu.Unlock()
 	return l.inner.Close()
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -380,6 +381,7 @@ func TestCapsProperty(t *testing.T) {
 		l.queue = func() (AcceptQueue, bool) { return queue, true }
 		now := time.Unix(0, 0) // moved by the "wait" action
 		l.now = func() time.Time { return now }
+		l.afterFunc = noTimer // a flood's end is found by the accepts
 		var floodUntil time.Time
 		// The floods the model expects reported: began, and over with
 		// what they shed.
@@ -723,6 +725,7 @@ func TestFloodReports(t *testing.T) {
 	l.queue = func() (AcceptQueue, bool) { return queue, true }
 	now := time.Unix(100, 0)
 	l.now = func() time.Time { return now }
+	l.afterFunc = noTimer // the accepts find the end (TestFloodOverWithoutConnections: the timer)
 	accept := func(addr string) error {
 		inner.push(newFakeConn(tcpAddr(addr)))
 		_, err := l.Accept()
@@ -765,4 +768,78 @@ func TestTopShed(t *testing.T) {
 	if got := topShed(nil, 3); len(got) != 0 {
 		t.Fatalf("topShed(nil) = %v", got)
 	}
+}
+
+// noTimer stands for time.AfterFunc where a test's clock is its own.
+func noTimer(time.Duration, func()) func() { return func() {} }
+
+// TestFloodOverWithoutConnections: a flood is reported over a second after
+// the queue was last seen an eighth full even when no connection comes,
+// and nothing is reported after Close.
+func TestFloodOverWithoutConnections(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := newFakeListener(false)
+		var mu sync.Mutex
+		var floods []FloodReport
+		l, err := NewListener(inner, Config{MaxConns: 64, MaxConnsPerClient: 10, FloodConnsPerClient: 1,
+			OnFlood: func(f FloodReport) { mu.Lock(); floods = append(floods, f); mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var qmu sync.Mutex
+		queue := AcceptQueue{Len: 4, Max: 16}
+		l.queue = func() (AcceptQueue, bool) { qmu.Lock(); defer qmu.Unlock(); return queue, true }
+		reports := func() []FloodReport { mu.Lock(); defer mu.Unlock(); return slices.Clone(floods) }
+		go func() { // holds what it accepts: the first counts toward the floor
+			var held []net.Conn
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				held = append(held, c)
+			}
+		}()
+		inner.push(newFakeConn(tcpAddr("192.0.2.1")))
+		inner.push(newFakeConn(tcpAddr("192.0.2.1"))) // shed
+		synctest.Wait()
+		if r := reports(); len(r) != 1 || !r[0].Began {
+			t.Fatalf("OnFlood told %+v, want a flood begun", r)
+		}
+		began := time.Now()
+		qmu.Lock()
+		queue.Len = 0
+		qmu.Unlock()
+		time.Sleep(900 * time.Millisecond)
+		synctest.Wait()
+		if r := reports(); len(r) != 1 {
+			t.Fatalf("OnFlood told %+v within the hold", r)
+		}
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		r := reports()
+		if len(r) != 2 || r[1].Began || r[1].Shed != 1 || r[1].Lasted != time.Second {
+			t.Fatalf("OnFlood told %+v %v after the queue emptied; want the flood over, 1 shed, lasted 1s", r, time.Since(began))
+		}
+		// Another flood, then Close within it: no report after.
+		qmu.Lock()
+		queue.Len = 4
+		qmu.Unlock()
+		inner.push(newFakeConn(tcpAddr("192.0.2.1")))
+		synctest.Wait()
+		if r := reports(); len(r) != 3 || !r[2].Began {
+			t.Fatalf("OnFlood told %+v, want a second flood begun", r)
+		}
+		l.Close()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if r := reports(); len(r) != 3 {
+			t.Fatalf("OnFlood told %+v after Close", r)
+		}
+	})
 }

@@ -290,7 +290,7 @@ func runStalledBodies(h *harness) (result, error) {
 			attackerIP, opened, ms(openedIn), workers, failed, errList(errs)),
 		fmt.Sprintf("Readiness probes every 200 ms on fresh connections, 1 s each: client %s: %s; admin %s: %s.", client.url, client.summary(), admin.url, admin.summary()),
 		fmt.Sprintf("Proxy: open fds idle %d, peak %d, 0.5 s after the attack ended %d; RLIMIT_NOFILE %d; RSS peak %s; %d \"Accept error\" lines in its log.", idleFDs, fdPeak, afterFDs, proxyLimit, fmtMiB(rssPeak), accepts),
-		fmt.Sprintf("Connections live closed at accept (inferrail_connections_rejected_total, by reason; flood: shed by flood_connections_per_client while the accept queue was an eighth full or more): %s; %d \"connection flood\" lines in its log (a flood begins, is over: the second is written at the first connection after).", closedFig, floodLines),
+		fmt.Sprintf("Connections live closed at accept (inferrail_connections_rejected_total, by reason; flood: shed by flood_connections_per_client while the accept queue was an eighth full or more): %s; %d \"connection flood\" lines in its log (a flood begins, is over).", closedFig, floodLines),
 		fmt.Sprintf("The client listener's accept queue (inferrail_listen_queue, read every 200 ms): %s; connection attempts the kernel dropped with an accept queue full meanwhile (inferrail_listen_overflows_total, the machine's; a probe whose SYN is dropped is sent again after 1 s): %s.", queueFig, overflowFig),
 		fmt.Sprintf("After the attack: %s answered %s.", client.url, statusOrErr(afterCode, afterErr)),
 	)

@@ -45,15 +45,17 @@ func ReadListenDrops() (ListenDrops, error) {
 	return parseNetstat(f)
 }
 
-// acceptFlooded takes the next connection off the queue with accept4(2)
-// alone and admits it as a flooded listener does (Config.FloodConnsPerClient):
-// one shed or over a cap is closed at once, before Go would set its socket
-// options and register it with the poller, and nil is returned with its
-// client; one admitted becomes a net.Conn (net.FileConn: a few system calls
-// more than Go's own accept, paid by the connections served while a flood
-// lasts). It returns errQueueEmpty, without waiting, when no connection is
-// queued (Go lets a listener's raw descriptor be used, not waited on), and
-// errNoRaw for a listener without a descriptor.
+// acceptFlooded takes connections off the queue with accept4(2) alone,
+// up to floodBatch at a time, and admits them as a flooded listener does
+// (Config.FloodConnsPerClient): one shed or over a cap is closed at once,
+// before Go would set its socket options and register it with the
+// poller; the first admitted becomes a net.Conn (net.FileConn: a few
+// system calls more than Go's own accept, paid by the connections served
+// while a flood lasts) and is returned. A batch that sheds every one
+// returns nil with the last client. It returns errQueueEmpty, without
+// waiting, when no connection is left queued (Go lets a listener's raw
+// descriptor be used, not waited on), and errNoRaw for a listener without
+// a descriptor.
 func (l *Listener) acceptFlooded() (net.Conn, netip.Addr, error) {
 	sc, ok := l.inner.(syscall.Conn)
 	if !ok {
@@ -63,33 +65,51 @@ func (l *Listener) acceptFlooded() (net.Conn, netip.Addr, error) {
 	if err != nil {
 		return nil, netip.Addr{}, errNoRaw
 	}
+	// Up to floodBatch connections in one go: those shed are closed as
+	// they come, and the first admitted one ends the batch.
 	nfd := -1
-	var sa unix.Sockaddr
+	var key netip.Addr
 	var aerr error
+	empty := false
 	if err := rc.Control(func(fd uintptr) {
-		nfd, sa, aerr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		for range floodBatch {
+			var sa unix.Sockaddr
+			nfd, sa, aerr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if aerr == unix.EAGAIN {
+				empty = true
+				return
+			}
+			if aerr != nil {
+				if nfd >= 0 { // accepted, but its address did not convert
+					unix.Close(nfd)
+					nfd = -1
+				}
+				return
+			}
+			key = netip.Addr{}
+			if l.clients != nil {
+				key = l.clientKey(sockaddrTCP(sa))
+			}
+			reason, ok := l.admit(key, true)
+			if ok {
+				return
+			}
+			unix.Close(nfd)
+			nfd = -1
+			if l.clients == nil {
+				key = l.clientKey(sockaddrTCP(sa))
+			}
+			l.rejected(reason, key)
+		}
 	}); err != nil {
 		return nil, netip.Addr{}, &net.OpError{Op: "accept", Net: l.inner.Addr().Network(), Addr: l.inner.Addr(), Err: err}
 	}
 	switch {
-	case aerr == unix.EAGAIN:
-		return nil, netip.Addr{}, errQueueEmpty
-	case aerr != nil:
-		if nfd >= 0 { // accepted, but its address did not convert
-			unix.Close(nfd)
-		}
+	case aerr != nil && !empty:
 		return nil, netip.Addr{}, &net.OpError{Op: "accept", Net: l.inner.Addr().Network(), Addr: l.inner.Addr(), Err: os.NewSyscallError("accept4", aerr)}
-	}
-	var key netip.Addr
-	if l.clients != nil {
-		key = l.clientKey(sockaddrTCP(sa))
-	}
-	if reason, ok := l.admit(key, true); !ok {
-		unix.Close(nfd)
-		if l.clients == nil {
-			key = l.clientKey(sockaddrTCP(sa))
-		}
-		l.rejected(reason, key)
+	case nfd < 0 && empty:
+		return nil, netip.Addr{}, errQueueEmpty
+	case nfd < 0: // a whole batch shed
 		return nil, key, nil
 	}
 	f := os.NewFile(uintptr(nfd), "")
@@ -101,6 +121,10 @@ func (l *Listener) acceptFlooded() (net.Conn, netip.Addr, error) {
 	}
 	return c, key, nil
 }
+
+// floodBatch bounds the connections acceptFlooded takes off the queue at a
+// time: its queue reading and its setup are paid once for them all.
+const floodBatch = 64
 
 // sockaddrTCP is accept4's peer address as a *net.TCPAddr (nil for another
 // family).

@@ -35,9 +35,10 @@ const (
 	// ReasonMaxConnsPerClient: Config.MaxConnsPerClient connections from
 	// the same client were open.
 	ReasonMaxConnsPerClient Reason = "max_conns_per_client"
-	// ReasonFlood: the accept queue was at least half full and the client
-	// held Config.FloodConnsPerClient connections or more, and at least
-	// its share.
+	// ReasonFlood: the listener was flooded (its accept queue an eighth
+	// full or more, or within a second of it) and the client held
+	// Config.FloodConnsPerClient connections or more, and at least its
+	// share.
 	ReasonFlood Reason = "flood"
 )
 
@@ -53,15 +54,16 @@ type Config struct {
 	// Behind a load balancer or a NAT many clients share one address.
 	MaxConnsPerClient int
 	// FloodConnsPerClient sheds a connection flood by its source. While
-	// the kernel's accept queue is at least half full (connections arrive
-	// faster than the process takes them, and once it is full the kernel
-	// drops every client's SYNs alike, a probe's included, each then
-	// retried a second later), a new connection is closed at accept if
-	// its client already holds FloodConnsPerClient connections or more
-	// and at least its share of the open ones (their number over the
-	// clients'). Closing one costs a fraction of serving it, so the queue
-	// drains, and the clients that hold few are served meanwhile. 0 never
-	// sheds. It needs MaxConnsPerClient (the per-client counts); the
+	// the kernel's accept queue is an eighth full or more, and for a
+	// second after (connections arrive faster than the process takes
+	// them, and once the queue is full the kernel drops every client's
+	// SYNs alike, a probe's included, each then retried a second later),
+	// connections are taken off the queue bare, up to 64 at a time, and
+	// one is closed before Go wraps it if its client already holds
+	// FloodConnsPerClient connections or more and at least its share of
+	// the open ones (their number over the clients'). Closing one costs a
+	// fraction of serving it, so the queue drains, and the clients that
+	// hold few are served meanwhile. 0 never sheds. It needs MaxConnsPerClient (the per-client counts); the
 	// queue is read where the system reports it (Linux), and elsewhere
 	// nothing is shed.
 	FloodConnsPerClient int

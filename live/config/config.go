@@ -94,9 +94,10 @@ type Config struct {
 	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
 	// FloodConnectionsPerClient sheds a connection flood by its source:
 	// while the kernel's accept queue of the client listener is an eighth
-	// full or more (connections arrive faster than the gateway takes
-	// them; once it is full the kernel drops every client's connections
-	// alike, a readiness probe's included, each retried a second later), a
+	// full or more, and for a second after (connections arrive faster
+	// than the gateway takes them; once it is full the kernel drops every
+	// client's connections alike, a readiness probe's included, each
+	// retried a second later), a
 	// new connection from an address that already holds this many or
 	// more, and at least its share of the open ones, is closed at accept,
 	// which costs a fraction of serving it: the queue drains and the

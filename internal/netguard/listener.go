@@ -36,9 +36,10 @@ const (
 	// the same client were open.
 	ReasonMaxConnsPerClient Reason = "max_conns_per_client"
 	// ReasonFlood: the listener was flooded (its accept queue an eighth
-	// full or more, or within a second of it) and the client held
-	// Config.FloodConnsPerClient connections or more, and at least its
-	// share.
+	// full or more, or within a second of it) and the client held at
+	// least its share of the open connections, and either
+	// Config.FloodConnsPerClient of them or more, or any number with the
+	// open ones within an eighth of MaxConns.
 	ReasonFlood Reason = "flood"
 )
 
@@ -61,7 +62,9 @@ type Config struct {
 	// connections are taken off the queue bare, up to 64 at a time, and
 	// one is closed before Go wraps it if its client already holds
 	// FloodConnsPerClient connections or more and at least its share of
-	// the open ones (their number over the clients'). Closing one costs a
+	// the open ones (their number over the clients'), or that share alone
+	// once the open connections are within an eighth of MaxConns (a flood
+	// from many addresses, each under the floor). Closing one costs a
 	// fraction of serving it, so the queue drains, and the clients that
 	// hold few are served meanwhile. 0 never sheds. It needs MaxConnsPerClient (the per-client counts); the
 	// queue is read where the system reports it (Linux), and elsewhere
@@ -438,7 +441,12 @@ func (l *Listener) admit(key netip.Addr, flooded bool) (Reason, bool) {
 		if n >= l.perClient {
 			return ReasonMaxConnsPerClient, false
 		}
-		if flooded && n >= l.flood && n*len(l.clients) >= l.open {
+		// In a flood, a client holding at least its share is shed once it
+		// holds the floor, or at any count once the connections are
+		// within an eighth of MaxConns: a flood from many addresses,
+		// each under the floor, then leaves that eighth to the clients
+		// that hold less than their share (a probe holds none).
+		if flooded && n*len(l.clients) >= l.open && (n >= l.flood || 8*l.open >= 7*l.maxConns) {
 			return ReasonFlood, false
 		}
 		l.clients[key] = n + 1

@@ -360,11 +360,11 @@ func TestCapsProperty(t *testing.T) {
 		{&net.UnixAddr{Name: "/run/x.sock", Net: "unix"}, -1},
 	}
 	rapid.Check(t, func(t *rapid.T) {
-		maxConns := rapid.IntRange(1, 6).Draw(t, "maxConns")
-		perClient := rapid.IntRange(0, 4).Draw(t, "perClient")
+		maxConns := rapid.IntRange(1, 12).Draw(t, "maxConns")
+		perClient := rapid.IntRange(0, 6).Draw(t, "perClient")
 		flood := 0
 		if perClient > 0 {
-			flood = rapid.IntRange(0, 3).Draw(t, "flood")
+			flood = rapid.IntRange(0, 8).Draw(t, "flood")
 		}
 		inner := newFakeListener(true)
 		reported := map[Reason]uint64{}
@@ -423,9 +423,10 @@ func TestCapsProperty(t *testing.T) {
 					want = ReasonMaxConns
 				case perClient > 0 && a.key >= 0 && perKey[a.key] >= perClient:
 					want = ReasonMaxConnsPerClient
-				case flooded && a.key >= 0 && perKey[a.key] >= flood && perKey[a.key]*len(perKey) >= len(open):
+				case flooded && a.key >= 0 && perKey[a.key]*len(perKey) >= len(open) && (perKey[a.key] >= flood || 8*len(open) >= 7*maxConns):
 					// a flood is shed by the clients that hold the
-					// most: at least flood and their share
+					// most: their share and the floor, or their share
+					// alone with the table within an eighth of full
 					want = ReasonFlood
 				}
 				if want == "" {
@@ -842,4 +843,40 @@ func TestFloodOverWithoutConnections(t *testing.T) {
 			t.Fatalf("OnFlood told %+v after Close", r)
 		}
 	})
+}
+
+// TestFloodNearFull: in a flood from addresses that each hold fewer than
+// the floor, those at their share are shed once the connections are within
+// an eighth of MaxConns, so a client holding none (a probe) still gets in.
+func TestFloodNearFull(t *testing.T) {
+	inner := newFakeListener(true)
+	l, err := NewListener(inner, Config{MaxConns: 16, MaxConnsPerClient: 10, FloodConnsPerClient: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.queue = func() (AcceptQueue, bool) { return AcceptQueue{Len: 100, Max: 128}, true }
+	l.afterFunc = noTimer
+	accept := func(addr string) error {
+		inner.push(newFakeConn(tcpAddr(addr)))
+		_, err := l.Accept()
+		return err
+	}
+	attackers := []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}
+	for i := range 14 { // up to 7/8 of MaxConns: under the floor, served
+		if err := accept(attackers[i%3]); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	if err := accept(attackers[0]); err == nil { // 5 of 14 open: its share
+		t.Fatal("an address at its share served with the connections within an eighth of the cap")
+	}
+	if err := accept(attackers[2]); err != nil { // 4 of 14: under its share
+		t.Fatalf("an address under its share: %v", err)
+	}
+	if err := accept("198.51.100.7"); err != nil {
+		t.Fatalf("a probe holding no connection: %v", err)
+	}
+	if s := l.Stats(); s.Open != 16 || s.Rejected[ReasonFlood] != 1 {
+		t.Fatalf("Stats() = %+v, want 16 open and 1 shed", s)
+	}
 }

@@ -44,11 +44,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	nodeModules := fs.String("node-modules", ".cache/node/node_modules", "where make node-deps installed the OpenAI Node SDK")
 	worker := fs.String("stall-worker", "", "internal: hold stalled connections to this address")
 	workerN := fs.Int("stall-n", 0, "internal: how many connections the stall worker opens")
+	workerAddrs := fs.Int("stall-addrs", 1, "internal: how many source addresses the stall worker spreads them over (127.0.0.2 on)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *worker != "" {
-		return runStallWorker(*worker, *workerN, stdout)
+		return runStallWorker(*worker, *workerN, *workerAddrs, stdout)
 	}
 	var todo []scenario
 	for _, s := range scenarios() {

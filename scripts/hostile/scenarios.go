@@ -29,7 +29,8 @@ func scenarios() []scenario {
 	return []scenario{
 		{"big-body", "peak RSS under 256 MiB, no growth in the 5 s after", runBigBody},
 		{"slow-reader", "all 50 legitimate requests served", runSlowReader},
-		{"stalled-bodies", "fds bounded (peak under 90% of the proxy's fd limit), every readiness probe answered within 1 s", runStalledBodies},
+		{"stalled-bodies", "fds bounded (peak under 90% of the proxy's fd limit), every readiness probe answered within 1 s", func(h *harness) (result, error) { return runStalledBodies(h, 1) }},
+		{"stalled-bodies-wide", "the same from 64 addresses: fds bounded, every readiness probe answered within 1 s", func(h *harness) (result, error) { return runStalledBodies(h, wideAddrs) }},
 		{"engines-die", "readiness 503 at 3 s", runEnginesDie},
 		{"stream-cut", "the OpenAI Node SDK raises", runStreamCut},
 		{"sigstop", "requests routed to the stopped engine retried elsewhere within first_byte_timeout (2 s, +1 s of service), all 30 succeed", runSigstop},

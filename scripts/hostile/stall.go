@@ -16,11 +16,21 @@ import (
 
 const stalledConns = 20000
 
-// runStallWorker opens n connections to addr, each sending the headers of a
-// chat request with Content-Length 1000 and then 12 body bytes, prints
-// "done OPENED FAILED FIRST-ERROR" and holds them until its stdin closes;
-// then it resets them all (SO_LINGER 0: no TIME_WAIT left behind).
-func runStallWorker(addr string, n int, stdout io.Writer) int {
+// wideAddrs is how many source addresses stalled-bodies-wide spreads its
+// connections over: 127.0.0.2 to 127.0.0.65, about 312 each.
+const wideAddrs = 64
+
+// runStallWorker opens n connections to addr from addrs source addresses
+// in turn (127.0.0.2 on), each sending the headers of a chat request with
+// Content-Length 1000 and then 12 body bytes, prints "done OPENED FAILED
+// FIRST-ERROR" and holds them until its stdin closes; then it resets them
+// all (SO_LINGER 0: no TIME_WAIT left behind).
+func runStallWorker(addr string, n, addrs int, stdout io.Writer) int {
+	addrs = max(addrs, 1)
+	dialers := make([]*net.Dialer, addrs)
+	for i := range dialers {
+		dialers[i] = &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, byte((2+i)/256), byte((2+i)%256))}}
+	}
 	msg := []byte(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n", addr) + `{"model":"in`)
 	var (
 		mu       sync.Mutex
@@ -32,7 +42,8 @@ func runStallWorker(addr string, n int, stdout io.Writer) int {
 	)
 	sem := make(chan struct{}, 64)
 	deadline := time.Now().Add(30 * time.Second)
-	for range n {
+	for i := range n {
+		d := dialers[i%addrs]
 		if time.Now().After(deadline) {
 			failed.Add(1)
 			continue
@@ -40,7 +51,7 @@ func runStallWorker(addr string, n int, stdout io.Writer) int {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c, err := attackerDialer(5*time.Second).Dial("tcp", addr)
+			c, err := d.Dial("tcp", addr)
 			if err == nil {
 				_, err = c.Write(msg)
 				if err != nil {
@@ -118,7 +129,7 @@ func (p *prober) summary() string {
 	return fmt.Sprintf("%d/%d answered (%d timed out), worst %s (statuses %s)", p.answered, p.total, p.timeout, ms(p.worst), list(codes))
 }
 
-func runStalledBodies(h *harness) (result, error) {
+func runStalledBodies(h *harness, addrs int) (result, error) {
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	if lim.Cur < lim.Max {
@@ -205,7 +216,7 @@ func runStalledBodies(h *harness) (result, error) {
 			return result{}, err
 		}
 		p, err := spawn(fmt.Sprintf("stall-worker-%d", i), filepath.Join(h.tmp, fmt.Sprintf("stall-worker-%d.log", i)), inR, outW, nil,
-			h.self, "--stall-worker", st.addr, "--stall-n", fmt.Sprint(n))
+			h.self, "--stall-worker", st.addr, "--stall-n", fmt.Sprint(n), "--stall-addrs", fmt.Sprint(addrs))
 		inR.Close()
 		outW.Close()
 		if err != nil {
@@ -285,9 +296,13 @@ func runStalledBodies(h *harness) (result, error) {
 	allAnswered := client.answered == client.total && admin.answered == admin.total && client.total > 0
 	fig := fmt.Sprintf("%d stalled connections opened (%d failed; closed at accept by live: %s); client %s %s; admin %s %s; proxy fds peak %d (limit %d, idle %d)",
 		opened, failed, closedFig, strings.TrimPrefix(client.url, st.base), client.summary(), strings.TrimPrefix(admin.url, st.admin), admin.summary(), fdPeak, proxyLimit, idleFDs)
+	from := attackerIP
+	if addrs > 1 {
+		from = fmt.Sprintf("%d addresses, %s to 127.0.0.%d, in turn", addrs, attackerIP, 1+addrs)
+	}
 	d := append(notes,
 		fmt.Sprintf("Each connection (from %s; the probes come from 127.0.0.1): POST /v1/chat/completions with Content-Length: 1000, then 12 body bytes, then nothing; %d opened in %s by %d worker processes (%d failed%s), held 3 s more.",
-			attackerIP, opened, ms(openedIn), workers, failed, errList(errs)),
+			from, opened, ms(openedIn), workers, failed, errList(errs)),
 		fmt.Sprintf("Readiness probes every 200 ms on fresh connections, 1 s each: client %s: %s; admin %s: %s.", client.url, client.summary(), admin.url, admin.summary()),
 		fmt.Sprintf("Proxy: open fds idle %d, peak %d, 0.5 s after the attack ended %d; RLIMIT_NOFILE %d; RSS peak %s; %d \"Accept error\" lines in its log.", idleFDs, fdPeak, afterFDs, proxyLimit, fmtMiB(rssPeak), accepts),
 		fmt.Sprintf("Connections live closed at accept (inferrail_connections_rejected_total, by reason; flood: shed by flood_connections_per_client while the accept queue was an eighth full or more): %s; %d \"connection flood\" lines in its log (a flood begins, is over).", closedFig, floodLines),

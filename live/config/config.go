@@ -99,7 +99,9 @@ type Config struct {
 	// client's connections alike, a readiness probe's included, each
 	// retried a second later), a
 	// new connection from an address that already holds this many or
-	// more, and at least its share of the open ones, is closed at accept,
+	// more, and at least its share of the open ones (or that share alone
+	// once the open connections are within an eighth of max_connections:
+	// a flood from many addresses), is closed at accept,
 	// which costs a fraction of serving it: the queue drains and the
 	// addresses that hold few are served meanwhile. 0 never sheds (set it
 	// behind a load balancer or a NAT, where one address is every

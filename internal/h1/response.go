@@ -27,6 +27,7 @@ type response struct {
 	chunked     bool
 	closeAfter  bool
 	hasCT       bool
+	stream      bool  // Content-Type text/event-stream: never length-delimited
 	cl          int64 // the handler's Content-Length, -1 without one
 	written     int64
 	pre         []byte
@@ -63,7 +64,9 @@ func (w *response) WriteHeader(code int) {
 			w.c.srv.logf("h1: invalid Content-Length %q for %s %s; ignored", v[0], w.req.Method, w.req.URL.Path)
 		}
 	}
-	_, w.hasCT = h["Content-Type"]
+	ct, hasCT := h["Content-Type"]
+	w.hasCT = hasCT
+	w.stream = len(ct) == 1 && strings.HasPrefix(ct[0], "text/event-stream")
 	if v, ok := h["Connection"]; ok {
 		for _, s := range v {
 			if strings.EqualFold(strings.TrimSpace(s), "close") {
@@ -200,7 +203,10 @@ func (w *response) commit(final bool) {
 		bw.WriteString("Content-Length: ")
 		bw.Write(strconv.AppendInt(nb[:0], w.cl, 10))
 		bw.WriteString("\r\n")
-	case final && !w.head || final && w.head && w.written > 0:
+	case final && !w.stream && (!w.head || w.written > 0):
+		// A body the handler wrote whole before returning: its length is
+		// known. Not an event stream's, which is chunked however it was
+		// written (a stream that came whole at once is still a stream).
 		bw.WriteString("Content-Length: ")
 		bw.Write(strconv.AppendInt(nb[:0], w.written, 10))
 		bw.WriteString("\r\n")

@@ -101,6 +101,9 @@ func TestFraming(t *testing.T) {
 			io.WriteString(w, "data: 1\n\n")
 			w.(http.Flusher).Flush()
 			io.WriteString(w, "data: 2\n\n")
+		case "/whole-stream": // an event stream written whole, never flushed
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: 1\n\ndata: [DONE]\n\n")
 		case "/length":
 			w.Header().Set("Content-Length", "5")
 			w.Header().Set("Content-Type", "text/plain")
@@ -136,6 +139,10 @@ func TestFraming(t *testing.T) {
 	resp, body = get("/big", "GET")
 	if len(resp.TransferEncoding) != 1 || body != big {
 		t.Fatalf("big: transfer encoding %v, %d bytes", resp.TransferEncoding, len(body))
+	}
+	resp, body = get("/whole-stream", "GET")
+	if resp.ContentLength != -1 || len(resp.TransferEncoding) != 1 || body != "data: 1\n\ndata: [DONE]\n\n" {
+		t.Fatalf("an event stream written whole: length %d, transfer encoding %v, body %q; want it chunked as any stream", resp.ContentLength, resp.TransferEncoding, body)
 	}
 	resp, body = get("/flush", "GET")
 	if len(resp.TransferEncoding) != 1 || body != "data: 1\n\ndata: 2\n\n" || resp.Header.Get("Content-Type") != "text/event-stream" {

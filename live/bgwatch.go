@@ -108,9 +108,6 @@ func (s *Server) watchBackground(in *inbound, a *attempt, rep *replica, id strin
 	}
 	entry := &bgEntry{ID: id, Model: in.m.name, Replica: rep.name, Key: in.owner, Since: time.Now().UTC(), Status: "queued"}
 	s.watchMu.Lock()
-	if s.bgWatched == nil {
-		s.bgWatched = make(map[string]*bgEntry)
-	}
 	s.bgWatched[id] = entry
 	s.watchMu.Unlock()
 	s.wg.Go(func() {

@@ -167,8 +167,9 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg: *cfg, resolver: deps.Resolver,
 		boot: time.Now().UnixNano(), start: time.Now(), stop: make(chan struct{}), log: deps.Logger,
-		bgSlots: make(chan struct{}, max(cfg.MaxBackgroundResponses, 1)),
-		bodies:  &bodyBudget{max: int64(cfg.MaxInflightBodyBytes)}, version: deps.Version,
+		bgSlots:   make(chan struct{}, max(cfg.MaxBackgroundResponses, 1)),
+		bgWatched: make(map[string]*bgEntry),
+		bodies:    &bodyBudget{max: int64(cfg.MaxInflightBodyBytes)}, version: deps.Version,
 		contextRetry: contextLenRetry,
 	}
 	if s.version == "" {

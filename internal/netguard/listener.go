@@ -215,9 +215,11 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 }
 
 // Accept returns the next connection within the caps. It closes those over
-// a cap, and waits out temporary errors (5ms, doubling to 1s), reporting
-// each through the callbacks; it returns only other errors, and an error
-// wrapping net.ErrClosed once Close was called during a wait.
+// a cap, and those a flood sheds (Config.FloodConnsPerClient: taken off the
+// queue bare, in batches, by acceptFlooded), and waits out temporary
+// errors (5ms, doubling to 1s), reporting each through the callbacks; it
+// returns only other errors, and an error wrapping net.ErrClosed once
+// Close was called during a wait.
 func (l *Listener) Accept() (net.Conn, error) {
 	var delay time.Duration
 	for {

@@ -727,11 +727,7 @@ func TestFloodReports(t *testing.T) {
 	now := time.Unix(100, 0)
 	l.now = func() time.Time { return now }
 	l.afterFunc = noTimer // the accepts find the end (TestFloodOverWithoutConnections: the timer)
-	accept := func(addr string) error {
-		inner.push(newFakeConn(tcpAddr(addr)))
-		_, err := l.Accept()
-		return err
-	}
+	accept := func(addr string) error { return acceptFrom(l, inner, addr) }
 	heavy, light := "192.0.2.1", "198.51.100.7"
 	for i, want := range []bool{true, true, false, false, false} { // the floor of 2, then shed
 		if err := accept(heavy); (err == nil) != want {
@@ -856,11 +852,7 @@ func TestFloodNearFull(t *testing.T) {
 	}
 	l.queue = func() (AcceptQueue, bool) { return AcceptQueue{Len: 100, Max: 128}, true }
 	l.afterFunc = noTimer
-	accept := func(addr string) error {
-		inner.push(newFakeConn(tcpAddr(addr)))
-		_, err := l.Accept()
-		return err
-	}
+	accept := func(addr string) error { return acceptFrom(l, inner, addr) }
 	attackers := []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"}
 	for i := range 14 { // up to 7/8 of MaxConns: under the floor, served
 		if err := accept(attackers[i%3]); err != nil {
@@ -879,4 +871,12 @@ func TestFloodNearFull(t *testing.T) {
 	if s := l.Stats(); s.Open != 16 || s.Rejected[ReasonFlood] != 1 {
 		t.Fatalf("Stats() = %+v, want 16 open and 1 shed", s)
 	}
+}
+
+// acceptFrom queues a connection from addr on inner and accepts through l:
+// nil when l served it, an error when it closed it (inner drains).
+func acceptFrom(l *Listener, inner *fakeListener, addr string) error {
+	inner.push(newFakeConn(tcpAddr(addr)))
+	_, err := l.Accept()
+	return err
 }

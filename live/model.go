@@ -1008,9 +1008,11 @@ func (m *model) settleContextLen(now time.Duration) {
 	}
 	m.deliver(o)
 	m.rearm(now)
+	// Logged before the edge sees the length: whoever reads the new
+	// length can find the line that explains it.
+	m.log.Info("max_model_len learned from the replicas' /v1/models (the smallest they gave)", "model", m.name, "max_model_len", least, "was", was, "replicas", strings.Join(said, ", "))
 	m.maxModelLen.Store(int64(least))
 	m.promptBytes.Store(int64(m.tokenize.PromptBytesFor(least)))
-	m.log.Info("max_model_len learned from the replicas' /v1/models (the smallest they gave)", "model", m.name, "max_model_len", least, "was", was, "replicas", strings.Join(said, ", "))
 }
 
 // answered logs, once per change, r answering 404 to the model's

@@ -27,6 +27,11 @@ type Request struct {
 	BlockHashes []kvblock.Hash
 	// MaxTokens is the request's max_tokens (0: none given).
 	MaxTokens int
+	// Choices is the request's n: the sequences the engine samples from
+	// the prompt, as vLLM runs them (0 or 1: one). They share the
+	// prompt's full blocks and each has its own tail and output, which
+	// admission weighs; an answer's completion tokens are their sum.
+	Choices int
 	// PrefillOnly says the request generates nothing (an embedding): it
 	// is weighed as its prompt alone, whatever MaxTokens and
 	// DefaultMaxTokens say, never prefilled remotely, and its answer does
@@ -895,7 +900,7 @@ func (c *Core) outTokens(e *entry) int {
 // its prompt tokens: every block of prompt and output but the cached ones
 // (tokenflow: no cache credit).
 func (c *Core) weight(e *entry, cached int) int {
-	total := (e.req.PromptTokens + c.outTokens(e) + c.bs - 1) / c.bs
+	total := (e.req.PromptTokens+c.outTokens(e)+c.bs-1)/c.bs + (choices(e.req)-1)*c.seqTail(e)
 	if c.cfg.Admission == AdmitTokenFlow {
 		cached = 0
 	}
@@ -910,9 +915,25 @@ func (c *Core) fullBlocks(e *entry) int {
 	return e.req.PromptTokens / c.bs
 }
 
-// tailBlocks is what e needs beyond its prompt's full blocks.
+// tailBlocks is what e needs beyond its prompt's full blocks: each of its
+// sequences' tail.
 func (c *Core) tailBlocks(e *entry) int {
+	return choices(e.req) * c.seqTail(e)
+}
+
+// seqTail is what one of e's sequences needs beyond the prompt's full
+// blocks (which its sequences share).
+func (c *Core) seqTail(e *entry) int {
 	return max(0, (e.req.PromptTokens+c.outTokens(e)+c.bs-1)/c.bs-c.fullBlocks(e))
+}
+
+// choices is the sequences req has the engine run: its n, at least one;
+// one for an embedding.
+func choices(req Request) int {
+	if req.PrefillOnly {
+		return 1
+	}
+	return max(1, req.Choices)
 }
 
 // firstByte is FirstByte (trace.go) without the trace.
@@ -971,7 +992,8 @@ func (c *Core) finished(now time.Duration, t Ticket, u Usage, held []kvblock.Has
 		c.unpend(r, e)
 	}
 	if u.Known && !e.req.PrefillOnly {
-		c.out_.add(u.CompletionTokens)
+		n := choices(e.req)
+		c.out_.add((u.CompletionTokens + n - 1) / n) // one sequence's
 	}
 	c.endAttempt(r, e)
 	c.rt.Finished(e.dec, held)

@@ -46,6 +46,8 @@ type ExplainedRequest struct {
 	PromptKnown  bool `json:"prompt_known"`
 	PromptBlocks int  `json:"prompt_blocks"`
 	MaxTokens    int  `json:"max_tokens"`
+	// Choices is the request's n when above one: its sequences.
+	Choices int `json:"n,omitempty"`
 	// PrefillOnly: an embedding, weighed as its prompt alone.
 	PrefillOnly bool `json:"prefill_only,omitempty"`
 	// Priority is the class after capping at the queue's max_priority.
@@ -76,8 +78,8 @@ type ExplainedAdmission struct {
 	// QueuedAhead counts the queued requests of its class or a higher
 	// one: while there are any, a new request queues behind them.
 	QueuedAhead int `json:"queued_ahead"`
-	// OutputTokens is the output its weight reserves for (max_tokens, or
-	// the learned quantile of answer lengths).
+	// OutputTokens is the output its weight reserves for each of its
+	// sequences (max_tokens, or the learned quantile of answer lengths).
 	OutputTokens int `json:"output_tokens"`
 }
 
@@ -150,6 +152,9 @@ func (c *Core) Explain(now time.Duration, req Request) Explanation {
 			MaxTokens: req.MaxTokens, PrefillOnly: req.PrefillOnly, Priority: e.prio, Tenant: e.req.Tenant, Session: req.Session},
 		Admission:  ExplainedAdmission{Mode: string(c.cfg.Admission), OutputTokens: c.outTokens(e), QueuedAhead: c.q.ahead(e.prio)},
 		Candidates: []ExplainedCandidate{},
+	}
+	if n := choices(req); n > 1 {
+		ex.Request.Choices = n
 	}
 	if limit, long := c.tooLong(req); long {
 		ex.Admission.Verdict, ex.Admission.Status, ex.Admission.Reason = VerdictReject, http.StatusBadRequest, ReasonTooLong

@@ -55,6 +55,12 @@ func prefillReq(q Request) Request {
 	return q
 }
 
+// choicesReq is q with n choices (sequences).
+func choicesReq(q Request, n int) Request {
+	q.Choices = n
+	return q
+}
+
 // plainReq is a request without block hashes.
 func plainReq(id uint64, tokens, out int) Request {
 	return Request{ID: id, PromptTokens: tokens, PromptKnown: true, MaxTokens: out}

@@ -12,7 +12,9 @@ type Answer struct {
 	// text is dropped and Truncated set.
 	MaxText int
 
-	// Text is the generated text (Event.Text) of every chunk, concatenated;
+	// Text is the generated text (Event.Text) of every chunk of the first
+	// choice (index 0), concatenated: the answer a conversation goes on
+	// from when n > 1 (the other choices' chunks are counted, not kept);
 	// reasoning is not part of it.
 	Text      []byte
 	Truncated bool
@@ -58,7 +60,7 @@ func (a *Answer) Add(events ...Event) {
 		if e.Generated() {
 			a.Generated++
 		}
-		if len(e.Text) > 0 && !a.Truncated && a.MaxText >= 0 {
+		if len(e.Text) > 0 && e.Index == 0 && !a.Truncated && a.MaxText >= 0 {
 			if a.MaxText > 0 && len(a.Text)+len(e.Text) > a.MaxText {
 				a.Truncated = true
 			} else {

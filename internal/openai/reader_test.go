@@ -356,6 +356,25 @@ func TestAnswer(t *testing.T) {
 	}
 }
 
+// A stream of n = 2 (vLLM's shape: each chunk one choice, by index, the
+// choices interleaved): the text kept is the first choice's, whole and in
+// order; every choice's chunks are counted.
+func TestAnswerChoices(t *testing.T) {
+	stream, err := os.ReadFile(filepath.Join("testdata", "vllm-chat-n2.sse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := readAll(stream, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a Answer
+	a.Add(evs...)
+	if string(a.Text) != "Red sun rises" || a.Generated != 5 || !a.Done || !a.HasUsage || a.Usage.CompletionTokens != 5 {
+		t.Fatalf("text %q, generated %d, done %v, usage %+v", a.Text, a.Generated, a.Done, a.Usage)
+	}
+}
+
 // A Responses API stream adds up as a chat stream does: its text deltas,
 // its usage (input_tokens, output_tokens) and its end, with the response's
 // id; an error event or response.failed is its error.

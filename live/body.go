@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"unicode/utf8"
 	"unsafe"
@@ -37,6 +38,9 @@ type fields struct {
 	// max_completion_tokens when they are non-negative integers; 0
 	// otherwise (absent, null, or a value left for the engine to refuse).
 	MaxTokens, MaxCompletionTokens int
+	// N is the value of n (the choices to sample) when it is a
+	// non-negative integer; 0 otherwise, as MaxTokens.
+	N int
 	// Stream is the body's stream field when it is true.
 	Stream bool
 	// StreamOptions: the body has a stream_options key (streamusage.go
@@ -146,6 +150,8 @@ func (f *fields) set(key, raw []byte, start, end int) error {
 		f.MaxTokens = count(raw)
 	case "max_completion_tokens":
 		f.MaxCompletionTokens = count(raw)
+	case "n":
+		f.N = count(raw)
 	case "stream":
 		f.Stream = bytes.Equal(raw, []byte("true"))
 	case "stream_options":
@@ -159,13 +165,36 @@ func (f *fields) set(key, raw []byte, start, end int) error {
 // maxCount bounds the counts read from a body, far above any context length.
 const maxCount = 1 << 30
 
-// count reads a JSON integer from 0 to maxCount; anything else is 0.
+// count reads a JSON integer from 0 to maxCount, also written as a number
+// with no fraction (100.0, 1e3) or as a string ("16"): vLLM's validation
+// (pydantic's lax mode) takes those as integers too; anything else is 0.
 func count(raw []byte) int {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		raw = raw[1 : len(raw)-1]
+	}
 	n, err := strconv.Atoi(string(raw))
-	if err != nil || n < 0 || n > maxCount {
+	if err != nil {
+		x, ferr := strconv.ParseFloat(string(raw), 64)
+		if ferr != nil || x != math.Trunc(x) || x < 0 || x > maxCount || !number(raw) {
+			return 0
+		}
+		n = int(x)
+	}
+	if n < 0 || n > maxCount {
 		return 0
 	}
 	return n
+}
+
+// number reports whether raw is a JSON number (ParseFloat also takes
+// "Inf", "0x10", "1_0").
+func number(raw []byte) bool {
+	for _, c := range raw {
+		if !(c >= '0' && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') {
+			return false
+		}
+	}
+	return len(raw) > 0
 }
 
 // maxTokens is the request's output bound as the engine reads it for op:

@@ -92,8 +92,15 @@ func TestReadFieldsMaxTokens(t *testing.T) {
 		{`{"max_tokens": null}`, 0, 0},
 		{`{"max_tokens": -1}`, 0, 0},
 		{`{"max_tokens": 1.5}`, 0, 0},
-		{`{"max_tokens": 1e3}`, 0, 0},
-		{`{"max_tokens": "16"}`, 0, 0},
+		// Read as vLLM's validation reads them (pydantic's lax mode).
+		{`{"max_tokens": 1e3}`, 1000, 1000},
+		{`{"max_tokens": 16.0}`, 16, 16},
+		{`{"max_tokens": "16"}`, 16, 16},
+		{`{"max_tokens": "16.0"}`, 16, 16},
+		{`{"max_tokens": "1 6"}`, 0, 0},
+		{`{"max_tokens": "Inf"}`, 0, 0},
+		{`{"max_tokens": "0x10"}`, 0, 0},
+		{`{"max_tokens": 1e300}`, 0, 0},
 		{`{"max_tokens": 99999999999999999999}`, 0, 0},
 		{`{"messages": [{"max_tokens": 5}], "max_tokens" : 9}`, 9, 9},
 	}
@@ -101,6 +108,10 @@ func TestReadFieldsMaxTokens(t *testing.T) {
 		f, err := readFields([]byte(c.body))
 		if err != nil {
 			t.Fatalf("%s: %v", c.body, err)
+		}
+		n, _ := readFields([]byte(strings.ReplaceAll(strings.ReplaceAll(c.body, `"max_completion_tokens"`, `"x"`), `"max_tokens"`, `"n"`)))
+		if n.N != c.comp {
+			t.Errorf("%s as n: %d, want %d", c.body, n.N, c.comp)
 		}
 		if got := f.maxTokens(opChat); got != c.chat {
 			t.Errorf("%s: chat max tokens %d, want %d", c.body, got, c.chat)

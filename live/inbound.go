@@ -166,6 +166,16 @@ func (s *Server) parse(h http.Header, body []byte, op opKind) (*inbound, *apiErr
 		body = withoutKVParams(body)
 	}
 	in := &inbound{op: op, body: body, f: f, m: m, req: gateway.Request{Priority: prio, PrefillOnly: op.prefillOnly(), LocalPrefill: op == opResponses}}
+	if op == opChat || op == opCompletion { // the operations with n
+		if lim := int(m.maxN.Load()); f.N > lim {
+			return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "integer_above_max_value", outcome: "bad_request", model: m.name,
+				msg: fmt.Sprintf("Invalid 'n': integer above maximum value. Expected a value <= %d (max_n of model %s), but got %d instead.", lim, m.name, f.N)}
+		}
+		// n sequences of one prompt: weighed as such, and prefilled
+		// where they are decoded (a KV hand-over is of one sequence).
+		in.req.Choices = f.N
+		in.req.LocalPrefill = f.N > 1
+	}
 	if adapter {
 		in.adapter = name // forwarded as named: the engine serves it
 	}

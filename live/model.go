@@ -136,6 +136,9 @@ type model struct {
 	// pdTimeout bounds a remote prefill (pd.prefill_timeout; a reload
 	// sets it), in nanoseconds.
 	pdTimeout atomic.Int64
+	// maxN is max_n, the largest n a request may ask for (a reload sets
+	// it).
+	maxN atomic.Int64
 	// upstreamAuth is the Authorization value every request to the
 	// model's engines carries (api_key_file: "Bearer KEY"); nil for none.
 	// A reload swaps it.
@@ -261,6 +264,7 @@ func newModel(c *config.Config, mc *config.Model, enc Encoder, ec engine.Config,
 		m.kvListen = p.KVEventsListen
 	}
 	m.pdTimeout.Store(int64(mc.PD.PrefillTimeout))
+	m.maxN.Store(int64(mc.MaxN))
 	auth, err := upstreamAuth(mc)
 	if err != nil {
 		return nil, err
@@ -420,6 +424,8 @@ type modelReload struct {
 	policy string
 	// pdTimeout is pd.prefill_timeout.
 	pdTimeout time.Duration
+	// maxN is max_n.
+	maxN int
 	// auth is api_key_file's Authorization value, read again.
 	auth *string
 	// remove are the listed replicas taken out for good, update the staying
@@ -451,6 +457,9 @@ func (m *model) reconfigure(p *modelReload) ([]*replica, error) {
 	m.reloaded.Store(&policy)
 	if p.pdTimeout > 0 {
 		m.pdTimeout.Store(int64(p.pdTimeout))
+	}
+	if p.maxN > 0 {
+		m.maxN.Store(int64(p.maxN))
 	}
 	m.upstreamAuth.Store(p.auth)
 	for _, r := range p.remove {

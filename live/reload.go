@@ -385,7 +385,7 @@ func (s *Server) prepareModel(m *model, cur, eff *config.Config) (*modelReload, 
 	if err != nil {
 		return nil, err
 	}
-	mp := &modelReload{core: g, policy: em.Policy, pdTimeout: em.PD.PrefillTimeout, auth: auth, drained: func(r *replica) { s.dropped(m, r) }}
+	mp := &modelReload{core: g, policy: em.Policy, pdTimeout: em.PD.PrefillTimeout, maxN: em.MaxN, auth: auth, drained: func(r *replica) { s.dropped(m, r) }}
 	running := map[string]*replica{}
 	for _, r := range m.listed() {
 		running[r.name] = r
@@ -520,7 +520,7 @@ func effective(cur, next *config.Config) *config.Config {
 			em.Policy, em.ShadowPolicy = nm.Policy, nm.ShadowPolicy
 			em.APIKeyFile = nm.APIKeyFile
 			em.Admission, em.Overcommit, em.OutputQuantile = nm.Admission, nm.Overcommit, nm.OutputQuantile
-			em.MaxPriority, em.Queue = nm.MaxPriority, nm.Queue
+			em.MaxPriority, em.Queue, em.MaxN = nm.MaxPriority, nm.Queue, nm.MaxN
 			if !discovers(cur, &om) {
 				em.MaxConcurrency, em.MaxPending, em.KVCapacityBlocks = nm.MaxConcurrency, nm.MaxPending, nm.KVCapacityBlocks
 			}

@@ -34,7 +34,7 @@ import (
 //     it; without the header the request gets the key's).
 //   - reserve, once weigh has estimated the request (prompt tokens plus
 //     max_tokens, else the model's default_max_tokens, else the prompt
-//     alone): the key is the request's tenant, and the limiter charges the
+//     alone; the output bound times n): the key is the request's tenant, and the limiter charges the
 //     key's bucket, the key x model bucket (models[].key_limits) and the
 //     global one, all or nothing; a refusal is 429 (503 for
 //     limiter_unavailable) with Retry-After and the x-ratelimit-* headers,
@@ -484,11 +484,15 @@ func bucketKind(id string) string {
 
 // estimate is what the limiter charges a request on TPM at admission: its
 // prompt tokens plus its output bound (max_tokens, else the model's
-// default_max_tokens, else nothing: the answer is charged at the end).
+// default_max_tokens, else nothing: the answer is charged at the end)
+// times n, each choice's (OpenAI's rule).
 func (t *tenants) estimate(in *inbound) int {
 	out := in.req.MaxTokens
 	if out <= 0 && !in.req.PrefillOnly { // an embedding generates nothing
 		out = t.perModel[in.m.name].defaultMaxTokens
+	}
+	if n := in.req.Choices; n > 1 && !in.req.PrefillOnly {
+		out = min(out, limit.MaxLimit) * n // max_n <= 1<<16 keeps it in range
 	}
 	return min(max(in.req.PromptTokens, 0)+max(out, 0), limit.MaxLimit)
 }

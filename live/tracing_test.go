@@ -259,6 +259,31 @@ func TestTracesThreeSpansPerRequest(t *testing.T) {
 	if rc.svc != "gw-test" {
 		t.Errorf("service.name %q", rc.svc)
 	}
+	// n: gen_ai.request.choice.count, set when not 1 (the convention's
+	// rule).
+	if v := attrOf(srv, "gen_ai.request.choice.count"); v != nil {
+		t.Errorf("choice count %v for n 1", v)
+	}
+	body["n"] = 2
+	resp, err = g.post(ctx, "/v1/chat/completions", body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	waitUntil(t, "three more spans", 10*time.Second, func() bool { return len(rc.got()) >= 6 })
+	servers := 0
+	for _, sp := range rc.got()[3:] {
+		if sp.Kind == tracepb.Span_SPAN_KIND_SERVER {
+			servers++
+			if v := attrOf(sp, "gen_ai.request.choice.count"); v.GetIntValue() != 2 || attrOf(sp, "gen_ai.usage.output_tokens").GetIntValue() != 10 {
+				t.Errorf("n 2: choice count %v, output tokens %v; want 2 and 10", v, attrOf(sp, "gen_ai.usage.output_tokens"))
+			}
+		}
+	}
+	if servers != 1 {
+		t.Errorf("%d server spans for the request of n 2", servers)
+	}
 }
 
 func TestTracesFollowTheClientsSampledFlag(t *testing.T) {

@@ -661,6 +661,11 @@ type Model struct {
 	// x-inferrail-priority header (higher is served first), 0 to 1000.
 	// Default 10.
 	MaxPriority int `yaml:"max_priority"`
+	// MaxN caps a completion or chat request's n, the choices the engine
+	// samples, each its own sequence (vLLM runs n sequences and sets no
+	// bound): a request over it is answered 400 before any engine sees
+	// it. 1 to 65536. Default 128 (OpenAI's bound).
+	MaxN int `yaml:"max_n"`
 	// KVCapacityBlocks is each replica's KV capacity in blocks for
 	// admission; 0 takes what the engine reports (vLLM's
 	// vllm:cache_config_info num_gpu_blocks). A replica's own setting
@@ -858,6 +863,12 @@ func Default() Config {
 	}
 }
 
+// DefaultMaxN is a model's max_n unless set: OpenAI's bound on n.
+const DefaultMaxN = 128
+
+// MaxMaxN bounds max_n.
+const MaxMaxN = 1 << 16
+
 // DefaultModel returns the defaults of a model's fields (no name, no
 // replicas); Parse starts every entry of models from it.
 func DefaultModel() Model {
@@ -873,6 +884,7 @@ func DefaultModel() Model {
 		Overcommit:     g.Overcommit,
 		OutputQuantile: g.OutputQuantile,
 		MaxPriority:    g.Queue.MaxPriority,
+		MaxN:           DefaultMaxN,
 		Queue:          Queue{MaxRequests: g.Queue.MaxRequests, MaxBytes: ByteSize(g.Queue.MaxBytes), Timeout: g.Queue.Timeout},
 		ResponseCache:  respcache.DefaultConfig(),
 		SemanticCache:  semcache.DefaultConfig(),

@@ -97,7 +97,7 @@ func TestDefaultValues(t *testing.T) {
 		{"record", d.Record, Record{Path: "", RotateBytes: 256 * MiB, RotateInterval: time.Hour, FlushInterval: 10 * time.Second, Sample: 1, Buffer: 65536}},
 		{"dns_refresh", d.DNSRefresh, 10 * time.Second},
 		{"model", DefaultModel(), Model{Policy: "cost_model", Tokenizer: "builtin:sim", Index: "approximate", BlockSize: 16, MaxConcurrency: 256, MaxPending: 64,
-			Admission: "kv", Overcommit: 1, OutputQuantile: 0.75, MaxPriority: 10, Queue: Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second},
+			Admission: "kv", Overcommit: 1, OutputQuantile: 0.75, MaxPriority: 10, MaxN: 128, Queue: Queue{MaxRequests: 1024, MaxBytes: 256 * MiB, Timeout: 30 * time.Second},
 			ResponseCache: respcache.DefaultConfig(), SemanticCache: semcache.DefaultConfig(),
 			PD: PD{Decider: "auto", NonCachedTokens: 16, PrefillTimeout: time.Minute}}},
 		{"response_cache", DefaultModel().ResponseCache, respcache.Config{Enabled: false, Store: "memory", TTL: time.Hour, MaxBytes: 0, MaxEntryBytes: respcache.MiB,
@@ -204,6 +204,7 @@ models:
     default_max_tokens: 256
     max_model_len: 8192
     max_priority: 100
+    max_n: 16
     kv_capacity_blocks: 4000
     queue: {max_requests: 0, max_bytes: 1MiB, timeout: 2s, shed_on_slo: true}
     key_limits: {rpm: 4, tpm: 5, max_concurrency: 6}
@@ -274,7 +275,7 @@ models:
 			Name: "big", Aliases: []string{"b1", "b2"}, Policy: "round_robin", Tokenizer: tok,
 			Index: "events", BlockSize: 1024, Profile: "Llama-3.1-8B@H100", SessionAffinity: true,
 			MaxConcurrency: 1, MaxPending: 2,
-			Admission: "llmd-utilization", Overcommit: 1.5, OutputQuantile: 0.9, DefaultMaxTokens: 256, MaxModelLen: 8192, MaxPriority: 100, KVCapacityBlocks: 4000,
+			Admission: "llmd-utilization", Overcommit: 1.5, OutputQuantile: 0.9, DefaultMaxTokens: 256, MaxModelLen: 8192, MaxPriority: 100, MaxN: 16, KVCapacityBlocks: 4000,
 			Queue:     Queue{MaxRequests: 0, MaxBytes: MiB, Timeout: 2 * time.Second, ShedOnSLO: true},
 			KeyLimits: Limits{4, 5, 6},
 			ResponseCache: respcache.Config{Enabled: true, Store: "redis", TTL: 2 * time.Minute, MaxEntryBytes: 2 * respcache.KiB, MaxTemperature: 0.5,

@@ -737,6 +737,7 @@ func (k *checker) admission(p string, m *Model) {
 	}
 	k.intIn(p+".max_model_len", m.MaxModelLen, 0, maxModelLen)
 	k.intIn(p+".default_max_tokens", m.DefaultMaxTokens, 0, maxModelLen)
+	k.intIn(p+".max_n", m.MaxN, 1, MaxMaxN)
 	if m.MaxModelLen > 0 && m.DefaultMaxTokens >= m.MaxModelLen {
 		k.fail(p+".default_max_tokens", "must be below max_model_len (%d), or 0 for max_model_len minus the prompt, got %d", m.MaxModelLen, m.DefaultMaxTokens)
 	}

@@ -267,6 +267,8 @@ func TestValidateRules(t *testing.T) {
 		{"default_max_tokens past max_model_len", func(c *Config) { m0(c).MaxModelLen = 100; m0(c).DefaultMaxTokens = 100 }, "models[0].default_max_tokens", "below max_model_len (100)"},
 		{"max_priority negative", func(c *Config) { m0(c).MaxPriority = -1 }, "models[0].max_priority", "from 0 to 1000"},
 		{"max_priority big", func(c *Config) { m0(c).MaxPriority = 1001 }, "models[0].max_priority", "from 0 to 1000"},
+		{"max_n zero", func(c *Config) { m0(c).MaxN = 0 }, "models[0].max_n", "from 1 to 65536"},
+		{"max_n big", func(c *Config) { m0(c).MaxN = 65537 }, "models[0].max_n", "from 1 to 65536"},
 		{"kv_capacity_blocks negative", func(c *Config) { m0(c).KVCapacityBlocks = -1 }, "models[0].kv_capacity_blocks", "from 0"},
 		{"replica kv_capacity_blocks negative", func(c *Config) { r0(c).KVCapacityBlocks = -1 }, "models[0].replicas[0].kv_capacity_blocks", "from 0"},
 		{"queue max_requests negative", func(c *Config) { m0(c).Queue.MaxRequests = -1 }, "models[0].queue.max_requests", "from 0 to 1048576"},

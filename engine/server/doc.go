@@ -10,7 +10,9 @@
 // embed's deterministic embeddings; POST /score, /v1/score, /rerank,
 // /v1/rerank and /v2/rerank scoring pairs with them; GET /v1/models, /health, /version,
 // /metrics; POST /reset_prefix_cache), tokenizes with the builtin:sim
-// tokenizer (engine/simtok), generates deterministic text, publishes KV cache
+// tokenizer (engine/simtok), generates deterministic text (n > 1 as vLLM V1's
+// parallel sampling: n engine requests sharing the prompt, merged into
+// choices by index; choices.go), publishes KV cache
 // events through a hook, aborts a request as soon as its client goes away and
 // can inject faults for tests. With a KV connector (Config.KVTransfer,
 // vLLM's --kv-transfer-config) it plays either side of disaggregated

@@ -57,8 +57,11 @@ type generation struct {
 	ignoreEOS    bool
 	stream       bool
 	includeUsage bool
-	cacheSalt    string
-	requestID    string
+	// n is the number of choices (vLLM's n): n sequences sharing the
+	// prompt (choices.go). 0 or 1: one.
+	n         int
+	cacheSalt string
+	requestID string
 	// kv are the request's kv_transfer_params (nil: none).
 	kv *kvParams
 	// resp is set for the Responses API (responses.go), which answers
@@ -147,8 +150,8 @@ func (s *Server) common(g *generation, r *http.Request, model *string, n *int, s
 	if g.model, err = s.checkModel(model); err != nil {
 		return err
 	}
-	if n != nil && *n != 1 {
-		return badRequest("n", "n = %d: the mock engine generates one choice per request (n = 1)", *n)
+	if g.n, err = s.checkN(n); err != nil {
+		return err
 	}
 	g.stream = stream != nil && *stream
 	if so != nil && !g.stream {
@@ -181,6 +184,9 @@ func (s *Server) parseCompletion(w http.ResponseWriter, r *http.Request) (*gener
 	}
 	g.prompt = prompt
 	if g.kv, err = parseKVParams(req.KVTransferParams); err != nil {
+		return nil, err
+	}
+	if err := checkKVWithN(g); err != nil {
 		return nil, err
 	}
 	g.maxTokens = s.cfg.DefaultMaxTokens
@@ -248,6 +254,9 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*generation,
 	}
 	g.prompt = s.tok.Encode(text)
 	if g.kv, err = parseKVParams(req.KVTransferParams); err != nil {
+		return nil, err
+	}
+	if err := checkKVWithN(g); err != nil {
 		return nil, err
 	}
 	field := "max_tokens"
@@ -323,10 +332,16 @@ func (s *Server) pickFault() fault {
 	return faultNone
 }
 
-// newActive builds the engine request: the output the mock model will
-// write (a pure function of the prompt and the seed) and the block hashes of
-// prompt and output.
-func (s *Server) newActive(g *generation) *active {
+// newActive builds the engine request of a request's only (or first)
+// choice: the output the mock model will write (a pure function of the
+// prompt and the seed) and the block hashes of prompt and output.
+func (s *Server) newActive(g *generation) *active { return s.newChoice(g, 0, nil) }
+
+// newChoice builds the engine request of choice i: its output's seed mixes
+// i in (choice 0's is the request's with n = 1); its prompt blocks hash as
+// every other choice's, the prefix cache's keys. notify is the channel it
+// signals (nil: a new one).
+func (s *Server) newChoice(g *generation, i int, notify chan struct{}) *active {
 	out := g.maxTokens
 	if !g.ignoreEOS && s.cfg.OutputTokens > 0 {
 		out = min(out, s.cfg.OutputTokens)
@@ -337,13 +352,16 @@ func (s *Server) newActive(g *generation) *active {
 	for _, t := range g.prompt {
 		h = (h ^ uint64(t)) * 1099511628211
 	}
-	seg := kvblock.Mix64(h)
+	seg := kvblock.Mix64(h + uint64(i)*0x9e3779b97f4a7c15)
 	for j := range out {
 		tokens = append(tokens, kvblock.SegmentToken(seg, j))
 	}
 	salt := s.salt
 	if g.cacheSalt != "" {
 		salt = kvblock.Salt(g.model, "", g.cacheSalt)
+	}
+	if notify == nil {
+		notify = make(chan struct{}, 1)
 	}
 	return &active{
 		id:        engine.RequestID(s.nextID.Add(1)),
@@ -353,7 +371,7 @@ func (s *Server) newActive(g *generation) *active {
 		tokens:    tokens,
 		hashes:    kvblock.AppendHashes(nil, salt, tokens, s.cfg.Engine.BlockSize),
 		arrival:   time.Now(),
-		notify:    make(chan struct{}, 1),
+		notify:    notify,
 	}
 }
 
@@ -370,6 +388,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 	id := prefix + base
 	ctx := r.Context()
 	a := s.newActive(g)
+	// kids are the request's choices, a first; with n > 1 they share a's
+	// notify channel (choices.go).
+	var one [1]*active
+	kids := one[:]
+	kids[0] = a
+	if g.n > 1 {
+		kids = s.newChoices(g, a)
+	}
 	switch s.pickFault() {
 	case faultError:
 		writeError(w, s.cfg.Faults.ErrorStatus, "InternalServerError", "", "injected fault: the engine failed this request")
@@ -382,12 +408,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 		return
 	case faultStall:
 		if g.stream {
-			a.stallAt = max(1, a.outLen/2)
+			a.stallAt = max(1, a.outLen/2) // choice 0's only
 		}
 	}
 	if g.kv != nil && g.kv.doRemotePrefill && s.cfg.KVTransfer.consumes() {
-		// A decode of a remote prefill: its KV is read from the producer
-		// first (kvtransfer.go).
+		// A decode of a remote prefill (n = 1): its KV is read from the
+		// producer first (kvtransfer.go).
 		err := s.transfer(ctx, g.kv, a, s.cachedTokens(a))
 		switch {
 		case err == nil:
@@ -403,7 +429,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 			// recompute: the request prefills here, as any other.
 		}
 	}
-	if !s.add(w, a) {
+	if !s.addChoices(w, kids) {
 		return
 	}
 	created := time.Now().Unix()
@@ -412,27 +438,29 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 			s.streamResponse(w, r, g, a, created)
 			return
 		}
-		s.stream(w, r, g, a, id, created)
+		s.stream(w, r, g, kids, id, created)
 		return
 	}
 	for {
 		select {
 		case <-a.notify:
 		case <-ctx.Done():
-			s.send(command{kind: cmdAbort, id: a.id})
+			s.abortChoices(kids)
 			return
 		}
-		emitted, cached, finished, err := a.progress()
+		finished, err := allFinished(kids)
 		if err != nil {
+			s.abortChoices(kids)
 			writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", err.Error())
 			return
 		}
 		if finished {
 			if g.resp != nil {
+				emitted, cached, _, _ := a.progress()
 				s.writeResponse(w, g, a, created, emitted, cached)
 				return
 			}
-			s.writeFull(w, r, g, a, id, created, emitted, cached)
+			s.writeFull(w, r, g, kids, id, created)
 			return
 		}
 	}
@@ -444,58 +472,88 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 func (s *Server) add(w http.ResponseWriter, a *active) bool {
 	reply := make(chan error, 1)
 	if !s.send(command{kind: cmdAdd, req: a, reply: reply}) {
-		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", "the engine is shutting down")
+		writeAddError(w, errShuttingDown)
 		return false
 	}
 	if err := <-reply; err != nil {
-		if errors.Is(err, engine.ErrTooLarge) || errors.Is(err, engine.ErrTooLong) {
-			writeError(w, http.StatusBadRequest, "BadRequestError", "", err.Error())
-			return false
-		}
-		writeError(w, http.StatusInternalServerError, "InternalServerError", "", err.Error())
+		writeAddError(w, err)
 		return false
 	}
 	return true
 }
 
-func (s *Server) usage(a *active, emitted, cached int) usage {
-	u := usage{PromptTokens: a.promptLen, CompletionTokens: emitted, TotalTokens: a.promptLen + emitted}
+// writeAddError answers the engine's refusal of a request.
+func writeAddError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, errShuttingDown):
+		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "", err.Error())
+	case errors.Is(err, engine.ErrTooLarge) || errors.Is(err, engine.ErrTooLong):
+		writeError(w, http.StatusBadRequest, "BadRequestError", "", err.Error())
+	default:
+		writeError(w, http.StatusInternalServerError, "InternalServerError", "", err.Error())
+	}
+}
+
+// usage is the usage of a request whose prompt is promptLen tokens long and
+// whose choices wrote completion tokens in all.
+func (s *Server) usage(promptLen, completion, cached int) usage {
+	u := usage{PromptTokens: promptLen, CompletionTokens: completion, TotalTokens: promptLen + completion}
 	if s.cfg.EnablePromptTokensDetails {
 		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: cached}
 	}
 	return u
 }
 
-func (s *Server) writeFull(w http.ResponseWriter, r *http.Request, g *generation, a *active, id string, created int64, emitted, cached int) {
-	text := string(s.tok.AppendDecode(nil, a.tokens[a.promptLen:a.promptLen+emitted]))
-	reason := a.finishReason()
+// writeFull answers a finished request in one body: a choice per kid, in
+// order, usage summed over them (cached tokens are choice 0's).
+func (s *Server) writeFull(w http.ResponseWriter, r *http.Request, g *generation, kids []*active, id string, created int64) {
+	a := kids[0]
+	_, cached, _, _ := a.progress()
+	completion := 0
+	text := func(c *active) string {
+		emitted, _, _, _ := c.progress()
+		completion += emitted
+		return string(s.tok.AppendDecode(nil, c.tokens[c.promptLen:c.promptLen+emitted]))
+	}
 	var kv *kvParamsOut
-	if g.kv != nil && g.kv.doRemoteDecode && s.cfg.KVTransfer.produces() && reason == "length" {
-		// A prefill for a remote decode: vLLM hands its blocks over when
-		// it finished length-capped (request_finished).
+	if g.kv != nil && g.kv.doRemoteDecode && s.cfg.KVTransfer.produces() && a.finishReason() == "length" {
+		// A prefill for a remote decode (n = 1): vLLM hands its blocks
+		// over when it finished length-capped (request_finished).
 		kv = s.produced(r, a, id)
 	}
 	if g.chat {
+		choices := make([]chatChoice, len(kids))
+		for i, c := range kids {
+			choices[i] = chatChoice{Index: i, Message: chatMessage{Role: "assistant", Content: text(c)}, FinishReason: c.finishReason()}
+		}
 		writeJSON(w, http.StatusOK, chatResponse{
 			ID: id, Object: "chat.completion", Created: created, Model: g.model,
-			Choices:          []chatChoice{{Message: chatMessage{Role: "assistant", Content: text}, FinishReason: reason}},
-			Usage:            s.usage(a, emitted, cached),
+			Choices:          choices,
+			Usage:            s.usage(a.promptLen, completion, cached),
 			KVTransferParams: kv,
 		})
 		return
 	}
+	choices := make([]completionChoice, len(kids))
+	for i, c := range kids {
+		reason := c.finishReason()
+		choices[i] = completionChoice{Index: i, Text: text(c), FinishReason: &reason}
+	}
 	writeJSON(w, http.StatusOK, completionResponse{
 		ID: id, Object: "text_completion", Created: created, Model: g.model,
-		Choices:          []completionChoice{{Text: text, FinishReason: &reason}},
-		Usage:            s.usage(a, emitted, cached),
+		Choices:          choices,
+		Usage:            s.usage(a.promptLen, completion, cached),
 		KVTransferParams: kv,
 	})
 }
 
 // stream writes the response as server-sent events, one event per engine
-// step that produced tokens for the request (several when the client reads
-// slower than the engine writes), flushed as it goes.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, a *active, id string, created int64) {
+// step that produced tokens for a choice (several when the client reads
+// slower than the engine writes), flushed as it goes. With n > 1 each event
+// carries one choice, by index, in the order the choices progress (chat
+// writes every choice's role chunk first, as vLLM's first iteration does);
+// the usage chunk and [DONE] follow the last choice's end.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, kids []*active, id string, created int64) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -504,70 +562,106 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, a
 	w.WriteHeader(http.StatusOK)
 	rc.Flush()
 	var buf []byte
-	written := 0
 	event := func(v any) {
 		b, _ := json.Marshal(v)
 		buf = append(buf, "data: "...)
 		buf = append(buf, b...)
 		buf = append(buf, "\n\n"...)
 	}
-	abort := func() { s.send(command{kind: cmdAbort, id: a.id}) }
+	abort := func() { s.abortChoices(kids) }
+	// written[i] counts choice i's tokens written, -1 once its last chunk
+	// (or, stalled, its last before the stall) is.
+	var one [1]int
+	written := one[:]
+	if len(kids) > 1 {
+		written = make([]int, len(kids))
+	}
+	open := len(kids) // choices not yet ended
+	completion := 0   // tokens of the choices that finished
+	roles := !g.chat  // the role chunks are written
+	stalled := false  // choice 0 stopped at its stallAt
+	notify := kids[0].notify
 	for {
 		select {
-		case <-a.notify:
+		case <-notify:
 		case <-ctx.Done():
 			abort()
 			return
 		}
-		emitted, cached, finished, err := a.progress()
-		if err != nil {
-			// vLLM reports a failure inside a stream as an error event.
-			event(errorResponse{Error: errorInfo{Message: err.Error(), Type: "InternalServerError", Code: 500}})
-			buf = append(buf, "data: [DONE]\n\n"...)
-			w.Write(buf)
-			rc.Flush()
-			return
-		}
-		stalled := a.stallAt > 0 && emitted >= a.stallAt
-		if stalled {
-			emitted, finished = a.stallAt, false
-		}
-		if emitted <= written {
-			continue
-		}
 		buf = buf[:0]
-		if g.chat && written == 0 {
-			event(chatRoleChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: g.model,
-				Choices: []chatRoleChoice{{Delta: roleDelta{Role: "assistant"}}}})
-		}
-		text := string(s.tok.AppendDecode(nil, a.tokens[a.promptLen+written:a.promptLen+emitted]))
-		written = emitted
-		reason := a.finishReason()
-		switch {
-		case g.chat && finished:
-			event(chatContentChunk[chatFinalChoice]{ID: id, Object: "chat.completion.chunk", Created: created, Model: g.model,
-				Choices: []chatFinalChoice{{Delta: contentDelta{Content: text}, FinishReason: reason}}})
-		case g.chat:
-			event(chatContentChunk[chatContentChoice]{ID: id, Object: "chat.completion.chunk", Created: created, Model: g.model,
-				Choices: []chatContentChoice{{Delta: contentDelta{Content: text}}}})
-		default:
-			c := completionStreamChoice{Text: text}
-			if finished {
-				c.FinishReason = &reason
+		stallNow := false
+		for i, a := range kids {
+			if written[i] < 0 {
+				continue
 			}
-			event(completionChunk{ID: id, Object: "text_completion", Created: created, Model: g.model, Choices: []completionStreamChoice{c}})
+			emitted, _, finished, err := a.progress()
+			if err != nil {
+				// vLLM reports a failure inside a stream as an error event.
+				event(errorResponse{Error: errorInfo{Message: err.Error(), Type: "InternalServerError", Code: 500}})
+				buf = append(buf, "data: [DONE]\n\n"...)
+				w.Write(buf)
+				rc.Flush()
+				abort()
+				return
+			}
+			stall := a.stallAt > 0 && emitted >= a.stallAt
+			if stall {
+				emitted, finished = a.stallAt, false
+			}
+			if emitted <= written[i] && !finished {
+				continue
+			}
+			if !roles {
+				for k := range kids {
+					event(chatRoleChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: g.model,
+						Choices: []chatRoleChoice{{Index: k, Delta: roleDelta{Role: "assistant"}}}})
+				}
+				roles = true
+			}
+			text := string(s.tok.AppendDecode(nil, a.tokens[a.promptLen+written[i]:a.promptLen+emitted]))
+			written[i] = emitted
+			reason := a.finishReason()
+			switch {
+			case g.chat && finished:
+				event(chatContentChunk[chatFinalChoice]{ID: id, Object: "chat.completion.chunk", Created: created, Model: g.model,
+					Choices: []chatFinalChoice{{Index: i, Delta: contentDelta{Content: text}, FinishReason: reason}}})
+			case g.chat:
+				event(chatContentChunk[chatContentChoice]{ID: id, Object: "chat.completion.chunk", Created: created, Model: g.model,
+					Choices: []chatContentChoice{{Index: i, Delta: contentDelta{Content: text}}}})
+			default:
+				c := completionStreamChoice{Index: i, Text: text}
+				if finished {
+					c.FinishReason = &reason
+				}
+				event(completionChunk{ID: id, Object: "text_completion", Created: created, Model: g.model, Choices: []completionStreamChoice{c}})
+			}
+			switch {
+			case finished:
+				completion += emitted
+			case stall:
+				stalled, stallNow = true, true
+			default:
+				continue
+			}
+			written[i] = -1
+			open--
 		}
-		if finished {
+		if open == 0 && !stalled {
 			if g.includeUsage {
 				object := "text_completion"
 				if g.chat {
 					object = "chat.completion.chunk"
 				}
-				u := s.usage(a, emitted, cached)
+				a := kids[0]
+				_, cached, _, _ := a.progress()
+				u := s.usage(a.promptLen, completion, cached)
 				event(usageChunk{ID: id, Object: object, Created: created, Model: g.model, Choices: []struct{}{},
 					Usage: streamUsage{PromptTokens: u.PromptTokens, TotalTokens: u.TotalTokens, CompletionTokens: u.CompletionTokens, PromptTokensDetails: u.PromptTokensDetails}})
 			}
 			buf = append(buf, "data: [DONE]\n\n"...)
+		}
+		if len(buf) == 0 {
+			continue
 		}
 		if _, err := w.Write(buf); err != nil {
 			abort()
@@ -577,12 +671,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, a
 			abort()
 			return
 		}
-		if finished {
-			return
+		if stallNow {
+			// The engine stops working on choice 0; the client waits
+			// forever for it.
+			s.send(command{kind: cmdAbort, id: kids[0].id})
 		}
-		if stalled {
-			abort() // the engine stops working on it; the client waits forever
-			<-ctx.Done()
+		if open == 0 {
+			if stalled {
+				<-ctx.Done()
+			}
 			return
 		}
 	}

@@ -62,8 +62,11 @@ const (
 )
 
 type command struct {
-	kind  cmdKind
-	req   *active
+	kind cmdKind
+	req  *active
+	// reqs, for cmdAdd, are an n > 1 request's children, added together
+	// (req is nil then).
+	reqs  []*active
 	id    engine.RequestID
 	reply chan error
 	ok    chan bool
@@ -264,31 +267,13 @@ func (l *loop) tokensOf(h kvblock.Hash) []uint32 { return l.blockTokens[h].token
 func (l *loop) handle(c command) {
 	switch c.kind {
 	case cmdAdd:
-		a := c.req
-		err := l.eng.Add(l.now(), engine.Request{
-			ID:           a.id,
-			PromptTokens: a.promptLen,
-			OutputTokens: a.outLen,
-			MaxTokens:    a.outLen,
-			BlockHashes:  a.hashes,
-			// The prompt's KV came from a producer (kvtransfer.go).
-			RemotePrefill: a.remote,
-		})
-		if err == nil {
-			a.rank, _ = l.eng.RankOf(a.id)
-			l.reqs[a.id] = a
-			l.remember(a)
-		}
-		c.reply <- err
-	case cmdAbort:
-		a := l.reqs[c.id]
-		if a == nil {
+		if c.reqs != nil {
+			c.reply <- l.addAll(c.reqs)
 			return
 		}
-		if err := l.eng.Abort(l.now(), c.id); err == nil {
-			l.forget(a)
-			l.s.met.aborted(a)
-		}
+		c.reply <- l.add(c.req)
+	case cmdAbort:
+		l.abort(c.id)
 	case cmdReset:
 		ok, evs := l.eng.ResetPrefixCache()
 		if l.cached != nil {
@@ -307,6 +292,50 @@ func (l *loop) handle(c command) {
 			n++
 		}
 		c.n <- n * l.eng.Config().BlockSize
+	}
+}
+
+func (l *loop) add(a *active) error {
+	err := l.eng.Add(l.now(), engine.Request{
+		ID:           a.id,
+		PromptTokens: a.promptLen,
+		OutputTokens: a.outLen,
+		MaxTokens:    a.outLen,
+		BlockHashes:  a.hashes,
+		// The prompt's KV came from a producer (kvtransfer.go).
+		RemotePrefill: a.remote,
+	})
+	if err == nil {
+		a.rank, _ = l.eng.RankOf(a.id)
+		l.reqs[a.id] = a
+		l.remember(a)
+	}
+	return err
+}
+
+// addAll adds the children of an n > 1 request (choices.go) together, so
+// that they start in the same step, all or none: when the engine refuses
+// one, those added before it are aborted.
+func (l *loop) addAll(kids []*active) error {
+	for i, a := range kids {
+		if err := l.add(a); err != nil {
+			for _, b := range kids[:i] {
+				l.abort(b.id)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *loop) abort(id engine.RequestID) {
+	a := l.reqs[id]
+	if a == nil {
+		return
+	}
+	if err := l.eng.Abort(l.now(), id); err == nil {
+		l.forget(a)
+		l.s.met.aborted(a)
 	}
 }
 

@@ -23,6 +23,9 @@ import (
 var (
 	errShutdown = errors.New("engine shut down")
 	errStuck    = errors.New("engine made no progress")
+	// errShuttingDown refuses a request the engine goroutine can no longer
+	// take.
+	errShuttingDown = errors.New("the engine is shutting down")
 )
 
 // Server is a mock vLLM server. Create it with New, start its engine with

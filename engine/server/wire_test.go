@@ -181,7 +181,7 @@ func TestBadRequests(t *testing.T) {
 			{"/v1/completions", `{"prompt": "a b", "max_tokens": "ten"}`, 400, "max_tokens"},
 			{"/v1/completions", `{"prompt": ""}`, 400, "prompt"},
 			{"/v1/completions", `{"prompt": ["a", "b"]}`, 400, "one prompt"},
-			{"/v1/completions", `{"prompt": "a", "n": 2}`, 400, "n = 2"},
+			{"/v1/completions", `{"prompt": "a", "n": 0}`, 400, "n must be at least 1, got 0."},
 			{"/v1/completions", `{"prompt": "a", "max_tokens": 0}`, 400, "at least 1"},
 			{"/v1/completions", `{"prompt": "a", "cache_salt": ""}`, 400, "cache_salt"},
 			{"/v1/completions", `{"prompt": `, 400, "invalid JSON"},

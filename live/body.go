@@ -379,6 +379,33 @@ func completionPrompt(raw json.RawMessage) (string, bool) {
 	return "", false
 }
 
+// promptCount is the number of prompts in a completion request's prompt:
+// a list of strings or of token-id lists is a batch, each prompt its own
+// request in vLLM; anything else (a string, a list of token ids, a value
+// the engine refuses) is one.
+func promptCount(raw json.RawMessage) int {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '[' {
+		return 1
+	}
+	i := skipSpace(raw, 1)
+	if i >= len(raw) || raw[i] != '"' && raw[i] != '[' {
+		return 1
+	}
+	k := 0
+	for {
+		end, err := skipValue(raw, i, 0)
+		if err != nil {
+			return max(k, 1)
+		}
+		k++
+		if i = skipSpace(raw, end); i >= len(raw) || raw[i] != ',' {
+			return k
+		}
+		i = skipSpace(raw, i+1)
+	}
+}
+
 // rewriteModel replaces the value of the body's top-level "model" key with
 // name, leaving every other byte as it was.
 func rewriteModel(body []byte, f fields, name string) []byte {

@@ -119,11 +119,30 @@ func TestChoicesBounded(t *testing.T) {
 	}
 	status, ex := explainCall(t, g, "", []byte(`{"prompt":"hi there","max_tokens":5,"n":4}`), nil)
 	var exp gateway.Explanation
-	if err := json.Unmarshal(ex, &exp); err != nil || status != 200 || exp.Request.Choices != 4 || exp.Candidates[0].WeightBlocks != 4 {
+	if err := json.Unmarshal(ex, &exp); err != nil || status != 200 || exp.Request.Sequences != 4 || exp.Candidates[0].WeightBlocks != 4 {
 		t.Fatalf("the explanation does not weigh 4 sequences: %d %s", status, ex)
 	}
 	if status, ex := explainCall(t, g, "", []byte(`{"prompt":"hi there","max_tokens":5,"n":5}`), nil); status != 400 {
 		t.Fatalf("explained n 5 over max_n 4: %d %s", status, ex)
+	}
+	// A batch of three prompts, n 2 each: six sequences (max_n bounds n).
+	status, ex = explainCall(t, g, "", []byte(`{"prompt":["hi there","a b",[1,2]],"max_tokens":5,"n":2}`), nil)
+	if err := json.Unmarshal(ex, &exp); err != nil || status != 200 || exp.Request.Sequences != 6 {
+		t.Fatalf("three prompts of n 2: %d %s", status, ex)
+	}
+}
+
+func TestPromptCount(t *testing.T) {
+	for _, c := range []struct {
+		raw  string
+		want int
+	}{
+		{`"one"`, 1}, {`["one"]`, 1}, {`["a", "b", "c"]`, 3}, {`[1, 2, 3]`, 1}, {`[[1, 2], [3]]`, 2},
+		{` [ "a" , [1] ] `, 2}, {`[]`, 1}, {`null`, 1}, {``, 1}, {`["a", `, 1}, {`["a", "b"`, 2}, {`{"a": 1}`, 1},
+	} {
+		if got := promptCount(json.RawMessage(c.raw)); got != c.want {
+			t.Errorf("%s: %d prompts, want %d", c.raw, got, c.want)
+		}
 	}
 }
 

@@ -171,10 +171,15 @@ func (s *Server) parse(h http.Header, body []byte, op opKind) (*inbound, *apiErr
 			return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "integer_above_max_value", outcome: "bad_request", model: m.name,
 				msg: fmt.Sprintf("Invalid 'n': integer above maximum value. Expected a value <= %d (max_n of model %s), but got %d instead.", lim, m.name, f.N)}
 		}
-		// n sequences of one prompt: weighed as such, and prefilled
-		// where they are decoded (a KV hand-over is of one sequence).
-		in.req.Choices = f.N
-		in.req.LocalPrefill = f.N > 1
+		// n sequences of each prompt (a batched completion has
+		// several): weighed as such, and prefilled where they are
+		// decoded (a KV hand-over is of one sequence).
+		seqs := max(1, f.N)
+		if op == opCompletion {
+			seqs *= promptCount(f.Prompt)
+		}
+		in.req.Sequences = min(seqs, gateway.MaxSequences)
+		in.req.LocalPrefill = seqs > 1
 	}
 	if adapter {
 		in.adapter = name // forwarded as named: the engine serves it

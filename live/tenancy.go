@@ -485,14 +485,15 @@ func bucketKind(id string) string {
 // estimate is what the limiter charges a request on TPM at admission: its
 // prompt tokens plus its output bound (max_tokens, else the model's
 // default_max_tokens, else nothing: the answer is charged at the end)
-// times n, each choice's (OpenAI's rule).
+// for each of its sequences: each choice's (OpenAI's rule) of each
+// prompt.
 func (t *tenants) estimate(in *inbound) int {
 	out := in.req.MaxTokens
 	if out <= 0 && !in.req.PrefillOnly { // an embedding generates nothing
 		out = t.perModel[in.m.name].defaultMaxTokens
 	}
-	if n := in.req.Choices; n > 1 && !in.req.PrefillOnly {
-		out = min(out, limit.MaxLimit) * n // max_n <= 1<<16 keeps it in range
+	if n := in.req.Sequences; n > 1 && !in.req.PrefillOnly {
+		out = min(out, limit.MaxLimit) * n // 2^40 x gateway.MaxSequences (2^20) is in range
 	}
 	return min(max(in.req.PromptTokens, 0)+max(out, 0), limit.MaxLimit)
 }

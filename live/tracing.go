@@ -212,8 +212,8 @@ func endServer(sp trace.Span, in *inbound, ar *accessRecord, reqID string) {
 	if in != nil {
 		sp.SetName(operation(in.op).Value.AsString() + " " + in.m.name)
 		attrs = append(attrs, semconv.GenAIRequestModel(in.m.name), attrRequestStream.Bool(in.f.Stream), semconv.GenAIRequestMaxTokens(in.req.MaxTokens))
-		if in.req.Choices > 1 { // the convention's rule: set when not 1
-			attrs = append(attrs, semconv.GenAIRequestChoiceCount(in.req.Choices))
+		if in.f.N > 1 { // the convention's rule: set when not 1
+			attrs = append(attrs, semconv.GenAIRequestChoiceCount(in.f.N))
 		}
 		if ar.promptTokens > 0 {
 			attrs = append(attrs, semconv.GenAIUsageInputTokens(ar.promptTokens))

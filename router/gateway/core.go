@@ -27,11 +27,12 @@ type Request struct {
 	BlockHashes []kvblock.Hash
 	// MaxTokens is the request's max_tokens (0: none given).
 	MaxTokens int
-	// Choices is the request's n: the sequences the engine samples from
-	// the prompt, as vLLM runs them (0 or 1: one). They share the
-	// prompt's full blocks and each has its own tail and output, which
-	// admission weighs; an answer's completion tokens are their sum.
-	Choices int
+	// Sequences are the sequences the engine runs for the request (0 or
+	// 1: one): its n choices, as vLLM samples them from one prompt, times
+	// the prompts of a batched completion. Admission weighs the prompt's
+	// full blocks once and each sequence's tail and output; an answer's
+	// completion tokens are their sum.
+	Sequences int
 	// PrefillOnly says the request generates nothing (an embedding): it
 	// is weighed as its prompt alone, whatever MaxTokens and
 	// DefaultMaxTokens say, never prefilled remotely, and its answer does
@@ -137,6 +138,9 @@ type Decision struct {
 	// back from its lower KV tiers, right after PredictedCachedTokens.
 	PredictedTierTokens int
 }
+
+// MaxSequences bounds the sequences a request is weighed as.
+const MaxSequences = 1 << 20
 
 // Usage is what the engine reported of a request it served.
 type Usage struct {
@@ -900,7 +904,7 @@ func (c *Core) outTokens(e *entry) int {
 // its prompt tokens: every block of prompt and output but the cached ones
 // (tokenflow: no cache credit).
 func (c *Core) weight(e *entry, cached int) int {
-	total := (e.req.PromptTokens+c.outTokens(e)+c.bs-1)/c.bs + (choices(e.req)-1)*c.seqTail(e)
+	total := (e.req.PromptTokens+c.outTokens(e)+c.bs-1)/c.bs + (seqs(e.req)-1)*c.seqTail(e)
 	if c.cfg.Admission == AdmitTokenFlow {
 		cached = 0
 	}
@@ -918,7 +922,7 @@ func (c *Core) fullBlocks(e *entry) int {
 // tailBlocks is what e needs beyond its prompt's full blocks: each of its
 // sequences' tail.
 func (c *Core) tailBlocks(e *entry) int {
-	return choices(e.req) * c.seqTail(e)
+	return seqs(e.req) * c.seqTail(e)
 }
 
 // seqTail is what one of e's sequences needs beyond the prompt's full
@@ -927,13 +931,13 @@ func (c *Core) seqTail(e *entry) int {
 	return max(0, (e.req.PromptTokens+c.outTokens(e)+c.bs-1)/c.bs-c.fullBlocks(e))
 }
 
-// choices is the sequences req has the engine run: its n, at least one;
-// one for an embedding.
-func choices(req Request) int {
+// seqs is the sequences req has the engine run (Sequences), at least
+// one; one for an embedding.
+func seqs(req Request) int {
 	if req.PrefillOnly {
 		return 1
 	}
-	return max(1, req.Choices)
+	return min(max(1, req.Sequences), MaxSequences)
 }
 
 // firstByte is FirstByte (trace.go) without the trace.
@@ -992,7 +996,7 @@ func (c *Core) finished(now time.Duration, t Ticket, u Usage, held []kvblock.Has
 		c.unpend(r, e)
 	}
 	if u.Known && !e.req.PrefillOnly {
-		n := choices(e.req)
+		n := seqs(e.req)
 		c.out_.add((u.CompletionTokens + n - 1) / n) // one sequence's
 	}
 	c.endAttempt(r, e)

@@ -37,12 +37,12 @@ func TestWeight(t *testing.T) {
 		{"tokenflow", AdmitTokenFlow, 0, 0, promptReq(1, 100, 50), 10},
 		// n = 4: the prompt's 6 full blocks once, each sequence's tail
 		// (ceil(150/16) - 6 = 4 blocks) four times.
-		{"four choices", AdmitKV, 0, 0, choicesReq(promptReq(1, 100, 50), 4), 6 + 4*4},
-		{"four choices, tokenflow", AdmitTokenFlow, 0, 0, choicesReq(promptReq(1, 100, 50), 4), 6 + 4*4},
-		{"four choices without hashes", AdmitKV, 0, 0, choicesReq(plainReq(1, 100, 50), 4), 6 + 4*4},
-		{"four choices under MaxModelLen", AdmitKV, 0, 1000, choicesReq(promptReq(1, 100, 0), 4), 6 + 4*57}, // ceil(1000/16) - 6
-		{"n 0 is one", AdmitKV, 0, 0, choicesReq(promptReq(1, 100, 50), 0), 10},
-		{"an embedding has one sequence", AdmitKV, 64, 0, prefillReq(choicesReq(promptReq(1, 100, 50), 4)), 7},
+		{"four choices", AdmitKV, 0, 0, seqReq(promptReq(1, 100, 50), 4), 6 + 4*4},
+		{"four choices, tokenflow", AdmitTokenFlow, 0, 0, seqReq(promptReq(1, 100, 50), 4), 6 + 4*4},
+		{"four choices without hashes", AdmitKV, 0, 0, seqReq(plainReq(1, 100, 50), 4), 6 + 4*4},
+		{"four choices under MaxModelLen", AdmitKV, 0, 1000, seqReq(promptReq(1, 100, 0), 4), 6 + 4*57}, // ceil(1000/16) - 6
+		{"n 0 is one", AdmitKV, 0, 0, seqReq(promptReq(1, 100, 50), 0), 10},
+		{"an embedding has one sequence", AdmitKV, 64, 0, prefillReq(seqReq(promptReq(1, 100, 50), 4)), 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig("round_robin")
@@ -165,14 +165,14 @@ func TestWeightChoices(t *testing.T) {
 	cfg.Admission, cfg.OutputQuantile, cfg.OutputMinSamples = AdmitKV, 0.5, 4
 	c := newCore(t, cfg, 1, ReplicaConfig{CapacityBlocks: 10000})
 	a := submit(t, c, 0, promptReq(1, 100, 50), Dispatched)
-	b := submit(t, c, 0, choicesReq(promptReq(1, 100, 50), 3), Dispatched)
+	b := submit(t, c, 0, seqReq(promptReq(1, 100, 50), 3), Dispatched)
 	if b.PredictedCachedTokens != 96 || b.Weight != 3*4 {
 		t.Fatalf("n 3 on a held prompt: predicted %d, weight %d; want 96, 12 (three tails, no prompt)", b.PredictedCachedTokens, b.Weight)
 	}
 	c.Abort(0, a.Ticket)
 	c.Abort(0, b.Ticket)
 	for i, n := range []int{20, 40, 60, 80} {
-		d := submit(t, c, 0, choicesReq(plainReq(uint64(10+i), 10, 1000), 4), Dispatched)
+		d := submit(t, c, 0, seqReq(plainReq(uint64(10+i), 10, 1000), 4), Dispatched)
 		c.Finished(0, d.Ticket, Usage{Known: true, PromptTokens: 10, CompletionTokens: 4 * n}, nil)
 	}
 	if d := submit(t, c, 0, plainReq(20, 100, 1000), Dispatched); d.Weight != 10 { // ceil((100+60)/16)
@@ -183,12 +183,12 @@ func TestWeightChoices(t *testing.T) {
 	// 18 blocks) fits, n 4 (22) does not.
 	small := newCore(t, testConfig("round_robin"), 1, ReplicaConfig{CapacityBlocks: 30})
 	first := submit(t, small, 0, plainReq(1, 100, 50), Dispatched)
-	d, _ := small.Submit(0, choicesReq(plainReq(2, 100, 50), 4))
+	d, _ := small.Submit(0, seqReq(plainReq(2, 100, 50), 4))
 	if d.Kind == Dispatched {
 		t.Fatalf("n 4 (22 blocks) dispatched beside 10 on a replica of 30: %+v", d)
 	}
 	small.Abort(0, d.Ticket)
-	submit(t, small, 0, choicesReq(plainReq(3, 100, 50), 3), Dispatched)
+	submit(t, small, 0, seqReq(plainReq(3, 100, 50), 3), Dispatched)
 	small.Abort(0, first.Ticket)
 }
 

@@ -46,8 +46,9 @@ type ExplainedRequest struct {
 	PromptKnown  bool `json:"prompt_known"`
 	PromptBlocks int  `json:"prompt_blocks"`
 	MaxTokens    int  `json:"max_tokens"`
-	// Choices is the request's n when above one: its sequences.
-	Choices int `json:"n,omitempty"`
+	// Sequences are the sequences the request runs when above one (its
+	// n, times its prompts when batched).
+	Sequences int `json:"sequences,omitempty"`
 	// PrefillOnly: an embedding, weighed as its prompt alone.
 	PrefillOnly bool `json:"prefill_only,omitempty"`
 	// Priority is the class after capping at the queue's max_priority.
@@ -153,8 +154,8 @@ func (c *Core) Explain(now time.Duration, req Request) Explanation {
 		Admission:  ExplainedAdmission{Mode: string(c.cfg.Admission), OutputTokens: c.outTokens(e), QueuedAhead: c.q.ahead(e.prio)},
 		Candidates: []ExplainedCandidate{},
 	}
-	if n := choices(req); n > 1 {
-		ex.Request.Choices = n
+	if n := seqs(req); n > 1 {
+		ex.Request.Sequences = n
 	}
 	if limit, long := c.tooLong(req); long {
 		ex.Admission.Verdict, ex.Admission.Status, ex.Admission.Reason = VerdictReject, http.StatusBadRequest, ReasonTooLong

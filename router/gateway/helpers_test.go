@@ -55,9 +55,9 @@ func prefillReq(q Request) Request {
 	return q
 }
 
-// choicesReq is q with n choices (sequences).
-func choicesReq(q Request, n int) Request {
-	q.Choices = n
+// seqReq is q with n sequences (n choices).
+func seqReq(q Request, n int) Request {
+	q.Sequences = n
 	return q
 }
 

@@ -476,6 +476,21 @@ func TestHangingReplica(t *testing.T) {
 	t.Logf("%d of 60 requests went to the hanging replica", hung.Load())
 }
 
+// cachedTokensOf reads a whole answer's usage.prompt_tokens_details
+// .cached_tokens (0 when absent) and closes its body.
+func cachedTokensOf(resp *http.Response) int {
+	var body struct {
+		Usage struct {
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	return body.Usage.PromptTokensDetails.CachedTokens
+}
+
 // With the approximate index, the proxy learns the blocks of each answer it
 // streams: a next turn that quotes the answer is predicted cached as far as
 // the engine really has it.
@@ -504,17 +519,9 @@ func TestAnswersAreIndexed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var body struct {
-		Usage struct {
-			PromptTokensDetails struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		} `json:"usage"`
-	}
-	json.NewDecoder(resp.Body).Decode(&body)
-	resp.Body.Close()
+	cached := cachedTokensOf(resp)
 	// 100 prompt tokens and 39 answer tokens are held: 8 full blocks.
-	if resp.Header.Get(HeaderPredicted) != "128" || body.Usage.PromptTokensDetails.CachedTokens != 128 {
-		t.Fatalf("predicted %s cached tokens, the engine found %d; want 128 and 128", resp.Header.Get(HeaderPredicted), body.Usage.PromptTokensDetails.CachedTokens)
+	if resp.Header.Get(HeaderPredicted) != "128" || cached != 128 {
+		t.Fatalf("predicted %s cached tokens, the engine found %d; want 128 and 128", resp.Header.Get(HeaderPredicted), cached)
 	}
 }

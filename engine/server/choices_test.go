@@ -7,14 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/inferrail/inferrail/internal/pipenet"
 )
 
 // choicesBody is a request body for path ("chat" or "completions") with n
@@ -388,24 +385,14 @@ func TestChoicesStall(t *testing.T) {
 // event and [DONE].
 func TestChoicesEngineFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s, err := New(Config{Engine: testEngine()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, stopEngine := context.WithCancel(context.Background())
-		ln := pipenet.Listen("engine")
-		hs := &http.Server{Handler: s.Handler()}
-		runDone := make(chan struct{})
-		go func() { s.Run(ctx); close(runDone) }()
-		go hs.Serve(ln)
-		defer func() { stopEngine(); <-runDone; hs.Close(); ln.Close() }()
-		ts := &testServer{Server: s, client: &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}, base: "http://engine"}
+		ts := startPipe(t, Config{Engine: testEngine()})
+		defer ts.stop()
 		resp, err := ts.post(context.Background(), "/v1/chat/completions", choicesBody(ts, true, 3, map[string]any{"stream": true, "max_tokens": 1000}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		evs, err := readFirst(resp.Body, func() { stopEngine(); <-runDone })
+		evs, err := readFirst(resp.Body, ts.halt)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,9 @@ type testServer struct {
 	client *http.Client
 	base   string
 	stop   func()
+	// halt stops the engine's loop alone (the HTTP server stays) and
+	// waits for it to end, as an engine that goes away mid-request.
+	halt func()
 }
 
 // startPipe starts s over an in-memory listener (usable inside synctest).
@@ -41,6 +44,7 @@ func startPipe(t testing.TB, cfg Config) *testServer {
 	go hs.Serve(ln)
 	tr := &http.Transport{DialContext: ln.Dial, MaxIdleConnsPerHost: 4096}
 	ts := &testServer{Server: s, client: &http.Client{Transport: tr}, base: "http://engine"}
+	ts.halt = func() { cancel(); <-runDone }
 	ts.stop = func() {
 		tr.CloseIdleConnections()
 		hs.Close()

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/inferrail/inferrail/internal/pipenet"
 )
 
 // respBody is what the tests read of a response object.
@@ -506,18 +504,8 @@ func TestResponsesFailures(t *testing.T) {
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		s, err := New(Config{Engine: testEngine()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, stopEngine := context.WithCancel(context.Background())
-		ln := pipenet.Listen("engine")
-		hs := &http.Server{Handler: s.Handler()}
-		runDone := make(chan struct{})
-		go func() { s.Run(ctx); close(runDone) }()
-		go hs.Serve(ln)
-		defer func() { stopEngine(); <-runDone; hs.Close(); ln.Close() }()
-		ts := &testServer{Server: s, client: &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}, base: "http://engine"}
+		ts := startPipe(t, Config{Engine: testEngine()})
+		defer ts.stop()
 		resp, err := ts.post(context.Background(), "/v1/responses", map[string]any{"input": "hi ", "stream": true, "max_output_tokens": 1000})
 		if err != nil {
 			t.Fatal(err)
@@ -532,7 +520,7 @@ func TestResponsesFailures(t *testing.T) {
 			}
 			head = append(head, line...)
 		}
-		stopEngine() // the engine goes away mid-stream
+		ts.halt() // the engine goes away mid-stream
 		rest, _ := io.ReadAll(br)
 		evs := readResponseEvents(t, io.MultiReader(bytes.NewReader(head), bytes.NewReader(rest)))
 		last := evs[len(evs)-1]

@@ -159,6 +159,7 @@ DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$OUT/results.md"
 : >"$OUT/runs.tsv"
+: >"$OUT/failures.md"
 for r in $(seq "$RUNS"); do
 for rate in $RATES; do
 	n=$((rate * SECONDS_PER_RUN))
@@ -190,6 +191,15 @@ for rate in $RATES; do
 		[ -f "$OUT/$path-$rate.cs" ] && cs=$(cat "$OUT/$path-$rate.cs")
 		[ "$path" = live ] && own=$(own_part "$rate")
 		echo "| $r | $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu | $cs | $own |" >>"$OUT/results.md"
+		if [ "$failed" != 0 ]; then # why, for the notes under the table
+			python3 - "$OUT/$path-$rate.json" "$r" "$rate" "$path" >>"$OUT/failures.md" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+why = ", ".join(f"{k}: {v}" for k, v in sorted((s.get("failed_by") or {}).items())) or "no reason recorded"
+ex = "; ".join(f"{k}: {str(v)[:160]}" for k, v in sorted((s.get("error_examples") or {}).items())[:3])
+print(f"- Run {sys.argv[2]}, {sys.argv[3]} req/s, {sys.argv[4]}: {s['failed']} failed ({why}){'; e.g. ' + ex if ex else ''}.")
+PY
+		fi
 		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$rate" "$path" "$a99" "$cpu" "$failed" "$own" >>"$OUT/runs.tsv"
 	done
 done
@@ -223,6 +233,9 @@ for rate in sorted({k[0] for k in rows}):
     own = f" live's own part of the TTFT at p99: {min(owns):.3f}-{max(owns):.3f} ms." if owns else ""
     print(f"At {rate} req/s: live's added TTFT p99 within nginx's in {within} of {len(both)} runs{note}; its CPU per request {span} nginx's.{twin}{own}")
 PY
+	if [ -s "$OUT/failures.md" ]; then
+		{ echo; echo "Failed requests, by reason (the bench tool's failed_by):"; cat "$OUT/failures.md"; } >>"$OUT/results.md"
+	fi
 fi
 
 if [ "${COSTS:-1}" != 0 ]; then

@@ -101,6 +101,17 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 			Last                                    string
 			FirstSeq, ResumedFirstSeq, OutputTokens int
 		} `json:"backgroundStream"`
+		// n = 2, whole and through the SDK's stream helper.
+		ChatN, ChatNStream struct {
+			Choices []struct {
+				Index, Words int
+				Finish       string
+			}
+			Distinct bool
+			Usage    struct {
+				CompletionTokens int `json:"completion_tokens"`
+			}
+		}
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -118,6 +129,20 @@ func TestOpenAINodeSDKThroughGateway(t *testing.T) {
 		res.BackgroundStream.ResumedFirstSeq != res.BackgroundStream.FirstSeq+1 || res.BackgroundStream.Last != "response.completed" || res.BackgroundStream.OutputTokens != 200 {
 		t.Fatalf("the Responses API through the gateway: %s", out)
 	}
+	for _, c := range [][]byte{mustJSON(t, res.ChatN), mustJSON(t, res.ChatNStream)} {
+		if !bytes.Equal(c, []byte(`{"Choices":[{"Index":0,"Words":4,"Finish":"length"},{"Index":1,"Words":4,"Finish":"length"}],"Distinct":true,"Usage":{"completion_tokens":8}}`)) {
+			t.Fatalf("n = 2 through the gateway: %s", c)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // The decision log gets sampled decisions as JSON lines, without prompts.

@@ -79,6 +79,8 @@ func TestOpenAINodeSDK(t *testing.T) {
 			Message string `json:"message"`
 		} `json:"error"`
 		RequestID struct{ Header, ID string } `json:"requestId"`
+		// n = 2, whole and through the SDK's stream helper.
+		ChatN, ChatNStream sdkChoices
 		sdkResponses
 	}
 	if err := json.Unmarshal(outb, &out); err != nil {
@@ -104,6 +106,38 @@ func TestOpenAINodeSDK(t *testing.T) {
 	if bad := out.check(); bad != "" {
 		t.Errorf("the Responses API: %s", bad)
 	}
+	for _, c := range []sdkChoices{out.ChatN, out.ChatNStream} {
+		if bad := c.check(4); bad != "" {
+			t.Errorf("n = 2: %s", bad)
+		}
+	}
+}
+
+// sdkChoices is what openai_sdk.cjs reports of a chat of n = 2 (live's
+// test keeps its own copy).
+type sdkChoices struct {
+	Choices []struct {
+		Index, Words int
+		Finish       string
+	}
+	Distinct bool
+	Usage    struct {
+		CompletionTokens int `json:"completion_tokens"`
+	}
+}
+
+// check says what is wrong with c, an answer of two choices of
+// maxTokens each ("" for nothing).
+func (c sdkChoices) check(maxTokens int) string {
+	if len(c.Choices) != 2 || !c.Distinct || c.Usage.CompletionTokens != 2*maxTokens {
+		return fmt.Sprintf("%+v", c)
+	}
+	for i, ch := range c.Choices {
+		if ch.Index != i || ch.Words != maxTokens || ch.Finish != "length" {
+			return fmt.Sprintf("choice %d of %+v", i, c)
+		}
+	}
+	return ""
 }
 
 // sdkResponses is what openai_sdk.cjs reports of the Responses API.

@@ -1,5 +1,5 @@
 // Drives inferrail engine with the official OpenAI Node SDK: models, chat and
-// completions, streaming and not, the Responses API (a stored response continued and
+// completions, streaming and not, chat with n = 2, the Responses API (a stored response continued and
 // retrieved, a background response cancelled and
 // a background stream resumed), embeddings, an error, and request ids. Prints one JSON
 // object for TestOpenAINodeSDK. Usage: BASE_URL=http://127.0.0.1:PORT node openai_sdk.cjs
@@ -47,6 +47,14 @@ async function main() {
     }
   }
   out.completionStream = ps;
+
+  // n = 2, whole and streamed (the SDK's stream helper gathers the
+  // chunks into choices by index).
+  const pick = (cs) => cs.map((c) => ({ index: c.index, words: (c.message.content || '').trim().split(/\s+/).length, finish: c.finish_reason }));
+  const two = await client.chat.completions.create({ model, messages, max_tokens: 4, n: 2 });
+  out.chatN = { choices: pick(two.choices), distinct: two.choices[0].message.content !== two.choices[1].message.content, usage: two.usage };
+  const twoStream = await client.chat.completions.stream({ model, messages, max_tokens: 4, n: 2, stream_options: { include_usage: true } }).finalChatCompletion();
+  out.chatNStream = { choices: pick(twoStream.choices), distinct: twoStream.choices[0].message.content !== twoStream.choices[1].message.content, usage: twoStream.usage };
 
   // The Responses API: the engine (or the gateway's replicas) keeps responses
   // (--responses-store), so one can be continued and read back.

@@ -176,3 +176,28 @@ func TestChoicesMaxNReloaded(t *testing.T) {
 		t.Fatalf("n 3 after max_n became 3: %d", got)
 	}
 }
+
+// promptCount never fails on any input, and on a valid JSON array of
+// strings or arrays it counts the elements as encoding/json does.
+func FuzzPromptCount(f *testing.F) {
+	for _, s := range []string{`"one"`, `["a","b"]`, `[[1,2],[3]]`, `[1,2]`, `[]`, `["a",`, `[{"a":1}]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		n := promptCount(raw)
+		if n < 1 {
+			t.Fatalf("%q: %d prompts", raw, n)
+		}
+		var list []json.RawMessage
+		if json.Unmarshal(raw, &list) != nil || len(list) == 0 {
+			return
+		}
+		first := strings.TrimSpace(string(list[0]))
+		if first[0] != '"' && first[0] != '[' {
+			return // token ids: one prompt
+		}
+		if n != len(list) {
+			t.Fatalf("%q: %d prompts, encoding/json %d", raw, n, len(list))
+		}
+	})
+}

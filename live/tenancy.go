@@ -34,9 +34,10 @@ import (
 //     it; without the header the request gets the key's).
 //   - reserve, once weigh has estimated the request (prompt tokens plus
 //     max_tokens, else the model's default_max_tokens, else the prompt
-//     alone; the output bound times n): the key is the request's tenant, and the limiter charges the
-//     key's bucket, the key x model bucket (models[].key_limits) and the
-//     global one, all or nothing; a refusal is 429 (503 for
+//     alone; the output bound once for each of its sequences): the key
+//     is the request's tenant, and the limiter charges the key's bucket,
+//     the key x model bucket (models[].key_limits) and the global one,
+//     all or nothing; a refusal is 429 (503 for
 //     limiter_unavailable) with Retry-After and the x-ratelimit-* headers,
 //     which an admitted request's answer carries too.
 //   - release, deferred beside the attempt's: the concurrency lease stops

@@ -103,9 +103,13 @@ type Config struct {
 	// once the open connections are within an eighth of max_connections:
 	// a flood from many addresses), is closed at accept,
 	// which costs a fraction of serving it: the queue drains and the
-	// addresses that hold few are served meanwhile. 0 never sheds (set it
-	// behind a load balancer or a NAT, where one address is every
-	// client). Linux only (the queue is read with TCP_INFO). Default 256.
+	// addresses that hold few are served meanwhile. 0 never sheds. Set it
+	// (256 is a good start) where clients connect directly; leave it 0
+	// behind a load balancer, an ingress or a NAT, where one address is
+	// every client: a legitimate load spike while the gateway is short of
+	// CPU fills the queue too, and its connections would be shed (a load
+	// generator's 1,456 of them in one bench-live run on a busy machine).
+	// Linux only (the queue is read with TCP_INFO). Default 0.
 	FloodConnectionsPerClient int `yaml:"flood_connections_per_client"`
 	// MaxConcurrentStreams caps the concurrent requests of one HTTP/2
 	// connection. Default 100.
@@ -825,7 +829,7 @@ func Default() Config {
 		DrainDelay:                5 * time.Second,
 		MaxConcurrentStreams:      100,
 		MaxBackgroundResponses:    256,
-		FloodConnectionsPerClient: 256,
+		FloodConnectionsPerClient: 0,
 		MaxInflightBodyBytes:      GiB,
 		ResponseBufferBytes:       MiB,
 		StreamUsage:               true,

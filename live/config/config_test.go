@@ -81,7 +81,7 @@ func TestDefaultValues(t *testing.T) {
 		{"drain_delay", d.DrainDelay, 5 * time.Second},
 		{"max_connections", d.MaxConnections, 0},
 		{"max_connections_per_client", d.MaxConnectionsPerClient, 0},
-		{"flood_connections_per_client", d.FloodConnectionsPerClient, 256},
+		{"flood_connections_per_client", d.FloodConnectionsPerClient, 0},
 		{"max_concurrent_streams", d.MaxConcurrentStreams, 100},
 		{"max_background_responses", d.MaxBackgroundResponses, 256},
 		{"max_inflight_body_bytes", d.MaxInflightBodyBytes, GiB},
@@ -158,7 +158,7 @@ idle_timeout: 6s
 drain_delay: 0s
 max_connections: 100
 max_connections_per_client: 10
-flood_connections_per_client: 0
+flood_connections_per_client: 16
 max_concurrent_streams: 7
 max_background_responses: 9
 max_inflight_body_bytes: 2KiB
@@ -252,7 +252,7 @@ models:
 		MaxBodyBytes: 1024, Seed: 7,
 		ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second, FirstByteTimeout: 4 * time.Second,
 		StreamIdleTimeout: 5 * time.Second, IdleTimeout: 6 * time.Second, DrainDelay: 0,
-		MaxConnections: 100, MaxConnectionsPerClient: 10, FloodConnectionsPerClient: 0, MaxConcurrentStreams: 7, MaxBackgroundResponses: 9, MaxInflightBodyBytes: 2 * KiB, ResponseBufferBytes: 64 * KiB,
+		MaxConnections: 100, MaxConnectionsPerClient: 10, FloodConnectionsPerClient: 16, MaxConcurrentStreams: 7, MaxBackgroundResponses: 9, MaxInflightBodyBytes: 2 * KiB, ResponseBufferBytes: 64 * KiB,
 		PredictedCachedHeader: true, ForwardClientAuth: true, Pprof: true, Procs: "fixed", Sysmon: "go", Log: Log{"json", "debug", 0.5},
 		Retry:       Retry{10, 0, time.Second},
 		Health:      Health{2 * time.Second, 2 * time.Second, "/ready", 5, 2 * time.Second, 2 * time.Second, 1, 9 * time.Second},

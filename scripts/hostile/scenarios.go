@@ -78,7 +78,7 @@ func renderReport(h *harness, rs []result, command string) string {
 	b.WriteString("\n## Setup\n\n")
 	b.WriteString("- Each scenario gets a fresh stack: three `inferrail engine` (default profile) as replicas a, b, c and `inferrail live` with a generated configuration (defaults but for what the scenario says), all on 127.0.0.1, all stopped after the scenario.\n")
 	fmt.Fprintf(&b, "- New configuration keys live accepts (`--check`): %s; refuses: %s.%s\n", list(h.keys.accepted), list(h.keys.refused), noteOf(h.keys.note))
-	b.WriteString("- Only the sigstop scenario sets one of them (`first_byte_timeout: 2s`); the others run on live's defaults. Beyond defaults: a decision log at sample 1 in sigstop (to see every try) and at 0.01 in request-id.\n")
+	b.WriteString("- Two set one of them: sigstop (`first_byte_timeout: 2s`) and the stalled-bodies scenarios (`flood_connections_per_client: 256`, off by default: it is for clients that connect directly, not through a load balancer); the others run on live's defaults. Beyond defaults: a decision log at sample 1 in sigstop (to see every try) and at 0.01 in request-id.\n")
 	fmt.Fprintf(&b, "- Attacking connections (slow-reader, stalled-bodies) come from %s; legitimate clients and probes from 127.0.0.1; everything listens on 127.0.0.1.\n", attackerIP)
 	var lim syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil {

@@ -145,7 +145,10 @@ func runStalledBodies(h *harness, addrs int) (result, error) {
 			lim.Max, stalledConns, workers, stalledConns/workers))
 	}
 
-	st, err := h.startStack("stalled-bodies", stackOpts{})
+	// Flood shedding is off by default (it would shed a load balancer's
+	// connections): an operator whose clients connect directly turns it
+	// on, as here.
+	st, err := h.startStack("stalled-bodies", stackOpts{optional: []optKey{{"flood_connections_per_client", "256"}}})
 	if err != nil {
 		return result{}, err
 	}

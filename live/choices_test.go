@@ -11,25 +11,24 @@ import (
 	"testing"
 
 	"github.com/inferrail/inferrail/engine/server"
+	"github.com/inferrail/inferrail/internal/openai"
 	"github.com/inferrail/inferrail/router/gateway"
 	"github.com/inferrail/inferrail/tenancy/limit"
 )
 
-// streamChoices reads a completions stream's text by choice index.
+// streamChoices reads a completions stream's text by choice index (vLLM
+// writes one choice per chunk).
 func streamChoices(t *testing.T, sse string) map[int]string {
 	t.Helper()
+	var r openai.Reader
+	evs, err := r.Feed([]byte(sse), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := map[int]string{}
-	for _, line := range strings.Split(sse, "\n") {
-		var ev struct {
-			Choices []struct {
-				Index int    `json:"index"`
-				Text  string `json:"text"`
-			} `json:"choices"`
-		}
-		if d, ok := strings.CutPrefix(line, "data: {"); ok && json.Unmarshal([]byte("{"+d), &ev) == nil {
-			for _, c := range ev.Choices {
-				out[c.Index] += c.Text
-			}
+	for _, ev := range evs {
+		if ev.Choices > 0 {
+			out[ev.Index] += string(ev.Text)
 		}
 	}
 	return out

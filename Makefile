@@ -55,13 +55,22 @@ db-deps:
 		{ $(SUDO) apt-get update -q >/dev/null && $(APT_INSTALL) postgresql >/dev/null; } || exit 1; \
 	else echo "db-deps: postgresql is missing and apt-get is unavailable: install Debian's postgresql package, or run go test -short"; exit 1; fi
 
-# The whole suite: vet, format check, tests (the router, fleet, engine (its
+# staticcheck, installed once into .cache/bin at a pinned version.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := .cache/bin/staticcheck-$(STATICCHECK_VERSION)
+$(STATICCHECK):
+	@mkdir -p .cache/bin
+	GOBIN=$(CURDIR)/.cache/tmp-bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv .cache/tmp-bin/staticcheck $@ && rmdir .cache/tmp-bin
+
+# The whole suite: format check, vet, staticcheck, tests (the router, fleet, engine (its
 # steps hand work to another goroutine in a simulation on two cores), engine
 # server and bench also under the race detector). No benchmarks, no timing
 # assertions.
-test: node-deps prometheus-deps redis-deps db-deps
+test: node-deps prometheus-deps redis-deps db-deps $(STATICCHECK)
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race -short ./router/... ./fleet/... ./engine ./engine/server/... ./engine/kvevents/... ./bench/... ./live/... ./internal/h1
 
@@ -92,9 +101,10 @@ fidelity: build
 leaderboard: build
 	scripts/leaderboard.sh
 
-lint:
+lint: $(STATICCHECK)
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 clean:
 	rm -rf bin

@@ -18,7 +18,7 @@ import (
 
 // probeFake runs Probe against a fake engine with cfg's profile, set up by
 // tweak, on synctest's clock.
-func probeFake(t *testing.T, tweak func(*fakeServer)) (*ProbeResult, error, engine.Config) {
+func probeFake(t *testing.T, tweak func(*fakeServer)) (*ProbeResult, engine.Config, error) {
 	t.Helper()
 	var res *ProbeResult
 	var err error
@@ -34,7 +34,7 @@ func probeFake(t *testing.T, tweak func(*fakeServer)) (*ProbeResult, error, engi
 		defer stop()
 		res, err = Probe(context.Background(), ProbeConfig{BaseURL: url, Client: client, Budget: time.Hour, MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, Repeats: 1, Seed: 1})
 	})
-	return res, err, cfg
+	return res, cfg, err
 }
 
 // llm-d-inference-sim ends each stream with a chunk that carries only the
@@ -42,7 +42,7 @@ func probeFake(t *testing.T, tweak func(*fakeServer)) (*ProbeResult, error, engi
 // decode probe out over it (and then refuse the engine, blaming a slow
 // client), but fit the profile as for any engine.
 func TestProbeFinishOnlyChunk(t *testing.T) {
-	res, err, cfg := probeFake(t, func(f *fakeServer) { f.finishOnly = true })
+	res, cfg, err := probeFake(t, func(f *fakeServer) { f.finishOnly = true })
 	if err != nil {
 		t.Fatalf("probe refused an engine whose streams end with a finish-only chunk: %v", err)
 	}
@@ -63,20 +63,20 @@ func TestProbeFinishOnlyChunk(t *testing.T) {
 func TestProbeNamesTheCause(t *testing.T) {
 	// Two tokens a chunk (vLLM's --stream-interval 2): every decode probe is
 	// left out, so decode_seq_us cannot be fitted; the error must say why.
-	_, err, _ := probeFake(t, func(f *fakeServer) { f.perChunk = 2 })
+	_, _, err := probeFake(t, func(f *fakeServer) { f.perChunk = 2 })
 	t.Logf("two tokens a chunk: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "decode probes were left out: a stream carried") ||
 		!strings.Contains(err.Error(), "several tokens in a chunk") {
 		t.Errorf("chunks of two tokens: error %v, want the dropped decode probes and why", err)
 	}
 	// vLLM's error event mid-stream.
-	_, err, _ = probeFake(t, func(f *fakeServer) { f.failAfter = 1 })
+	_, _, err = probeFake(t, func(f *fakeServer) { f.failAfter = 1 })
 	t.Logf("error event: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "InternalServerError (500): Internal server error") {
 		t.Errorf("error event: %v, want the server's error", err)
 	}
 	// No usage at all.
-	_, err, _ = probeFake(t, func(f *fakeServer) { f.noUsage = true })
+	_, _, err = probeFake(t, func(f *fakeServer) { f.noUsage = true })
 	t.Logf("no usage: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "no usage, then [DONE]") {
 		t.Errorf("no usage: %v, want what the stream held", err)
@@ -86,7 +86,7 @@ func TestProbeNamesTheCause(t *testing.T) {
 // The profile calibrate writes keeps every fitted term, the TTFT overhead
 // too, and reads back as the same engine configuration.
 func TestProfileKeepsEveryFittedTerm(t *testing.T) {
-	res, err, _ := probeFake(t, func(f *fakeServer) { f.overhead = 700 * time.Microsecond })
+	res, _, err := probeFake(t, func(f *fakeServer) { f.overhead = 700 * time.Microsecond })
 	if err != nil {
 		t.Fatal(err)
 	}

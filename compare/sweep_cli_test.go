@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -18,13 +17,13 @@ func TestXargsExampleMatchesCompare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the inferrail binary")
 	}
-	for _, tool := range []string{"sh", "seq", "xargs"} {
+	for _, tool := range []string{"go", "sh", "seq", "xargs"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not found: %v", tool, err)
 		}
 	}
 	bin := filepath.Join(t.TempDir(), "inferrail")
-	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../cmd/inferrail").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/inferrail").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	script, err := filepath.Abs(filepath.Join("..", "examples", "sweep", "xargs.sh"))

@@ -207,7 +207,7 @@ func selectors(expr string) ([]selector, error) {
 		}
 		s := selector{name: vs.Name}
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName {
+			if m.Name == model.MetricNameLabel {
 				if m.Type != labels.MatchEqual {
 					bad = errors.Join(bad, fmt.Errorf("selector %s picks metrics by a pattern: name them", vs))
 				}

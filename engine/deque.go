@@ -35,8 +35,6 @@ func (d *deque) pushFront(s *seq) {
 	d.size++
 }
 
-func (d *deque) front() *seq { return d.buf[d.head] }
-
 func (d *deque) popFront() *seq {
 	s := d.buf[d.head]
 	d.buf[d.head] = nil

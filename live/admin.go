@@ -238,13 +238,12 @@ func limitField(raw json.RawMessage, field string, hi int64) (int64, *adminError
 
 // keyFields is what a key's create or update body may hold, parsed.
 type keyFields struct {
-	name                *string
-	priority            *int
-	rpm, tpm, conc      *int64
-	models              *[]string
-	expires             *time.Time // zero: never
-	disabled            *bool
-	nameSet, modelsNull bool
+	name           *string
+	priority       *int
+	rpm, tpm, conc *int64
+	models         *[]string
+	expires        *time.Time // zero: never
+	disabled       *bool
 }
 
 var keyFieldNames = []string{"name", "priority", "rpm", "tpm", "max_concurrency", "models", "expires_at", "disabled"}

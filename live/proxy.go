@@ -127,7 +127,6 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	if in.ids != nil {
 		ar.promptTokens = len(in.ids)
 	}
-	body = in.body
 	if e := s.reserve(ctx, w, g, in); e != nil {
 		ar.status, ar.outcome = e.status, e.outcome
 		s.answerError(w, e)

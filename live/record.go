@@ -89,11 +89,10 @@ type trafficRecorder struct {
 	done     chan struct{}
 
 	// The writer goroutine's own.
-	held      rowHeap
-	file      *recFile
-	seq       int
-	failedAt  time.Time // the last failure to start a file
-	startedOK bool
+	held     rowHeap
+	file     *recFile
+	seq      int
+	failedAt time.Time // the last failure to start a file
 }
 
 // pendingArrival is a sampled request in flight.

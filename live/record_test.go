@@ -421,7 +421,7 @@ func TestRecordSampling(t *testing.T) {
 	n := 0
 	for i := range 20000 {
 		id := "boot-" + strconv.Itoa(i)
-		if r.sampled(id) != r.sampled(id) {
+		if first, again := r.sampled(id), r.sampled(id); first != again {
 			t.Fatal("not deterministic")
 		}
 		if r.sampled(id) {
@@ -464,7 +464,7 @@ func TestRecordHashIDs(t *testing.T) {
 			t.Fatal("two salts share an id")
 		}
 	}
-	if k1.identity('t', "x") == k1.identity('u', "x") || k1.identity('t', "x") == k2.identity('t', "x") || k1.identity('t', "x") != k1.identity('t', "x") {
+	if id := k1.identity('t', "x"); id == k1.identity('u', "x") || id == k2.identity('t', "x") || id != k1.identity('t', "x") {
 		t.Fatal("identities are not keyed by domain and salt")
 	}
 	if k1.fingerprint == k2.fingerprint || len(k1.fingerprint) != 16 || strings.Contains(testSalt, k1.fingerprint) {

@@ -576,7 +576,7 @@ func TestReloadWatchesTheFile(t *testing.T) {
 			f := newFileConfig(t, up)
 			dir := t.TempDir()
 			path := filepath.Join(dir, "live.yaml")
-			swap := func(text string) {}
+			var swap func(text string)
 			switch how {
 			case "write in place":
 				os.WriteFile(path, []byte(f.yaml()), 0o644)

@@ -372,7 +372,3 @@ func (s *Server) passStored(w http.ResponseWriter, resp *http.Response, rep *rep
 		}
 	}
 }
-
-// responsePath reports whether path is a stored response's
-// (/v1/responses/{id} or below it).
-func responsePath(path string) bool { return strings.HasPrefix(path, "/v1/responses/") }

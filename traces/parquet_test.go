@@ -334,9 +334,6 @@ func TestParquetWriterRefuses(t *testing.T) {
 	}
 }
 
-// pqGenReader generates n records on the fly, without holding them.
-type pqGenReader struct{ i, n int }
-
 const pqGenIDs = 32
 
 func pqGenRecord(i int) Record {
@@ -348,14 +345,6 @@ func pqGenRecord(i int) Record {
 		ID: uint64(i), Arrival: time.Duration(i) * time.Millisecond, Session: uint64(i / 4), Turn: i % 4,
 		Model: "m", InputTokens: 16*pqGenIDs - i%16, OutputTokens: i % 1000, BlockSize: 16, HashIDs: ids,
 	}
-}
-
-func (g *pqGenReader) Next() (Record, error) {
-	if g.i >= g.n {
-		return Record{}, io.EOF
-	}
-	g.i++
-	return pqGenRecord(g.i - 1), nil
 }
 
 func pqLiveHeap() uint64 {

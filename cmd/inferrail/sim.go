@@ -28,9 +28,6 @@ import (
 const (
 	// maxRequests is the workload's bound of a run.
 	maxRequests = workload.MaxRequests
-	// minScrapeInterval bounds how often the router scrapes each engine:
-	// below it the simulation does little but scrape.
-	minScrapeInterval = time.Millisecond
 	// minSpeedup and maxSpeedup bound a trace replay's speedup: below, a
 	// day of trace lasts years of virtual time; above, a day of arrivals
 	// falls within a tenth of a second.

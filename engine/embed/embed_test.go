@@ -186,9 +186,7 @@ func TestInvariances(t *testing.T) {
 		words := rapid.SliceOfN(word, 1, 12).Draw(t, "words")
 		seps := []string{" ", ", ", "  ", "? ", "; ", " - "}
 		var a, b []string
-		for _, w := range words {
-			a = append(a, w)
-		}
+		a = append(a, words...)
 		perm := rapid.Permutation(words).Draw(t, "perm")
 		for i, w := range perm {
 			if rapid.Bool().Draw(t, "upper") {

@@ -656,7 +656,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, g *generation, k
 				_, cached, _, _ := a.progress()
 				u := s.usage(a.promptLen, completion, cached)
 				event(usageChunk{ID: id, Object: object, Created: created, Model: g.model, Choices: []struct{}{},
-					Usage: streamUsage{PromptTokens: u.PromptTokens, TotalTokens: u.TotalTokens, CompletionTokens: u.CompletionTokens, PromptTokensDetails: u.PromptTokensDetails}})
+					Usage: streamUsage(u)})
 			}
 			buf = append(buf, "data: [DONE]\n\n"...)
 		}

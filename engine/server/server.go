@@ -31,12 +31,11 @@ var (
 // Server is a mock vLLM server. Create it with New, start its engine with
 // Run, and serve Handler.
 type Server struct {
-	cfg   Config
-	tok   *simtok.Tokenizer
-	cmds  chan command
-	met   *metrics
-	salt  kvblock.Hash
-	start time.Time
+	cfg  Config
+	tok  *simtok.Tokenizer
+	cmds chan command
+	met  *metrics
+	salt kvblock.Hash
 
 	// held are a producer's finished prefills waiting for their remote
 	// read; xfer is a consumer's client of producers' side channels

@@ -33,10 +33,6 @@ func predict(t *testing.T, cfg engine.Config, model string, arrs []arrival) [][]
 	times := make([][]time.Duration, len(arrs))
 	add := func(i int) {
 		a := arrs[i]
-		tokens := append([]uint32(nil), a.prompt...)
-		for range a.out {
-			tokens = append(tokens, 0) // content does not matter to timing unless shared
-		}
 		// Hash only the prompt: generated blocks are unique per request here.
 		hashes := kvblock.AppendHashes(nil, salt, a.prompt, cfg.BlockSize)
 		if err := e.Add(a.at, engine.Request{ID: engine.RequestID(i + 1), PromptTokens: len(a.prompt), OutputTokens: a.out, MaxTokens: a.out, BlockHashes: hashes}); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"testing"
 )
 
@@ -84,7 +83,7 @@ func BenchmarkReader(b *testing.B) {
 					a.Add(evs...)
 				}
 				if !a.Done || a.Usage.CompletionTokens != 198 {
-					b.Fatal(fmt.Sprintf("%+v", a))
+					b.Fatalf("%+v", a)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
@@ -132,6 +131,9 @@ func BenchmarkUnmarshalBaseline(b *testing.B) {
 					text = append(text, *ch.Delta.Content...)
 				}
 			}
+		}
+		if len(text) == 0 {
+			b.Fatal("no text decoded")
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*200), "ns/event")

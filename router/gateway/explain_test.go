@@ -381,7 +381,7 @@ func TestSampled(t *testing.T) {
 		if Sampled(id, 0.1) {
 			n++
 		}
-		if Sampled(id, 0.1) != Sampled(id, 0.1) || Sampled(id, 0) || !Sampled(id, 1) {
+		if first, again := Sampled(id, 0.1), Sampled(id, 0.1); first != again || Sampled(id, 0) || !Sampled(id, 1) {
 			t.Fatal("not deterministic or not bounded")
 		}
 	}

@@ -117,7 +117,7 @@ func TestQueueCompaction(t *testing.T) {
 	}
 	// Compaction runs once the dead outnumber the live by 64.
 	bound := func() int { return 2*c.Queued() + 65 }
-	items, flows, ring := queueSize(c)
+	items, _, _ := queueSize(c)
 	if c.Queued() != 100 || items > bound() {
 		t.Fatalf("%d queued, %d tickets kept", c.Queued(), items)
 	}
@@ -128,7 +128,7 @@ func TestQueueCompaction(t *testing.T) {
 		submit(t, c, time.Second, q, Queued)
 	}
 	c.Advance(2 * time.Second)
-	items, flows, ring = queueSize(c)
+	items, flows, ring := queueSize(c)
 	if c.Queued() != 100 || items > bound() || flows > 50 || ring > 50 {
 		t.Fatalf("%d queued, %d tickets kept in %d flows (%d in the ring)", c.Queued(), items, flows, ring)
 	}

@@ -563,7 +563,7 @@ func contentPart(p jinja.Value) (kind, text string, err error) {
 			}
 			return modality(k), "", nil
 		}
-		return "", "", errors.New(".type: missing; use \"text\", \"image_url\", \"input_audio\" ...")
+		return "", "", errors.New(".type: missing; use \"text\", \"image_url\", \"input_audio\" or another part type")
 	}
 	if !typ.IsString() {
 		return "", "", fmt.Errorf(".type: must be a string, got %s", kindName(typ))

@@ -1,7 +1,5 @@
 package server
 
-import "net/http"
-
 // Parallel sampling (n > 1), as vLLM V1 serves it: the request fans out into
 // n child requests with the same prompt, each its own sequence in the engine
 // (so the engine runs and counts n; their prompt blocks hash alike, though
@@ -45,29 +43,6 @@ func (s *Server) newChoices(g *generation, a *active) []*active {
 		kids[i] = s.newChoice(g, i, a.notify)
 	}
 	return kids
-}
-
-// addChoices hands every child to the engine's loop in one command (n = 1:
-// add), so that they start in the same step, all or none; false when the
-// engine refused one of them (the loop has dropped the others), answered on
-// w as add answers.
-func (s *Server) addChoices(w http.ResponseWriter, kids []*active) bool {
-	if len(kids) == 1 {
-		return s.add(w, kids[0])
-	}
-	reply := make(chan error, 1)
-	err := errShuttingDown
-	if s.send(command{kind: cmdAdd, reqs: kids, reply: reply}) {
-		select {
-		case err = <-reply:
-		case <-s.done:
-		}
-	}
-	if err != nil {
-		writeAddError(w, err)
-		return false
-	}
-	return true
 }
 
 // abortChoices aborts every child still in the engine (the loop ignores

@@ -476,7 +476,7 @@ func TestChoicesRollback(t *testing.T) {
 		kids := ts.newChoices(g, ts.newActive(g))
 		kids[2].id = kids[0].id // the engine refuses a duplicate id
 		w := httptest.NewRecorder()
-		if ts.addChoices(w, kids) || w.Code != 500 || !strings.Contains(w.Body.String(), "duplicate") {
+		if ts.add(w, kids...) || w.Code != 500 || !strings.Contains(w.Body.String(), "duplicate") {
 			t.Fatalf("added, or answered %d %s", w.Code, w.Body)
 		}
 		synctest.Wait()

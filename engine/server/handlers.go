@@ -390,9 +390,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 	a := s.newActive(g)
 	// kids are the request's choices, a first; with n > 1 they share a's
 	// notify channel (choices.go).
-	var one [1]*active
-	kids := one[:]
-	kids[0] = a
+	kids := []*active{a}
 	if g.n > 1 {
 		kids = s.newChoices(g, a)
 	}
@@ -429,7 +427,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 			// recompute: the request prefills here, as any other.
 		}
 	}
-	if !s.addChoices(w, kids) {
+	if !s.add(w, kids...) {
 		return
 	}
 	created := time.Now().Unix()
@@ -466,12 +464,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, g *generation) {
 	}
 }
 
-// add hands a to the engine's loop; false when the engine refused it,
-// answered on w (400 for a request too large or too long for it, 503 while
-// it shuts down, 500 else).
-func (s *Server) add(w http.ResponseWriter, a *active) bool {
+// add hands a request to the engine's loop: one, or an n > 1 request's
+// children (choices.go) in one command, so that they start in the same
+// step, all or none. It returns false when the engine refused it (the loop
+// has dropped every child), answered on w (400 for a request too large or
+// too long for it, 503 while it shuts down, 500 else).
+func (s *Server) add(w http.ResponseWriter, kids ...*active) bool {
 	reply := make(chan error, 1)
-	if !s.send(command{kind: cmdAdd, req: a, reply: reply}) {
+	c := command{kind: cmdAdd, reply: reply}
+	if len(kids) == 1 {
+		c.req = kids[0]
+	} else {
+		c.reqs = kids
+	}
+	if !s.send(c) {
 		writeAddError(w, errShuttingDown)
 		return false
 	}

@@ -904,7 +904,7 @@ func (c *Core) outTokens(e *entry) int {
 // its prompt tokens: every block of prompt and output but the cached ones
 // (tokenflow: no cache credit).
 func (c *Core) weight(e *entry, cached int) int {
-	total := (e.req.PromptTokens+c.outTokens(e)+c.bs-1)/c.bs + (seqs(e.req)-1)*c.seqTail(e)
+	total := c.fullBlocks(e) + c.tailBlocks(e)
 	if c.cfg.Admission == AdmitTokenFlow {
 		cached = 0
 	}

@@ -275,7 +275,7 @@ func (s *Server) prefillTry(ctx context.Context, r *http.Request, in *inbound, p
 	}
 	var failure string
 	defer func() { endUpstream(t, failure) }()
-	t.resp, t.reused, t.err = s.forward(pctx, pre, r, pbody, reqID)
+	t.resp, t.reused, t.err = s.forward(pctx, pre, r, plainBody(pbody), reqID)
 	if t.err != nil {
 		timedOut := pctx.Err() != nil && ctx.Err() == nil
 		t.timedOut = timedOut

@@ -184,10 +184,11 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			}
 			remote = ar.pd == "remote"
 		}
+		up := plainBody(body)
 		if in.askedUsage {
-			body = withStreamUsage(body)
+			up = withStreamUsage(body)
 		}
-		t = s.attempt(ctx, in, body, remote, a.rep, r, reqID)
+		t = s.attempt(ctx, in, up, remote, a.rep, r, reqID)
 		t.nth = n
 		if t.err == nil && !retryable(t.resp.StatusCode) {
 			break

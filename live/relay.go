@@ -1,7 +1,6 @@
 package live
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -106,7 +105,7 @@ func (t *try) close() {
 // body is what goes to rep: the client's, or a P/D decode's (pd.go);
 // remote says it is the decode of a remote prefill, whose non-streamed
 // answer is read whole to drop any kv_transfer_params the engine echoed.
-func (s *Server) attempt(ctx context.Context, in *inbound, body []byte, remote bool, rep *replica, r *http.Request, reqID string) *try {
+func (s *Server) attempt(ctx context.Context, in *inbound, body upBody, remote bool, rep *replica, r *http.Request, reqID string) *try {
 	t := &try{rep: rep}
 	if s.tr != nil {
 		ctx, t.span = s.tr.upstream(ctx, in, rep)
@@ -285,7 +284,7 @@ func (u *upstreamHeaders) header() http.Header {
 // a pooled one. The transport is called directly: a proxy follows no
 // redirects, and http.Client's per-request header copies and timers cost
 // more than the rest of forward.
-func (s *Server) forward(ctx context.Context, rep *replica, r *http.Request, body []byte, reqID string) (*http.Response, bool, error) {
+func (s *Server) forward(ctx context.Context, rep *replica, r *http.Request, body upBody, reqID string) (*http.Response, bool, error) {
 	u := *rep.base
 	u.Path += r.URL.Path
 	u.RawQuery = r.URL.RawQuery
@@ -303,8 +302,8 @@ func (s *Server) forward(ctx context.Context, rep *replica, r *http.Request, bod
 	tr.ct.GotConn = tr.got
 	out := &http.Request{
 		Method: http.MethodPost, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: hdr.header(), Body: io.NopCloser(bytes.NewReader(body)),
-		ContentLength: int64(len(body)), Host: u.Host,
+		Header: hdr.header(), Body: io.NopCloser(body.reader()),
+		ContentLength: int64(body.len()), Host: u.Host,
 	}
 	out = out.WithContext(httptrace.WithClientTrace(ctx, &tr.ct))
 	resp, err := s.upstream.Transport.RoundTrip(out)

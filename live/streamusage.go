@@ -2,6 +2,8 @@ package live
 
 import (
 	"bytes"
+	"io"
+	"net"
 
 	"github.com/inferrail/inferrail/internal/openai"
 )
@@ -24,17 +26,51 @@ func (s *Server) asksUsage(in *inbound) bool {
 	return s.cfg.StreamUsage && in.f.Stream && !in.f.StreamOptions && !in.op.prefillOnly() && in.op != opResponses // a Responses stream always ends with its usage
 }
 
+// upBody is a request body as it goes to an engine: head, then ins, then
+// tail, written in place (one writev) rather than copied into one slice.
+type upBody struct{ head, ins, tail []byte }
+
+// plainBody is b as it is.
+func plainBody(b []byte) upBody { return upBody{head: b} }
+
+// len is the body's length in bytes.
+func (u upBody) len() int { return len(u.head) + len(u.ins) + len(u.tail) }
+
+// appendTo appends the body's non-empty parts to bufs.
+func (u upBody) appendTo(bufs net.Buffers) net.Buffers {
+	for _, p := range [...][]byte{u.head, u.ins, u.tail} {
+		if len(p) > 0 {
+			bufs = append(bufs, p)
+		}
+	}
+	return bufs
+}
+
+// reader reads the body from its start.
+func (u upBody) reader() io.Reader {
+	if len(u.ins) == 0 && len(u.tail) == 0 {
+		return bytes.NewReader(u.head)
+	}
+	return io.MultiReader(bytes.NewReader(u.head), bytes.NewReader(u.ins), bytes.NewReader(u.tail))
+}
+
+// bytes is the body in one slice (a copy when it is in parts).
+func (u upBody) bytes() []byte {
+	if len(u.ins) == 0 && len(u.tail) == 0 {
+		return u.head
+	}
+	return append(append(append(make([]byte, 0, u.len()), u.head...), u.ins...), u.tail...)
+}
+
 // withStreamUsage returns body, a JSON object with at least one key,
-// with stream_options.include_usage set as its last key.
-func withStreamUsage(body []byte) []byte {
+// with stream_options.include_usage set as its last key (body is not
+// copied: the addition goes between its parts).
+func withStreamUsage(body []byte) upBody {
 	i := bytes.LastIndexByte(body, '}')
 	if i < 0 {
-		return body
+		return plainBody(body)
 	}
-	out := make([]byte, 0, len(body)+len(streamUsageField))
-	out = append(out, body[:i]...)
-	out = append(out, streamUsageField...)
-	return append(out, body[i:]...)
+	return upBody{head: body[:i], ins: streamUsageField, tail: body[i:]}
 }
 
 // maxHeldEvent bounds the start of an event held for its end (a usage

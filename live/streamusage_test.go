@@ -363,3 +363,33 @@ func TestStreamUsageSlowClient(t *testing.T) {
 		t.Fatalf("a late client got %d text events, usage %v, [DONE] last %v:\n%s", text, strings.Contains(got, `"usage"`), strings.HasSuffix(got, "data: [DONE]\n\n"), got)
 	}
 }
+
+// The body a stream's usage is asked in goes out in parts, uncopied: its
+// parts, its reader and its length all say the same JSON, the client's
+// keys first and stream_options last.
+func TestWithStreamUsageParts(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		prompt := rapid.StringMatching(`[a-z }{"]{0,40}`).Draw(t, "prompt")
+		in, _ := json.Marshal(map[string]any{"model": "m", "prompt": prompt, "stream": true})
+		up := withStreamUsage(in)
+		whole := up.bytes()
+		read, err := io.ReadAll(up.reader())
+		if err != nil || !bytes.Equal(read, whole) || up.len() != len(whole) {
+			t.Fatalf("reader %q (%v), len %d, bytes %q", read, err, up.len(), whole)
+		}
+		var iov [][]byte
+		if got := bytes.Join(up.appendTo(iov), nil); !bytes.Equal(got, whole) {
+			t.Fatalf("parts %q, bytes %q", got, whole)
+		}
+		var out map[string]any
+		if err := json.Unmarshal(whole, &out); err != nil {
+			t.Fatalf("%q: %v", whole, err)
+		}
+		if out["prompt"] != prompt || !bytes.HasSuffix(whole, []byte(`,"stream_options":{"include_usage":true}}`)) {
+			t.Fatalf("%q", whole)
+		}
+		if !bytes.Equal(in, plainBody(in).bytes()) {
+			t.Fatal("a plain body changed")
+		}
+	})
+}

@@ -38,6 +38,10 @@ type h1Conn struct {
 	c      net.Conn
 	br     *bufio.Reader
 	idleAt time.Time
+	// iov and bufs hold a request's head and body parts for its one
+	// writev (kept here, they cost no allocation a request).
+	iov  [4][]byte
+	bufs net.Buffers
 }
 
 func newH1Client(maxIdle int, idleTimeout time.Duration) *h1Client {
@@ -115,7 +119,7 @@ var longAgo = time.Unix(1, 0)
 // do sends a POST of body to u with hdr's lines and returns the response, whose
 // body must be read to its end or closed. reused reports a pooled
 // connection. ctx bounds the whole exchange, the body's reads included.
-func (h *h1Client) do(ctx context.Context, u *url.URL, hdr headerLines, body []byte) (resp *http.Response, reused bool, err error) {
+func (h *h1Client) do(ctx context.Context, u *url.URL, hdr headerLines, body upBody) (resp *http.Response, reused bool, err error) {
 	addr := u.Host
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "80")
@@ -136,9 +140,10 @@ func (h *h1Client) do(ctx context.Context, u *url.URL, hdr headerLines, body []b
 		return nil, reused, err
 	}
 	bp := bufPool.Get().(*[]byte)
-	head := appendRequestHead((*bp)[:0], u, hdr, len(body))
-	bufs := net.Buffers{head, body}
-	_, err = bufs.WriteTo(pc.c)
+	head := appendRequestHead((*bp)[:0], u, hdr, body.len())
+	pc.bufs = body.appendTo(append(net.Buffers(pc.iov[:0]), head))
+	_, err = pc.bufs.WriteTo(pc.c)
+	pc.iov = [4][]byte{} // the body is the request's, not the connection's
 	*bp = head[:cap(head)]
 	bufPool.Put(bp)
 	if err != nil {

@@ -66,7 +66,7 @@ func TestH1Client(t *testing.T) {
 	get := func(ctx context.Context, path string) (*http.Response, bool, error) {
 		u := *base
 		u.Path, u.RawQuery, _ = strings.Cut(path, "?")
-		return h.do(ctx, &u, plainHeader{"X-In": {"v"}}, []byte("hello"))
+		return h.do(ctx, &u, plainHeader{"X-In": {"v"}}, plainBody([]byte("hello")))
 	}
 	read := func(path string) (string, bool) {
 		resp, reused, err := get(context.Background(), path)

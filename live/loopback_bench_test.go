@@ -171,4 +171,3 @@ func BenchmarkServeLoopback(b *testing.B) {
 		one(i)
 	}
 }
-

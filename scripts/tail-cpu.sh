@@ -44,19 +44,25 @@ env GODEBUG=schedtrace=2147483647 GOMAXPROCS=1 "$TMP/baseline-proxy" -raw -liste
 RAW=$!
 env GODEBUG=schedtrace=2147483647 GOMAXPROCS=1 "$TMP/baseline-proxy" -raw -burn "$BURN" -listen 127.0.0.1:19089 "${ENGINES[@]}" 2>"$TMP/burn.log" &
 BURNED=$!
-PIDS+=($RAW $BURNED)
+# The same CPU spent after the answer is written: off the path to the
+# first byte.
+env GODEBUG=schedtrace=2147483647 GOMAXPROCS=1 "$TMP/baseline-proxy" -raw -burn "$BURN" -burn-before 0 -listen 127.0.0.1:19086 "${ENGINES[@]}" 2>"$TMP/after.log" &
+AFTER=$!
+PIDS+=($RAW $BURNED $AFTER)
 sleep 2
 
 declare -A URL=([direct]=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 	[live]=http://127.0.0.1:19080 [nginx]=http://127.0.0.1:19081
-	[go-raw]=http://127.0.0.1:19088 [go-raw+burn]=http://127.0.0.1:19089)
-PATHS=(direct live nginx go-raw go-raw+burn)
+	[go-raw]=http://127.0.0.1:19088 [go-raw+burn]=http://127.0.0.1:19089
+	[go-raw+after]=http://127.0.0.1:19086)
+PATHS=(${PATHS:-direct live nginx go-raw go-raw+burn go-raw+after})
 pids() {
 	case $1 in
 	live) echo "$LIVE" ;;
 	nginx) nginx_pids 19081 ;;
 	go-raw) echo "$RAW" ;;
 	go-raw+burn) echo "$BURNED" ;;
+	go-raw+after) echo "$AFTER" ;;
 	esac
 }
 for p in "${PATHS[@]}"; do # warm up: connections, tokenizer, index

@@ -49,6 +49,7 @@ func run(args []string) error {
 	listen := fs.String("listen", "127.0.0.1:19087", "address to serve on")
 	raw := fs.Bool("raw", false, "serve with a loop of its own on each connection instead of net/http")
 	burn := fs.Duration("burn", 0, "with -raw: CPU time to spend on each request besides relaying it (such as 35us)")
+	before := fs.Float64("burn-before", 2.0/3, "with -burn: the share of it spent before forwarding (the rest after the answer is written)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,11 +71,14 @@ func run(args []string) error {
 	if *burn < 0 || *burn > time.Second {
 		return fmt.Errorf("-burn %v: want 0 to 1s", *burn)
 	}
+	if *before < 0 || *before > 1 {
+		return fmt.Errorf("-burn-before %v: want 0 to 1", *before)
+	}
 	if *burn > 0 && !*raw {
 		return errors.New("-burn needs -raw")
 	}
 	if *raw {
-		return serveRaw(*listen, hosts, *burn)
+		return serveRaw(*listen, hosts, *burn, *before)
 	}
 	p := &proxy{ups: ups, tr: &http.Transport{
 		MaxIdleConns: 4096, MaxIdleConnsPerHost: 512, IdleConnTimeout: 90 * time.Second,

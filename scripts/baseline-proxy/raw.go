@@ -58,7 +58,7 @@ type burner struct {
 	sink          uint64
 }
 
-func newBurner(d time.Duration) *burner {
+func newBurner(d time.Duration, before float64) *burner {
 	if d <= 0 {
 		return &burner{}
 	}
@@ -75,9 +75,11 @@ func newBurner(d time.Duration) *burner {
 		}
 	}
 	loops := int(best * float64(d.Microseconds()))
-	// As live: most of its own work (parse, tokenize, route) before the
-	// request goes upstream, the rest (settle, index) after the answer.
-	b.before, b.after = loops*2/3, loops-loops*2/3
+	// By default as live: most of its own work (parse, tokenize, route)
+	// before the request goes upstream, the rest (settle, index) after the
+	// answer.
+	b.before = int(float64(loops) * before)
+	b.after = loops - b.before
 	return b
 }
 
@@ -89,7 +91,7 @@ func (b *burner) spin(n int) {
 	b.sink = x
 }
 
-func serveRaw(listen string, hosts []string, burn time.Duration) error {
+func serveRaw(listen string, hosts []string, burn time.Duration, before float64) error {
 	var pools []*pool
 	for _, h := range hosts {
 		pools = append(pools, &pool{addr: h, idle: make(chan *upConn, 512)})
@@ -99,7 +101,7 @@ func serveRaw(listen string, hosts []string, burn time.Duration) error {
 		return err
 	}
 	var next atomic.Uint64
-	b := newBurner(burn)
+	b := newBurner(burn, before)
 	for {
 		c, err := ln.Accept()
 		if err != nil {

@@ -24,7 +24,10 @@
 # to first byte (inferrail_proxy_overhead_seconds, p50 / p99 between
 # snapshots of its /metrics). Each path is warmed for two seconds at
 # the rate before it is measured. Engines use the smallest profile costs, so
-# latency is almost all network and proxy. Results: $OUT/results.md.
+# latency is almost all network and proxy; STEP_MS=1 gives their steps 1 ms
+# each, so that each token is an event of its own as a real engine streams
+# it, and ANSWER_TOKENS=64 sets the answers' length (16 by default; see
+# live-lib.sh). Results: $OUT/results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/bench-live}
@@ -153,7 +156,7 @@ DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 {
 	echo "# Gateway overhead ($(date -u +%Y-%m-%d), $(nproc) cores, $(git describe --always --dirty))"
 	echo
-	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and 16-token answers, 3 near-zero-cost engines); overhead = through the proxy minus direct."
+	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and $ANSWER_TOKENS-token answers, 3 engines of near-zero cost but a step of $STEP_MS ms); overhead = through the proxy minus direct."
 	echo
 	echo "| run | rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request | live's own part p50 / p99 |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -13,16 +13,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# STEP_MS is the engines' fixed cost of a step in ms (default 0.001: a
+# whole short answer comes in one event); STEP_MS=1 streams each token as
+# its own event, as a real engine does. ANSWER_TOKENS is BENCH_WL's answer
+# length (default 16).
+STEP_MS=${STEP_MS:-0.001}
+ANSWER_TOKENS=${ANSWER_TOKENS:-16}
+if ! [[ $STEP_MS =~ ^[0-9]+(\.[0-9]+)?$ ]] || ! [[ $ANSWER_TOKENS =~ ^[1-9][0-9]*$ ]]; then
+	echo "STEP_MS: want milliseconds such as 0.001 or 1 (got '$STEP_MS'); ANSWER_TOKENS: want a positive whole number (got '$ANSWER_TOKENS')" >&2
+	exit 2
+fi
+
 # start_zero_engines PORT... [-- ENGINE FLAGS...]: an inferrail engine on each
-# port with step and token costs of nanoseconds, so latency is almost all
-# network and proxy.
+# port with step (STEP_MS) and token costs of nanoseconds, so latency is
+# almost all network and proxy.
 start_zero_engines() {
 	local ports=() p
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do ports+=("$1"); shift; done
 	[ "${1:-}" = -- ] && shift
 	cat >"$TMP/zero.yaml" <<YAML
 name: near-zero
-latency: {step_fixed_ms: 0.001, prefill_token_us: 0.001, prefill_pair_ns: 0, decode_seq_us: 0, decode_ctx_token_ns: 0}
+latency: {step_fixed_ms: $STEP_MS, prefill_token_us: 0.001, prefill_pair_ns: 0, decode_seq_us: 0, decode_ctx_token_ns: 0}
 YAML
 	for p in "${ports[@]}"; do
 		$BIN engine --port "$p" --profile "$TMP/zero.yaml" "$@" 2>"$TMP/engine-$p.log" &
@@ -128,6 +139,7 @@ cpu_ticks() {
 }
 
 # BENCH_WL: bench-live's workload: short prompts (about 256 tokens) and
-# 16-token answers, so that what is measured is the path, not the engines.
+# ANSWER_TOKENS-token answers (16 by default), so that what is measured is
+# the path, not the engines.
 BENCH_WL=(--workload w6 --set w6.input_median_tokens=256 --set w6.input_sigma=0.3
-	--set output.median=16 --set output.sigma=0 --set output.min=16 --set output.max_tokens=16)
+	--set output.median="$ANSWER_TOKENS" --set output.sigma=0 --set output.min="$ANSWER_TOKENS" --set output.max_tokens="$ANSWER_TOKENS")

@@ -6,12 +6,17 @@
 # approximate index), through nginx, through go-raw (scripts/baseline-proxy
 # -raw: the least a Go proxy does) and through go-raw spending BURN of CPU
 # time on each request besides (-burn; set BURN to live's CPU per request
-# minus go-raw's, as this table measures them). When go-raw with the burn
-# has live's tail, live's tail is its CPU, and only a cheaper request path
-# shortens it; when it has go-raw's, live waits on something else.
+# minus go-raw's, as this table measures them; two thirds of it before
+# forwarding, the rest after the answer is written, as live spends its own),
+# and through go-raw+after, the same burn all after the answer is written
+# (off the path to the first byte). When go-raw with the burn has live's
+# tail, live's tail is its CPU, and only a cheaper request path shortens
+# it; when it has go-raw's, live waits on something else. go-raw+after
+# against go-raw+burn tells whether moving work past the answer would help.
 #
 #   scripts/tail-cpu.sh                      # RATE=3000 ROUNDS=3 BURN=35us
 #   RATE=1000 BURN=50us make tail-cpu
+#   PATHS="nginx go-raw+burn go-raw+after" make tail-cpu   # some paths only
 #
 # Results: $OUT/results.md (runs/tail-cpu).
 set -euo pipefail
@@ -55,6 +60,7 @@ declare -A URL=([direct]=http://127.0.0.1:19001,http://127.0.0.1:19002,http://12
 	[live]=http://127.0.0.1:19080 [nginx]=http://127.0.0.1:19081
 	[go-raw]=http://127.0.0.1:19088 [go-raw+burn]=http://127.0.0.1:19089
 	[go-raw+after]=http://127.0.0.1:19086)
+# shellcheck disable=SC2206 # PATHS: names separated by spaces
 PATHS=(${PATHS:-direct live nginx go-raw go-raw+burn go-raw+after})
 pids() {
 	case $1 in
@@ -65,6 +71,12 @@ pids() {
 	go-raw+after) echo "$AFTER" ;;
 	esac
 }
+for p in "${PATHS[@]}"; do
+	if [ -z "${URL[$p]:-}" ]; then
+		echo "PATHS: unknown path '$p' (want some of: ${!URL[*]})" >&2
+		exit 2
+	fi
+done
 for p in "${PATHS[@]}"; do # warm up: connections, tokenizer, index
 	$BIN bench --base-url "${URL[$p]}" "${BENCH_WL[@]}" --rate "$RATE" --requests 3000 --timeout 30s >/dev/null 2>&1
 done

@@ -76,8 +76,10 @@ func cannedTCPEngine(ln net.Listener, answer []byte) {
 }
 
 // BenchmarkServeLoopback is one streamed completion (a ~256-token
-// prompt, 16 tokens back) through a serving proxy over loopback, as
-// bench-live sends them: the client listener's connection loop, edge
+// prompt as bench-live sends, 16 tokens back, each its own event as a real
+// engine streams them, where bench-live's engines send a short answer in
+// one) through a serving proxy over loopback: the client listener's
+// connection loop, edge
 // tokenization, the core's decision with the approximate index, the
 // pooled engine connection and the relay, against three engines that
 // answer at once from one canned write. It counts what the whole path

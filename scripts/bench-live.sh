@@ -156,7 +156,7 @@ DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 {
 	echo "# Gateway overhead ($(date -u +%Y-%m-%d), $(nproc) cores, $(git describe --always --dirty))"
 	echo
-	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and $ANSWER_TOKENS-token answers, 3 engines of near-zero cost but a step of $STEP_MS ms); overhead = through the proxy minus direct."
+	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and $ANSWER_TOKENS-token answers, 3 engines of near-zero cost, steps of $STEP_MS ms); overhead = through the proxy minus direct."
 	echo
 	echo "| run | rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request | live's own part p50 / p99 |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"

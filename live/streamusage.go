@@ -54,14 +54,6 @@ func (u upBody) reader() io.Reader {
 	return io.MultiReader(bytes.NewReader(u.head), bytes.NewReader(u.ins), bytes.NewReader(u.tail))
 }
 
-// bytes is the body in one slice (a copy when it is in parts).
-func (u upBody) bytes() []byte {
-	if len(u.ins) == 0 && len(u.tail) == 0 {
-		return u.head
-	}
-	return append(append(append(make([]byte, 0, u.len()), u.head...), u.ins...), u.tail...)
-}
-
 // withStreamUsage returns body, a JSON object with at least one key,
 // with stream_options.include_usage set as its last key (body is not
 // copied: the addition goes between its parts).

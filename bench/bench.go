@@ -76,7 +76,18 @@ type Config struct {
 	// microseconds but took a core from the server under test when both
 	// share a machine.
 	PreciseWindow time.Duration
+	// ReadToEnd reads a stream past data: [DONE] to the response's end (at
+	// most drainLimit more bytes, within Timeout) before closing it, so the
+	// connection is kept for the next request, as clients that read a
+	// stream to its end do. By default a response is closed once [DONE]
+	// arrives, as the OpenAI SDKs do: a server that sends the chunked
+	// encoding's end in a later write then loses the connection, and the
+	// next request opens another.
+	ReadToEnd bool
 }
+
+// drainLimit bounds what ReadToEnd reads after data: [DONE].
+const drainLimit = 64 << 10
 
 // Output is what a run measured.
 type Output struct {
@@ -600,6 +611,11 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 	text, last, reason := r.readStream(resp.Body, scheduled, &rec, &res)
 	if res.err == "" {
 		res.err = reason
+	}
+	if r.cfg.ReadToEnd && reason == "" {
+		// The answer is whole; what follows [DONE] is only the response's
+		// end, and a failure to read it fails nothing.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
 	}
 	if res.err == "" {
 		rec.Outcome = results.OutcomeOK

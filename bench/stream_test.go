@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -148,5 +149,50 @@ func TestReportJSON(t *testing.T) {
 	var empty Output
 	if b, _ := json.Marshal(empty.Report()); !strings.Contains(string(b), `"errors":{}`) {
 		t.Errorf("no errors encode as %s, want {}", b)
+	}
+}
+
+// A server that ends its chunked response in a write after data: [DONE]
+// (nginx relaying a stream does): closed at [DONE], the response takes its
+// connection with it, and every request dials again; with ReadToEnd the
+// response is read to its end and the connection serves the next request.
+func TestReadToEndKeepsConnection(t *testing.T) {
+	h := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte(`data: {"id":"c","object":"text_completion","choices":[{"index":0,"finish_reason":"length","text":"Today"}]}` + "\n\n"))
+		w.Write([]byte("data: [DONE]\n\n"))
+		w.(http.Flusher).Flush()
+		time.Sleep(5 * time.Millisecond) // the chunked end comes later
+	}
+	for _, readToEnd := range []bool{false, true} {
+		var dials atomic.Int64
+		synctest.Test(t, func(t *testing.T) {
+			client, stop := serve(t, http.HandlerFunc(h))
+			defer stop()
+			tr := client.Transport.(*http.Transport)
+			dial := tr.DialContext
+			tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				dials.Add(1)
+				return dial(ctx, network, addr)
+			}
+			// Requests 1 s apart: each starts after the last has ended.
+			src, err := workload.New(w1(t, 20, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, PreciseWindow: -1, ReadToEnd: readToEnd})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Summary.Completed != 20 {
+				t.Fatalf("read to end %v: %d completed, errors %v", readToEnd, out.Summary.Completed, out.Errors)
+			}
+		})
+		switch n := dials.Load(); {
+		case readToEnd && n > 2:
+			t.Errorf("read to end: %d dials for 20 requests one after another, want the connection kept", n)
+		case !readToEnd && n < 15:
+			t.Errorf("closed at [DONE]: %d dials for 20 requests, want about one each (else this test shows nothing)", n)
+		}
 	}
 }

@@ -24,6 +24,14 @@ if ! [[ $STEP_MS =~ ^[0-9]+(\.[0-9]+)?$ ]] || ! [[ $ANSWER_TOKENS =~ ^[1-9][0-9]
 	exit 2
 fi
 
+# READ_TO_END=1 has bench read each stream past data: [DONE] to the
+# response's end (bench --read-to-end), so that every path keeps its client
+# connections; by default bench closes a response at [DONE], as the OpenAI
+# SDKs do, and a proxy that ends the response in a later write (nginx) then
+# takes a new connection for most requests.
+READ_TO_END=${READ_TO_END:-0}
+case $READ_TO_END in 0 | 1) ;; *) echo "READ_TO_END: want 0 or 1, got '$READ_TO_END'" >&2; exit 2 ;; esac
+
 # start_zero_engines PORT... [-- ENGINE FLAGS...]: an inferrail engine on each
 # port with step (STEP_MS) and token costs of nanoseconds, so latency is
 # almost all network and proxy.
@@ -143,3 +151,4 @@ cpu_ticks() {
 # the path, not the engines.
 BENCH_WL=(--workload w6 --set w6.input_median_tokens=256 --set w6.input_sigma=0.3
 	--set output.median="$ANSWER_TOKENS" --set output.sigma=0 --set output.min="$ANSWER_TOKENS" --set output.max_tokens="$ANSWER_TOKENS")
+if [ "$READ_TO_END" = 1 ]; then BENCH_WL+=(--read-to-end); fi

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/inferrail/inferrail/internal/pipenet"
 	"hash/fnv"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -43,9 +44,15 @@ type fakeServer struct {
 	// stream_options.include_usage).
 	noUsage bool
 	maxLen  int
-	salt    kvblock.Hash
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// holdAfterDone keeps each stream open this long after data: [DONE]
+	// before its end, or until the client goes (0: ends at once, in a write
+	// of its own, as vLLM's server does).
+	holdAfterDone time.Duration
+	// dials counts the connections clients made to the server.
+	dials  atomic.Int64
+	salt   kvblock.Hash
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 type fakeReq struct {
@@ -201,6 +208,12 @@ func (f *fakeServer) handler() http.Handler {
 		}
 		fmt.Fprint(w, "data: [DONE]\n\n")
 		fl.Flush()
+		if f.holdAfterDone > 0 {
+			select {
+			case <-time.After(f.holdAfterDone):
+			case <-r.Context().Done(): // the client gave up on the stream's end
+			}
+		}
 	})
 	return mux
 }
@@ -212,8 +225,14 @@ func startFake(f *fakeServer) (url string, client *http.Client, stop func()) {
 	srv := httptest.NewUnstartedServer(f.handler())
 	srv.Listener = l
 	srv.Start()
-	tr := &http.Transport{DialContext: l.Dial}
-	return srv.URL, &http.Client{Transport: tr}, func() {
+	// Probe's own client, dialling the in-memory listener.
+	client = probeClient(0)
+	tr := client.Transport.(*http.Transport)
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		f.dials.Add(1)
+		return l.Dial(ctx, network, addr)
+	}
+	return srv.URL, client, func() {
 		tr.CloseIdleConnections()
 		srv.Close()
 		f.close()

@@ -51,7 +51,10 @@ type ProbeConfig struct {
 	Seed uint64
 	// APIKey, when set, is sent as a bearer token.
 	APIKey string
-	// Client is the HTTP client; nil means a plain one.
+	// Client is the HTTP client; nil means one that keeps a connection
+	// for every concurrent probe request (MaxBatch of them, at least 32),
+	// so that no probe's time to first token includes a connection's
+	// set-up.
 	Client *http.Client
 	// IdleWait bounds how long to wait for the engine to go idle before a
 	// probe (read from /metrics); 0 means 10 s.
@@ -149,7 +152,8 @@ func Probe(ctx context.Context, cfg ProbeConfig) (*ProbeResult, error) {
 	defer cancel()
 	p := &prober{cfg: cfg, client: cfg.Client, rng: seed.Rand(cfg.Seed, "calibrate/probe"), noted: map[string]bool{}}
 	if p.client == nil {
-		p.client = &http.Client{}
+		p.client = probeClient(cfg.MaxBatch)
+		defer p.client.CloseIdleConnections()
 	}
 	p.res = &ProbeResult{BaseURL: cfg.BaseURL}
 	res := p.res
@@ -519,11 +523,18 @@ func (p *prober) streamAt(ctx context.Context, prompt string, maxTokens int, t0 
 		"stream": true, "stream_options": map[string]any{"include_usage": true}, "ignore_eos": true,
 	}
 	c := &completion{start: ms(time.Since(t0)), cachedTokens: -1}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	resp, err := p.request(ctx, http.MethodPost, "/v1/completions", body)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	defer func() {
+		if c.done {
+			keepConn(resp.Body, cancel)
+		}
+	}()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return nil, fmt.Errorf("/v1/completions answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
@@ -565,6 +576,35 @@ func (p *prober) streamAt(ctx context.Context, prompt string, maxTokens int, t0 
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// probeClient is Probe's HTTP client when the caller gives none: Go's
+// default transport keeping up to maxBatch (at least 32) idle connections to
+// the engine, one for every request of the widest decode probe, where the
+// default keeps 2 and each batch would set up the rest again.
+func probeClient(maxBatch int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = max(maxBatch, 32)
+	return &http.Client{Transport: tr}
+}
+
+// endWait bounds how long keepConn waits for a stream's end after
+// data: [DONE].
+const endWait = 50 * time.Millisecond
+
+// keepConn reads a stream on from data: [DONE] to the response's end, for
+// at most endWait and 64 KiB, so that the engine's connection serves the
+// next probe. vLLM's server sends the chunked encoding's end in a write of
+// its own after [DONE]: closed before it, the response would take the
+// connection with it, and the next probe's time to first token would
+// include a new connection's set-up, which a gateway keeping its
+// connections (inferrail live) never pays. cancel ends the request, and
+// with it a read that outlasts endWait (an engine that keeps the stream
+// open after [DONE]).
+func keepConn(body io.Reader, cancel context.CancelFunc) {
+	t := time.AfterFunc(endWait, cancel)
+	defer t.Stop()
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+}
 
 // single runs one cold (cached == 0) or cached-prefix request of about
 // prompt new tokens.

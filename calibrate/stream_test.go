@@ -166,3 +166,38 @@ func TestCacheInfoUnreadable(t *testing.T) {
 		}
 	})
 }
+
+// vLLM's server ends a stream in a write of its own after data: [DONE]. A
+// probe that closed its response at [DONE] would lose the connection, and
+// every probe's time to first token would include a new connection's
+// set-up (a gateway keeping its connections never pays it): calibrate
+// reads on to the response's end, and a probe run keeps its connections.
+func TestProbeKeepsConnections(t *testing.T) {
+	var fs *fakeServer
+	if _, _, err := probeFake(t, func(f *fakeServer) { fs = f }); err != nil {
+		t.Fatal(err)
+	}
+	dials, requests := fs.dials.Load(), int64(fs.nextID.Load())
+	if requests < 20 {
+		t.Fatalf("%d requests: too few for this test to show anything", requests)
+	}
+	if dials*4 > requests {
+		t.Errorf("%d connections for %d streamed requests: probes are not keeping their connections", dials, requests)
+	}
+}
+
+// An engine that keeps a stream open after data: [DONE] delays each probe
+// endWait at most (an hour each would take the probe's whole budget), and
+// the timings are those of the streams themselves.
+func TestProbeStreamHeldOpenAfterDone(t *testing.T) {
+	res, cfg, err := probeFake(t, func(f *fakeServer) { f.holdAfterDone = time.Hour })
+	if err != nil {
+		t.Fatalf("probe failed against an engine that holds streams open after [DONE]: %v", err)
+	}
+	want := coefs(cfg.Latency)
+	for i, c := range res.Fit.Coefficients[:5] {
+		if rel := math.Abs(c.Value-want[i]) / want[i]; rel > 0.05 {
+			t.Errorf("%s = %.4g, want %.4g", c.Name, c.Value, want[i])
+		}
+	}
+}

@@ -27,8 +27,9 @@
 # latency is almost all network and proxy; STEP_MS=1 gives their steps 1 ms
 # each, so that each token is an event of its own as a real engine streams
 # it, and ANSWER_TOKENS=64 sets the answers' length (16 by default; see
-# live-lib.sh); READ_TO_END=1 has the client read each stream to the
-# response's end, so that nginx too keeps its client connections. Results: $OUT/results.md.
+# live-lib.sh); the client reads each stream to the response's end, so that
+# every path keeps its connections, and READ_TO_END=0 closes it at [DONE], as
+# the OpenAI SDKs do (live-lib.sh). Results: $OUT/results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/bench-live}
@@ -157,7 +158,7 @@ DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 {
 	echo "# Gateway overhead ($(date -u +%Y-%m-%d), $(nproc) cores, $(git describe --always --dirty))"
 	echo
-	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and $ANSWER_TOKENS-token answers, 3 engines of near-zero cost, steps of $STEP_MS ms); overhead = through the proxy minus direct. $([ "$READ_TO_END" = 1 ] && echo "The client reads each stream to the response's end (READ_TO_END=1), so every path keeps its connections." || echo "The client closes each stream at data: [DONE], as the OpenAI SDKs do (READ_TO_END=1 reads on to the response's end).")"
+	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and $ANSWER_TOKENS-token answers, 3 engines of near-zero cost, steps of $STEP_MS ms); overhead = through the proxy minus direct. $([ "$READ_TO_END" = 1 ] && echo "The client reads each stream to the response's end, so every path keeps its connections." || echo "The client closes each stream at data: [DONE], as the OpenAI SDKs do (READ_TO_END=0): the engines and nginx end a stream in a later write, so direct and nginx take a new connection for most requests, live does not.")"
 	echo
 	echo "| run | rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request | live's own part p50 / p99 |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -24,12 +24,15 @@ if ! [[ $STEP_MS =~ ^[0-9]+(\.[0-9]+)?$ ]] || ! [[ $ANSWER_TOKENS =~ ^[1-9][0-9]
 	exit 2
 fi
 
-# READ_TO_END=1 has bench read each stream past data: [DONE] to the
-# response's end (bench --read-to-end), so that every path keeps its client
-# connections; by default bench closes a response at [DONE], as the OpenAI
-# SDKs do, and a proxy that ends the response in a later write (nginx) then
-# takes a new connection for most requests.
-READ_TO_END=${READ_TO_END:-0}
+# READ_TO_END=1 (the default) has bench read each stream past data: [DONE]
+# to the response's end (bench --read-to-end), so that every path keeps its
+# client connections. READ_TO_END=0 closes a response at [DONE], as the
+# OpenAI SDKs do: a server that ends the response in a later write (the
+# engines themselves, as vLLM's server does, and nginx) then takes a new
+# connection for most requests, and live, which sends [DONE] with the end,
+# does not, so its added TTFT over direct leaves out a connection's set-up
+# that nginx's includes.
+READ_TO_END=${READ_TO_END:-1}
 case $READ_TO_END in 0 | 1) ;; *) echo "READ_TO_END: want 0 or 1, got '$READ_TO_END'" >&2; exit 2 ;; esac
 
 # start_zero_engines PORT... [-- ENGINE FLAGS...]: an inferrail engine on each

@@ -76,18 +76,15 @@ type Config struct {
 	// microseconds but took a core from the server under test when both
 	// share a machine.
 	PreciseWindow time.Duration
-	// ReadToEnd reads a stream past data: [DONE] to the response's end (at
-	// most drainLimit more bytes, within Timeout) before closing it, so the
-	// connection is kept for the next request, as clients that read a
-	// stream to its end do. By default a response is closed once [DONE]
-	// arrives, as the OpenAI SDKs do: a server that sends the chunked
-	// encoding's end in a later write then loses the connection, and the
-	// next request opens another.
+	// ReadToEnd reads a stream past data: [DONE] to the response's end
+	// (openai.ReadEnd: 64 KiB and openai.DoneGrace at most) before closing
+	// it, so the connection is kept for the next request, as clients that
+	// read a stream to its end do. By default a response is closed once
+	// [DONE] arrives, as the OpenAI SDKs do: a server that sends the
+	// chunked encoding's end in a later write then loses the connection,
+	// and the next request opens another.
 	ReadToEnd bool
 }
-
-// drainLimit bounds what ReadToEnd reads after data: [DONE].
-const drainLimit = 64 << 10
 
 // Output is what a run measured.
 type Output struct {
@@ -615,7 +612,7 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 	if r.cfg.ReadToEnd && reason == "" {
 		// The answer is whole; what follows [DONE] is only the response's
 		// end, and a failure to read it fails nothing.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
+		openai.ReadEnd(resp.Body, cancel)
 	}
 	if res.err == "" {
 		rec.Outcome = results.OutcomeOK

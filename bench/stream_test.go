@@ -196,3 +196,46 @@ func TestReadToEndKeepsConnection(t *testing.T) {
 		}
 	}
 }
+
+// With ReadToEnd, a server that keeps a stream open after data: [DONE]
+// costs each request openai.DoneGrace at most: the requests complete, their
+// times are the stream's own, and the run ends without waiting for the
+// server.
+func TestReadToEndStreamHeldOpen(t *testing.T) {
+	h := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		time.Sleep(10 * time.Millisecond)
+		w.Write([]byte(`data: {"id":"c","object":"text_completion","choices":[{"index":0,"finish_reason":"length","text":"Today"}]}` + "\n\n"))
+		w.Write([]byte("data: [DONE]\n\n"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-time.After(time.Hour):
+		case <-r.Context().Done():
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		client, stop := serve(t, http.HandlerFunc(h))
+		defer stop()
+		src, err := workload.New(w1(t, 5, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, PreciseWindow: -1, ReadToEnd: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Summary.Completed != 5 {
+			t.Fatalf("%d completed, errors %v", out.Summary.Completed, out.Errors)
+		}
+		for _, r := range out.Records {
+			if r.FirstToken-r.Arrival != 10*time.Millisecond || r.End-r.Arrival != 10*time.Millisecond {
+				t.Errorf("record %+v: want its first and last token 10 ms after arrival", r)
+			}
+		}
+		// Five requests a second apart; the last one's end waits DoneGrace.
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("the run took %v: it waited for the held streams", took)
+		}
+	})
+}

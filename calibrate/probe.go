@@ -532,7 +532,12 @@ func (p *prober) streamAt(ctx context.Context, prompt string, maxTokens int, t0 
 	defer resp.Body.Close()
 	defer func() {
 		if c.done {
-			keepConn(resp.Body, cancel)
+			// vLLM's server ends the response in a write of its own after
+			// [DONE]: read on to it, so that the connection serves the next
+			// probe and no probe's time to first token includes a new
+			// connection's set-up (a gateway keeping its connections,
+			// inferrail live, never pays it).
+			openai.ReadEnd(resp.Body, cancel)
 		}
 	}()
 	if resp.StatusCode != http.StatusOK {
@@ -585,25 +590,6 @@ func probeClient(maxBatch int) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = max(maxBatch, 32)
 	return &http.Client{Transport: tr}
-}
-
-// endWait bounds how long keepConn waits for a stream's end after
-// data: [DONE].
-const endWait = 50 * time.Millisecond
-
-// keepConn reads a stream on from data: [DONE] to the response's end, for
-// at most endWait and 64 KiB, so that the engine's connection serves the
-// next probe. vLLM's server sends the chunked encoding's end in a write of
-// its own after [DONE]: closed before it, the response would take the
-// connection with it, and the next probe's time to first token would
-// include a new connection's set-up, which a gateway keeping its
-// connections (inferrail live) never pays. cancel ends the request, and
-// with it a read that outlasts endWait (an engine that keeps the stream
-// open after [DONE]).
-func keepConn(body io.Reader, cancel context.CancelFunc) {
-	t := time.AfterFunc(endWait, cancel)
-	defer t.Stop()
-	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
 }
 
 // single runs one cold (cached == 0) or cached-prefix request of about

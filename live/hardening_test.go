@@ -637,7 +637,7 @@ func TestStreamIdleTimeout(t *testing.T) {
 }
 
 // An engine that keeps a stream open after its data: [DONE] delays the
-// client's [DONE] by doneGrace at most, and the request is a success.
+// client's [DONE] by openai.DoneGrace at most, and the request is a success.
 func TestEngineOpenAfterDone(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })

@@ -514,7 +514,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 			if held {
 				// data: [DONE] is here: only the response's end follows.
 				// Held unflushed, it goes out with that end in one write
-				// (the next read waits doneGrace at most for it).
+				// (the next read waits openai.DoneGrace at most for it).
 				rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 				_, werr = w.Write(pending)
 				rc.SetWriteDeadline(time.Time{})
@@ -533,7 +533,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 			break
 		}
 		if ans != nil && ans.done {
-			idleTimer.Reset(min(doneGrace, s.cfg.StreamIdleTimeout))
+			idleTimer.Reset(min(openai.DoneGrace, s.cfg.StreamIdleTimeout))
 		} else {
 			idleTimer.Reset(s.cfg.StreamIdleTimeout)
 		}
@@ -574,11 +574,6 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	}
 	panic(http.ErrAbortHandler)
 }
-
-// doneGrace is how long the relay waits for a response's end after its
-// data: [DONE] (an engine closes at once); past it the stream counts as
-// whole and ends.
-const doneGrace = 50 * time.Millisecond
 
 // slowWrite is how long a write to the client may block before the
 // engine's side of the stream is handed to a goroutine of its own.

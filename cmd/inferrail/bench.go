@@ -95,7 +95,7 @@ $INFERRAIL_API_KEY, else none.`,
 	fl.StringArrayVar(&f.headers, "header", nil, "extra header sent with every request, as 'Name: value' (repeatable; not Content-Type, Content-Length, Host or Transfer-Encoding; an Authorization header replaces $INFERRAIL_API_KEY and is refused beside --api-key or --api-key-file)")
 	fl.StringVar(&f.endpoint, "endpoint", "completions", "API: completions (prompt text) or chat (one user message)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up on a request after this long")
-	fl.BoolVar(&f.readEnd, "read-to-end", false, "after data: [DONE], read each stream to the response's end (64 KiB at most) so its connection is kept, as clients that read streams to the end do (default: close at [DONE], as the OpenAI SDKs do)")
+	fl.BoolVar(&f.readEnd, "read-to-end", false, "after data: [DONE], read each stream to the response's end (64 KiB and 50 ms at most) so its connection is kept, as clients that read streams to the end do (default: close at [DONE], as the OpenAI SDKs do)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload; the same seed sends the same requests at the same times")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object on stdout (progress stays on stderr)")
 	fl.StringVar(&f.out, "out", "", "directory to write summary.json and requests.parquet into")

@@ -24,5 +24,8 @@
 // allocations for text and usage.
 //
 // writer.go writes what vLLM writes when a stream fails after its start
-// (AppendErrorEvent), and ErrorBody is OpenAI's error body.
+// (AppendErrorEvent), and ErrorBody is OpenAI's error body. end.go reads a
+// stream's end after its [DONE] within DoneGrace (ReadEnd), so that a
+// client keeps its connection to an engine that ends the response in a
+// write of its own, as vLLM's server does.
 package openai

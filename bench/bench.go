@@ -76,14 +76,16 @@ type Config struct {
 	// microseconds but took a core from the server under test when both
 	// share a machine.
 	PreciseWindow time.Duration
-	// ReadToEnd reads a stream past data: [DONE] to the response's end
-	// (openai.ReadEnd: 64 KiB and openai.DoneGrace at most) before closing
-	// it, so the connection is kept for the next request, as clients that
-	// read a stream to its end do. By default a response is closed once
-	// [DONE] arrives, as the OpenAI SDKs do: a server that sends the
-	// chunked encoding's end in a later write then loses the connection,
-	// and the next request opens another.
-	ReadToEnd bool
+	// CloseAtDone closes a stream's response as soon as data: [DONE]
+	// arrives, as the OpenAI SDKs do: a server that sends the chunked
+	// encoding's end in a later write (vLLM's, nginx relaying a stream)
+	// then loses the connection, and the next request opens another. By
+	// default a response is read past [DONE] to its end (openai.ReadEnd:
+	// 64 KiB and openai.DoneGrace at most), so the connection is kept, as
+	// clients that read a stream to its end do (vLLM's benchmark client
+	// among them), and no request's time to first token includes a
+	// connection's set-up that the simulator does not model.
+	CloseAtDone bool
 }
 
 // Output is what a run measured.
@@ -609,7 +611,7 @@ func (r *runner) send(ctx context.Context, p *pending) result {
 	if res.err == "" {
 		res.err = reason
 	}
-	if r.cfg.ReadToEnd && reason == "" {
+	if !r.cfg.CloseAtDone && reason == "" {
 		// The answer is whole; what follows [DONE] is only the response's
 		// end, and a failure to read it fails nothing.
 		openai.ReadEnd(resp.Body, cancel)

@@ -153,9 +153,10 @@ func TestReportJSON(t *testing.T) {
 }
 
 // A server that ends its chunked response in a write after data: [DONE]
-// (nginx relaying a stream does): closed at [DONE], the response takes its
-// connection with it, and every request dials again; with ReadToEnd the
-// response is read to its end and the connection serves the next request.
+// (vLLM's does, and nginx relaying a stream): with CloseAtDone the
+// response takes its connection with it, and every request dials again; by
+// default the response is read to its end and the connection serves the
+// next request.
 func TestReadToEndKeepsConnection(t *testing.T) {
 	h := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -180,7 +181,7 @@ func TestReadToEndKeepsConnection(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, PreciseWindow: -1, ReadToEnd: readToEnd})
+			out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, PreciseWindow: -1, CloseAtDone: !readToEnd})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +198,7 @@ func TestReadToEndKeepsConnection(t *testing.T) {
 	}
 }
 
-// With ReadToEnd, a server that keeps a stream open after data: [DONE]
+// Reading to the end, a server that keeps a stream open after data: [DONE]
 // costs each request openai.DoneGrace at most: the requests complete, their
 // times are the stream's own, and the run ends without waiting for the
 // server.
@@ -221,7 +222,7 @@ func TestReadToEndStreamHeldOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, PreciseWindow: -1, ReadToEnd: true})
+		out, err := Run(context.Background(), Config{BaseURL: "http://x", Source: src, Client: client, PreciseWindow: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

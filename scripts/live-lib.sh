@@ -25,9 +25,9 @@ if ! [[ $STEP_MS =~ ^[0-9]+(\.[0-9]+)?$ ]] || ! [[ $ANSWER_TOKENS =~ ^[1-9][0-9]
 fi
 
 # READ_TO_END=1 (the default) has bench read each stream past data: [DONE]
-# to the response's end (bench --read-to-end), so that every path keeps its
+# to the response's end (bench's default), so that every path keeps its
 # client connections. READ_TO_END=0 closes a response at [DONE], as the
-# OpenAI SDKs do: a server that ends the response in a later write (the
+# OpenAI SDKs do (bench --close-at-done): a server that ends the response in a later write (the
 # engines themselves, as vLLM's server does, and nginx) then takes a new
 # connection for most requests, and live, which sends [DONE] with the end,
 # does not, so its added TTFT over direct leaves out a connection's set-up
@@ -154,4 +154,4 @@ cpu_ticks() {
 # the path, not the engines.
 BENCH_WL=(--workload w6 --set w6.input_median_tokens=256 --set w6.input_sigma=0.3
 	--set output.median="$ANSWER_TOKENS" --set output.sigma=0 --set output.min="$ANSWER_TOKENS" --set output.max_tokens="$ANSWER_TOKENS")
-if [ "$READ_TO_END" = 1 ]; then BENCH_WL+=(--read-to-end); fi
+if [ "$READ_TO_END" = 0 ]; then BENCH_WL+=(--close-at-done); fi

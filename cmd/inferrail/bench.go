@@ -25,14 +25,14 @@ import (
 
 type benchFlags struct {
 	simFlags
-	baseURL  string
-	model    string
-	apiKey   string
-	keyFile  string
-	headers  []string
-	endpoint string
-	timeout  time.Duration
-	readEnd  bool
+	baseURL     string
+	model       string
+	apiKey      string
+	keyFile     string
+	headers     []string
+	endpoint    string
+	timeout     time.Duration
+	closeAtDone bool
 
 	// Resolved by config: the key to send and the extra headers.
 	key    string
@@ -95,7 +95,7 @@ $INFERRAIL_API_KEY, else none.`,
 	fl.StringArrayVar(&f.headers, "header", nil, "extra header sent with every request, as 'Name: value' (repeatable; not Content-Type, Content-Length, Host or Transfer-Encoding; an Authorization header replaces $INFERRAIL_API_KEY and is refused beside --api-key or --api-key-file)")
 	fl.StringVar(&f.endpoint, "endpoint", "completions", "API: completions (prompt text) or chat (one user message)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up on a request after this long")
-	fl.BoolVar(&f.readEnd, "read-to-end", false, "after data: [DONE], read each stream to the response's end (64 KiB and 50 ms at most) so its connection is kept, as clients that read streams to the end do (default: close at [DONE], as the OpenAI SDKs do)")
+	fl.BoolVar(&f.closeAtDone, "close-at-done", false, "close each stream's response as soon as data: [DONE] arrives, as the OpenAI SDKs do, so that a server ending the response in a later write (vLLM's) loses the connection (default: read on to the response's end, 64 KiB and 50 ms at most, keeping the connection)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload; the same seed sends the same requests at the same times")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object on stdout (progress stays on stderr)")
 	fl.StringVar(&f.out, "out", "", "directory to write summary.json and requests.parquet into")
@@ -149,16 +149,16 @@ func runBench(ctx context.Context, f benchFlags, cfg fleet.Config, stdout, stder
 	}
 	finished := 0
 	out, err := bench.Run(ctx, bench.Config{
-		BaseURL:   f.baseURL,
-		APIKey:    f.key,
-		Header:    f.header,
-		Model:     f.model,
-		Endpoint:  bench.Endpoint(f.endpoint),
-		Source:    src,
-		Warmup:    cfg.Warmup,
-		SLO:       cfg.SLO,
-		Timeout:   f.timeout,
-		ReadToEnd: f.readEnd,
+		BaseURL:     f.baseURL,
+		APIKey:      f.key,
+		Header:      f.header,
+		Model:       f.model,
+		Endpoint:    bench.Endpoint(f.endpoint),
+		Source:      src,
+		Warmup:      cfg.Warmup,
+		SLO:         cfg.SLO,
+		Timeout:     f.timeout,
+		CloseAtDone: f.closeAtDone,
 		Progress: func(done int) {
 			finished = done
 			bar.update(fleet.Progress{Finished: done, Created: done, Target: target})

@@ -27,11 +27,11 @@ fi
 # READ_TO_END=1 (the default) has bench read each stream past data: [DONE]
 # to the response's end (bench's default), so that every path keeps its
 # client connections. READ_TO_END=0 closes a response at [DONE], as the
-# OpenAI SDKs do (bench --close-at-done): a server that ends the response in a later write (the
-# engines themselves, as vLLM's server does, and nginx) then takes a new
-# connection for most requests, and live, which sends [DONE] with the end,
-# does not, so its added TTFT over direct leaves out a connection's set-up
-# that nginx's includes.
+# OpenAI SDKs do (bench --close-at-done): a server that ends the response
+# in a later write (the engines themselves, as vLLM's server does, and
+# nginx) then takes a new connection for most requests, and live, which
+# sends [DONE] with the end, does not, so its added TTFT over direct
+# leaves out a connection's set-up that nginx's includes.
 READ_TO_END=${READ_TO_END:-1}
 case $READ_TO_END in 0 | 1) ;; *) echo "READ_TO_END: want 0 or 1, got '$READ_TO_END'" >&2; exit 2 ;; esac
 

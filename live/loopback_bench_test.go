@@ -79,12 +79,11 @@ func cannedTCPEngine(ln net.Listener, answer []byte) {
 // prompt as bench-live sends, 16 tokens back, each its own event as a real
 // engine streams them, where bench-live's engines send a short answer in
 // one) through a serving proxy over loopback: the client listener's
-// connection loop, edge
-// tokenization, the core's decision with the approximate index, the
-// pooled engine connection and the relay, against three engines that
-// answer at once from one canned write. It counts what the whole path
-// allocates (the client's and engines' loops allocate next to nothing)
-// and its latency with every party on the same cores.
+// connection loop, edge tokenization, the core's decision with the
+// approximate index, the pooled engine connection and the relay, against
+// three engines that answer at once from one canned write. It counts what
+// the whole path allocates (the client's and engines' loops allocate next
+// to nothing) and its latency with every party on the same cores.
 func BenchmarkServeLoopback(b *testing.B) {
 	answer := sseAnswer()
 	c := config.Default()

@@ -43,7 +43,7 @@ BIN=bin/inferrail
 
 make -s build
 mkdir -p "$OUT"
-rm -f "$OUT"/*.cpu "$OUT"/*.cs
+rm -f "$OUT"/*.cpu "$OUT"/*.split "$OUT"/*.cs
 # shellcheck source=scripts/live-lib.sh
 . scripts/live-lib.sh
 start_zero_engines 19001 19002 19003
@@ -108,12 +108,14 @@ HZ=$(getconf CLK_TCK)
 run() { # name url rate requests [pids to charge the CPU of]
 	local name=$1 url=$2 rate=$3 n=$4
 	shift 4
-	local before cs
-	before=$(cpu_ticks "$@")
+	local u0 k0 u1 k1 cs
+	read -r u0 k0 < <(cpu_split "$@")
 	cs=$(switches "$@")
 	$BIN bench --base-url "$url" "${BENCH_WL[@]}" --rate "$rate" --requests "$n" --timeout 30s --json 2>/dev/null >"$OUT/$name-$rate.json"
 	if [ $# -gt 0 ]; then
-		echo $(( ($(cpu_ticks "$@") - before) * 1000000 / HZ / n )) >"$OUT/$name-$rate.cpu"
+		read -r u1 k1 < <(cpu_split "$@")
+		echo $(( (u1 + k1 - u0 - k0) * 1000000 / HZ / n )) >"$OUT/$name-$rate.cpu"
+		echo "$(( (u1 - u0) * 1000000 / HZ / n )) + $(( (k1 - k0) * 1000000 / HZ / n ))" >"$OUT/$name-$rate.split"
 		python3 -c "print(f'{($(switches "$@") - $cs) / $n:.2f}')" >"$OUT/$name-$rate.cs"
 	fi
 }
@@ -160,8 +162,8 @@ DIRECT=http://127.0.0.1:19001,http://127.0.0.1:19002,http://127.0.0.1:19003
 	echo
 	echo "TTFT and end-to-end latency in ms (W6 with ~256-token prompts and $ANSWER_TOKENS-token answers, 3 engines of near-zero cost, steps of $STEP_MS ms); overhead = through the proxy minus direct. $([ "$READ_TO_END" = 1 ] && echo "The client reads each stream to the response's end, so every path keeps its connections." || echo "The client closes each stream at data: [DONE], as the OpenAI SDKs do (READ_TO_END=0): the engines and nginx end a stream in a later write, so direct and nginx take a new connection for most requests, live does not.")"
 	echo
-	echo "| run | rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | proxy context switches/request | live's own part p50 / p99 |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| run | rate | path | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | ok | failed | added TTFT p50 | added TTFT p99 | proxy CPU µs/request | of it user + system | proxy context switches/request | live's own part p50 / p99 |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$OUT/results.md"
 : >"$OUT/runs.tsv"
 : >"$OUT/failures.md"
@@ -193,9 +195,11 @@ for rate in $RATES; do
 		a99=$(python3 -c "print(f'{$t99 - $d99:.3f}')")
 		cpu=- cs=- own=-
 		[ -f "$OUT/$path-$rate.cpu" ] && cpu=$(cat "$OUT/$path-$rate.cpu")
+		split=-
+		[ -f "$OUT/$path-$rate.split" ] && split=$(cat "$OUT/$path-$rate.split")
 		[ -f "$OUT/$path-$rate.cs" ] && cs=$(cat "$OUT/$path-$rate.cs")
 		[ "$path" = live ] && own=$(own_part "$rate")
-		echo "| $r | $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu | $cs | $own |" >>"$OUT/results.md"
+		echo "| $r | $rate | $path | $t50 | $t99 | $e50 | $e99 | $ok | $failed | $a50 | $a99 | $cpu | $split | $cs | $own |" >>"$OUT/results.md"
 		if [ "$failed" != 0 ]; then # why, for the notes under the table
 			python3 - "$OUT/$path-$rate.json" "$r" "$rate" "$path" >>"$OUT/failures.md" <<'PY'
 import json, sys

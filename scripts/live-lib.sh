@@ -149,6 +149,17 @@ cpu_ticks() {
 	echo "$t"
 }
 
+# cpu_split PID...: cpu_ticks split: user and system time, in clock ticks.
+cpu_split() {
+	local u=0 k=0 p a b
+	for p in "$@"; do
+		[ -r "/proc/$p/stat" ] || continue
+		read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat")
+		u=$((u + a)) k=$((k + b))
+	done
+	echo "$u $k"
+}
+
 # BENCH_WL: bench-live's workload: short prompts (about 256 tokens) and
 # ANSWER_TOKENS-token answers (16 by default), so that what is measured is
 # the path, not the engines.

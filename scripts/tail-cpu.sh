@@ -87,19 +87,22 @@ n=$((RATE * 10))
 	echo
 	echo "$RATE req/s, $ROUNDS rounds of 10 s per path; go-raw+burn is go-raw spending $BURN of CPU time on each request. TTFT in ms; CPU per request from /proc."
 	echo
-	echo "| round | path | CPU µs / request | TTFT p50 | TTFT p99 |"
-	echo "|---|---|---|---|---|"
+	echo "| round | path | CPU µs / request | of it user + system | TTFT p50 | TTFT p99 |"
+	echo "|---|---|---|---|---|---|"
 } >"$OUT/results.md"
 for r in $(seq "$ROUNDS"); do
 	for p in "${PATHS[@]}"; do
 		# shellcheck disable=SC2046
-		t0=$(cpu_ticks $(pids "$p"))
+		read -r u0 k0 < <(cpu_split $(pids "$p"))
 		$BIN bench --base-url "${URL[$p]}" "${BENCH_WL[@]}" --rate "$RATE" --requests "$n" --timeout 30s --json 2>/dev/null >"$TMP/out.json"
 		# shellcheck disable=SC2046
-		t1=$(cpu_ticks $(pids "$p"))
-		cpu=-
-		[ "$p" != direct ] && cpu=$(((t1 - t0) * 1000000 / hz / n))
+		read -r u1 k1 < <(cpu_split $(pids "$p"))
+		cpu=- split=-
+		if [ "$p" != direct ]; then
+			cpu=$(((u1 + k1 - u0 - k0) * 1000000 / hz / n))
+			split="$(((u1 - u0) * 1000000 / hz / n)) + $(((k1 - k0) * 1000000 / hz / n))"
+		fi
 		lat=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['ttft_ms']; print('%.3f | %.3f' % (d['p50'], d['p99']))" "$TMP/out.json")
-		echo "| $r | $p | $cpu | $lat |" | tee -a "$OUT/results.md"
+		echo "| $r | $p | $cpu | $split | $lat |" | tee -a "$OUT/results.md"
 	done
 done

@@ -6,6 +6,8 @@
 # req/s for ROUNDS rounds of 10 s each per build (each build first in
 # half the rounds), with each build's CPU time per request (from /proc) and
 # its TTFT p50 and p99. BASE=HEAD measures the method's own noise.
+# LIVE_TOKENIZER=DIR gives both builds that tokenizer in place of
+# builtin:sim (as bench-live's).
 #
 #   BASE=<git revision> scripts/ab-live.sh     # e.g. BASE=ef2740e
 #   RATE=1000 ROUNDS=6 BASE=HEAD~3 make ab-live
@@ -35,6 +37,9 @@ drain_delay: 0s
 log: {access_sample: 0}
 YAML
 	zero_model_yaml 19001 19002 19003 >>"$TMP/live-$v.yaml"
+	if [ -n "${LIVE_TOKENIZER:-}" ]; then
+		sed -i "s|tokenizer: builtin:sim|tokenizer: $(realpath "$LIVE_TOKENIZER")|" "$TMP/live-$v.yaml"
+	fi
 done
 "$WT/inferrail" live --config "$TMP/live-base.yaml" 2>"$TMP/base.log" &
 BASE_PID=$!

@@ -2,9 +2,13 @@ package tokenize
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inferrail/inferrail/engine/simtok"
 )
 
 // BenchmarkEncode encodes the parity corpus once per iteration with the
@@ -127,4 +131,41 @@ func BenchmarkEncode4MB(b *testing.B) {
 		tk.Encode(text, false)
 		b.ReportMetric(float64(time.Since(start).Milliseconds()), "ms/op-wall")
 	}
+}
+
+// BenchmarkEncodeManyWords encodes prompts of 256 words drawn at random
+// from the simulator's vocabulary of 32,000 (bench's W6 text, as
+// bench-live sends it) with the word cache warm: a cache of tens of
+// thousands of words, larger than the processor's near caches, where each
+// lookup's memory accesses are most of the cost.
+func BenchmarkEncodeManyWords(b *testing.B) {
+	// The span cache off: a prompt here is seen again, a real one is not.
+	tk, err := LoadFileOptions(filepath.Join(sharedDir(b), "tokenizers", "qwen2_5", "tokenizer.json"), Options{SpanCacheTokens: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sim := simtok.New()
+	all := make([]uint32, simtok.VocabSize)
+	for i := range all {
+		all[i] = uint32(i)
+	}
+	tk.Encode(sim.Decode(all), false) // every word in the cache
+	rng := rand.New(rand.NewPCG(1, 2))
+	prompts := make([]string, 512)
+	for i := range prompts {
+		ids := make([]uint32, 256)
+		for j := range ids {
+			ids[j] = uint32(rng.IntN(simtok.VocabSize))
+		}
+		prompts[i] = sim.Decode(ids)
+	}
+	dst := make([]uint32, 0, 4096)
+	tokens, i := 0, 0
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = tk.EncodeTo(dst[:0], prompts[i%len(prompts)], false)
+		tokens += len(dst)
+		i++
+	}
+	b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tokens/s")
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/zeebo/xxh3"
@@ -228,8 +227,8 @@ func (b *bpe) tokenize(dst []uint32, w string, sc *scratch) []uint32 {
 	var h uint64
 	if cacheable {
 		h = xxh3.HashString(w)
-		if ids, ok := b.cache.get(h, w); ok {
-			return append(dst, ids...)
+		if out, ok := b.cache.appendIDs(dst, h, w); ok {
+			return out
 		}
 	}
 	start := len(dst)
@@ -466,55 +465,4 @@ func (b *bpe) mergeHeap(syms []uint32, sc *scratch) []uint32 {
 	}
 	sc.prev, sc.next, sc.alive, sc.heap = prev, next, alive, h
 	return syms[:out]
-}
-
-// wordCache maps words to ids: sharded, each shard bounded and emptied when
-// full. Safe for concurrent use.
-type wordCache struct {
-	shards   [wordCacheShards]wordShard
-	perShard int
-}
-
-const wordCacheShards = 32
-
-type wordShard struct {
-	mu sync.RWMutex
-	m  map[string][]uint32
-}
-
-func newWordCache(entries int) *wordCache {
-	c := &wordCache{perShard: max(1, entries/wordCacheShards)}
-	for i := range c.shards {
-		c.shards[i].m = make(map[string][]uint32)
-	}
-	return c
-}
-
-func (c *wordCache) get(h uint64, w string) ([]uint32, bool) {
-	s := &c.shards[h%wordCacheShards]
-	s.mu.RLock()
-	ids, ok := s.m[w]
-	s.mu.RUnlock()
-	return ids, ok
-}
-
-func (c *wordCache) put(h uint64, w string, ids []uint32) {
-	s := &c.shards[h%wordCacheShards]
-	own := append([]uint32(nil), ids...)
-	key := strings.Clone(w)
-	s.mu.Lock()
-	if len(s.m) >= c.perShard {
-		clear(s.m)
-	}
-	s.m[key] = own
-	s.mu.Unlock()
-}
-
-func (c *wordCache) reset() {
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
-		clear(s.m)
-		s.mu.Unlock()
-	}
 }

@@ -231,6 +231,49 @@ func (b *bpe) tokenize(dst []uint32, w string, sc *scratch) []uint32 {
 			return out
 		}
 	}
+	return b.merge(dst, w, h, cacheable, sc)
+}
+
+// wordBatch is how many words tokenizeWords looks up in the cache at once.
+const wordBatch = 32
+
+// tokenizeWords appends the ids of pre-tokenized words, in order, as
+// tokenize would one by one, with the cache's lookups a batch at a time
+// (wordCache.appendBatch).
+func (b *bpe) tokenizeWords(dst []uint32, words []string, sc *scratch) []uint32 {
+	if b.cache == nil || b.ignoreMerges {
+		for _, w := range words {
+			dst = b.tokenize(dst, w, sc)
+		}
+		return dst
+	}
+	hs := sc.hashes[:0]
+	for _, w := range words {
+		var h uint64
+		if len(w) < maxCachedWord {
+			h = xxh3.HashString(w)
+		}
+		hs = append(hs, h)
+	}
+	sc.hashes = hs
+	for len(words) > 0 {
+		var done int
+		dst, done = b.cache.appendBatch(dst, words, hs, sc)
+		if done == len(words) {
+			break
+		}
+		// words[done] was not in the cache (or is never cached).
+		if w := words[done]; w != "" {
+			dst = b.merge(dst, w, hs[done], len(w) < maxCachedWord, sc)
+		}
+		words, hs = words[done+1:], hs[done+1:]
+	}
+	return dst
+}
+
+// merge appends the ids of word w by its merges, and caches them when
+// cacheable (h is w's hash then).
+func (b *bpe) merge(dst []uint32, w string, h uint64, cacheable bool, sc *scratch) []uint32 {
 	start := len(dst)
 	syms := sc.syms[:0]
 	if b.byteLevel {

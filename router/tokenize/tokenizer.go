@@ -42,6 +42,9 @@ type scratch struct {
 	spans       []flagSpan
 	syms        []uint32
 	vals        []uint64
+	words       []string // a batch of pre-tokenized words (tokenizeWords)
+	hashes      []uint64 // their hashes
+	sink        uint64   // the word cache's warming loads (appendBatch)
 	prev, next  []int32
 	alive       []bool
 	heap        []mergeItem
@@ -58,6 +61,7 @@ func (t *Tokenizer) getScratch() *scratch {
 func (t *Tokenizer) putScratch(sc *scratch) {
 	// Drop references into the caller's text so the pool does not pin it.
 	clear(sc.pieces)
+	clear(sc.words[:cap(sc.words)])
 	clear(sc.pa)
 	clear(sc.pb)
 	t.pool.Put(sc)
@@ -133,16 +137,27 @@ func (t *Tokenizer) tokenizePiece(dst []uint32, p piece, sc *scratch) []uint32 {
 		if t.stream == nil {
 			return t.model.tokenize(dst, p.s, sc)
 		}
+		ws := sc.words[:0]
 		for i := 0; i < len(p.s); {
 			end := t.stream.at(p.s, i)
-			dst = t.model.tokenize(dst, p.s[i:end], sc)
+			ws = append(ws, p.s[i:end])
 			i = end
+			if len(ws) == wordBatch {
+				dst = t.model.tokenizeWords(dst, ws, sc)
+				ws = ws[:0]
+			}
 		}
-		return dst
+		sc.words = ws
+		return t.model.tokenizeWords(dst, ws, sc)
 	}
 	sc.pieces = t.pre.run(sc.pieces[:0], p, sc)
-	for _, w := range sc.pieces {
-		dst = t.model.tokenize(dst, w.s, sc)
+	for i := 0; i < len(sc.pieces); i += wordBatch {
+		ws := sc.words[:0]
+		for _, w := range sc.pieces[i:min(i+wordBatch, len(sc.pieces))] {
+			ws = append(ws, w.s)
+		}
+		sc.words = ws
+		dst = t.model.tokenizeWords(dst, ws, sc)
 	}
 	return dst
 }

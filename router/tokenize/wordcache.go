@@ -6,7 +6,9 @@ import (
 )
 
 // wordCache maps pre-tokenized words to their ids: sharded by the word's
-// hash, each shard bounded and emptied when full. Safe for concurrent use.
+// hash, each shard bounded and emptied when full (so that a cache of
+// more words than it holds forgets a part at a time). Safe for concurrent
+// use: one lock, taken once for a batch of words (appendBatch).
 //
 // A lookup is on the hot path of every prompt, one per word, and at
 // production sizes (tens of thousands of distinct words, several MB) it
@@ -15,8 +17,12 @@ import (
 // the key's bytes, the slice's ids), so most words live inline instead: a
 // word of up to inlineWordBytes bytes with up to inlineIDs ids fills one
 // 64-byte slot of an open-addressed table, and a lookup reads one line.
-// Longer words, or words of more ids, go to a map as before.
+// Longer words, or words of more ids, go to a map as before. A batch's
+// lookups first load every word's slot, independent loads whose misses
+// overlap, then probe: one lock for the batch, where a lock a word would
+// order the loads (a locked instruction waits for the loads before it).
 type wordCache struct {
+	mu       sync.RWMutex
 	shards   [wordCacheShards]wordShard
 	perShard int // entries a shard holds before it is emptied
 }
@@ -39,7 +45,6 @@ type wordSlot struct {
 }
 
 type wordShard struct {
-	mu    sync.RWMutex
 	slots []wordSlot // a power of two, at least twice n; nil until the first put
 	n     int        // slots in use
 	long  map[string][]uint32
@@ -60,9 +65,35 @@ func slotIndex(h uint64, mask int) int { return int(h>>32) & mask }
 // appendIDs appends the cached ids of w (whose hash is h) to dst; false if
 // w is not cached.
 func (c *wordCache) appendIDs(dst []uint32, h uint64, w string) ([]uint32, bool) {
-	s := &c.shards[h%wordCacheShards]
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.shards[h%wordCacheShards].appendIDs(dst, h, w)
+}
+
+// appendBatch appends the ids of words (hashes[i] the hash of words[i])
+// while they are cached: done is how many it appended, so words[done] is
+// the first not cached (or done == len(words)).
+func (c *wordCache) appendBatch(dst []uint32, words []string, hashes []uint64, sc *scratch) (out []uint32, done int) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var acc uint64
+	for _, h := range hashes {
+		s := &c.shards[h%wordCacheShards]
+		if len(s.slots) > 0 {
+			acc += uint64(s.slots[slotIndex(h, len(s.slots)-1)].n)
+		}
+	}
+	sc.sink = acc
+	for i, w := range words {
+		var ok bool
+		if dst, ok = c.shards[hashes[i]%wordCacheShards].appendIDs(dst, hashes[i], w); !ok {
+			return dst, i
+		}
+	}
+	return dst, len(words)
+}
+
+func (s *wordShard) appendIDs(dst []uint32, h uint64, w string) ([]uint32, bool) {
 	if i := s.find(h, w); i >= 0 {
 		e := &s.slots[i]
 		return append(dst, e.ids[:e.k]...), true
@@ -82,7 +113,6 @@ func (c *wordCache) appendIDs(dst []uint32, h uint64, w string) ([]uint32, bool)
 // put caches ids as the ids of w (whose hash is h), emptying w's shard
 // first when it is full.
 func (c *wordCache) put(h uint64, w string, ids []uint32) {
-	s := &c.shards[h%wordCacheShards]
 	inline := len(w) <= inlineWordBytes && len(ids) <= inlineIDs
 	var own []uint32
 	var key string
@@ -90,8 +120,9 @@ func (c *wordCache) put(h uint64, w string, ids []uint32) {
 		own = append([]uint32(nil), ids...)
 		key = strings.Clone(w)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &c.shards[h%wordCacheShards]
 	if s.n+len(s.long) >= c.perShard {
 		clear(s.slots)
 		s.n = 0
@@ -180,12 +211,12 @@ func (s *wordShard) deleteAt(i int) {
 
 // reset empties every shard.
 func (c *wordCache) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i := range c.shards {
 		s := &c.shards[i]
-		s.mu.Lock()
 		clear(s.slots)
 		s.n = 0
 		clear(s.long)
-		s.mu.Unlock()
 	}
 }

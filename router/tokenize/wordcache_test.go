@@ -54,6 +54,31 @@ func TestWordCacheModel(t *testing.T) {
 				if !ok || !slices.Equal(got[1:], ids) || got[0] != 7 {
 					t.Fatalf("after put(%q, %v): got %v, %v", w, ids, got, ok)
 				}
+			case 5:
+				// A batch: each word found is the model's; the batch stops
+				// at the first word not found.
+				words := rapid.SliceOfN(word, 0, 6).Draw(t, "words")
+				hs := make([]uint64, len(words))
+				for i, w := range words {
+					hs[i] = hashOf(t, w)
+				}
+				got, done := c.appendBatch([]uint32{7}, words, hs, &scratch{})
+				var want []uint32
+				for _, w := range words[:done] {
+					ids, known := model[w]
+					if !known {
+						t.Fatalf("batch %q: found %q, never put", words, w)
+					}
+					want = append(want, ids...)
+				}
+				if got[0] != 7 || !slices.Equal(got[1:], want) {
+					t.Fatalf("batch %q (done %d): got %v, want [7] then %v", words, done, got, want)
+				}
+				if done < len(words) {
+					if _, ok := c.appendIDs(nil, hs[done], words[done]); ok {
+						t.Fatalf("batch %q stopped at %q, which is cached", words, words[done])
+					}
+				}
 			default:
 				w := word.Draw(t, "w")
 				got, ok := c.appendIDs(nil, hashOf(t, w), w)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/inferrail/inferrail/engine/simtok"
@@ -221,13 +222,16 @@ func (m *Model) CompletionAffix() (prefix, suffix []uint32) {
 // add_special_tokens=true: BOS for Mistral-7B and Mistral-Nemo, nothing for
 // Qwen2.5, Qwen3 and GPT-2. builtin:sim adds nothing.
 func (m *Model) EncodeCompletion(prompt string) []uint32 {
-	return m.AppendCompletion(make([]uint32, 0, idsFor(len(prompt))+len(m.prefix)+len(m.suffix)), prompt)
+	return m.AppendCompletion(nil, prompt)
 }
 
-// idsFor is the room for the ids of n bytes of text: one id per four bytes
-// (English with BPE; builtin:sim takes seven), so that a prompt's ids take
-// one allocation, not a doubling series of them.
-func idsFor(n int) int { return n/4 + 8 }
+// idsFor is the room to make for the ids of n bytes of text, so that a
+// prompt's ids take one allocation, not a doubling series of them: one id
+// per three bytes (English takes about four with BPE, rare words about
+// three, and text denser in tokens, such as terse code, takes a second
+// allocation; builtin:sim cuts at spaces, five or six bytes an English
+// word, seven for its own).
+func idsFor(n int) int { return n/3 + 8 }
 
 // AppendCompletion appends EncodeCompletion's ids to dst.
 func (m *Model) AppendCompletion(dst []uint32, prompt string) []uint32 {
@@ -237,6 +241,7 @@ func (m *Model) AppendCompletion(dst []uint32, prompt string) []uint32 {
 // appendText encodes text, with the completions endpoint's special tokens
 // when addSpecial.
 func (m *Model) appendText(dst []uint32, text string, addSpecial bool) []uint32 {
+	dst = slices.Grow(dst, idsFor(len(text))+len(m.prefix)+len(m.suffix))
 	if addSpecial {
 		dst = append(dst, m.prefix...)
 	}

@@ -642,3 +642,34 @@ func TestScanObjectMatchesDecoder(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeCompletionOneAllocation: a prompt's ids take one allocation,
+// sized from the text's length, with a real tokenizer on English and on
+// the simulator's words (fewer bytes a token), and with builtin:sim.
+func TestEncodeCompletionOneAllocation(t *testing.T) {
+	qwen, err := LoadModel(filepath.Join(sharedDir(t), "tokenizers", "qwen2_5"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := LoadModel(BuiltinSim, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := simtok.New()
+	ids := make([]uint32, 256)
+	for i := range ids {
+		ids[i] = uint32(i * 97 % simtok.VocabSize)
+	}
+	prompts := map[string]string{
+		"english": strings.Repeat("The quick brown fox jumps over the lazy dog, and then it rests. ", 30),
+		"w6":      s.Decode(ids),
+	}
+	for name, p := range prompts {
+		for mname, m := range map[string]*Model{"qwen2_5": qwen, "sim": sim} {
+			m.EncodeCompletion(p) // warm the caches
+			if n := testing.AllocsPerRun(20, func() { m.EncodeCompletion(p) }); n != 1 {
+				t.Errorf("%s with %s: %v allocations a prompt, want 1", name, mname, n)
+			}
+		}
+	}
+}

@@ -177,6 +177,13 @@ func foldLower(r rune) rune {
 // runOf returns the end of the run of characters of class c starting at i.
 func runOf(s string, i int, c uint8) int {
 	for i < len(s) {
+		if b := s[i]; b < utf8.RuneSelf { // most text: no call a byte
+			if asciiClass[b] != c {
+				break
+			}
+			i++
+			continue
+		}
 		r, n := runeAt(s, i)
 		if class(r) != c {
 			break

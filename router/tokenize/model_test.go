@@ -647,6 +647,9 @@ func TestScanObjectMatchesDecoder(t *testing.T) {
 // sized from the text's length, with a real tokenizer on English and on
 // the simulator's words (fewer bytes a token), and with builtin:sim.
 func TestEncodeCompletionOneAllocation(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts under the race detector are not the program's")
+	}
 	qwen, err := LoadModel(filepath.Join(sharedDir(t), "tokenizers", "qwen2_5"), Options{})
 	if err != nil {
 		t.Fatal(err)

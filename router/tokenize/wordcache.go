@@ -113,6 +113,9 @@ func (s *wordShard) appendIDs(dst []uint32, h uint64, w string) ([]uint32, bool)
 // put caches ids as the ids of w (whose hash is h), emptying w's shard
 // first when it is full.
 func (c *wordCache) put(h uint64, w string, ids []uint32) {
+	if w == "" {
+		return // never looked up; and a slot of length 0 is an empty one
+	}
 	inline := len(w) <= inlineWordBytes && len(ids) <= inlineIDs
 	var own []uint32
 	var key string

@@ -226,12 +226,17 @@ func (m *Model) EncodeCompletion(prompt string) []uint32 {
 }
 
 // idsFor is the room to make for the ids of n bytes of text, so that a
-// prompt's ids take one allocation, not a doubling series of them: one id
-// per three bytes (English takes about four with BPE, rare words about
-// three, and text denser in tokens, such as terse code, takes a second
-// allocation; builtin:sim cuts at spaces, five or six bytes an English
-// word, seven for its own).
-func idsFor(n int) int { return n/3 + 8 }
+// prompt's ids take one allocation, not a doubling series of them: with a
+// real tokenizer one id per three bytes (English takes about four, rare
+// words about three, and text denser in tokens, such as terse code, takes
+// a second allocation); builtin:sim cuts at spaces, one id per four bytes
+// (five or six bytes an English word, seven for its own).
+func (m *Model) idsFor(n int) int {
+	if m.sim {
+		return n/4 + 8
+	}
+	return n/3 + 8
+}
 
 // AppendCompletion appends EncodeCompletion's ids to dst.
 func (m *Model) AppendCompletion(dst []uint32, prompt string) []uint32 {
@@ -241,7 +246,7 @@ func (m *Model) AppendCompletion(dst []uint32, prompt string) []uint32 {
 // appendText encodes text, with the completions endpoint's special tokens
 // when addSpecial.
 func (m *Model) appendText(dst []uint32, text string, addSpecial bool) []uint32 {
-	dst = slices.Grow(dst, idsFor(len(text))+len(m.prefix)+len(m.suffix))
+	dst = slices.Grow(dst, m.idsFor(len(text))+len(m.prefix)+len(m.suffix))
 	if addSpecial {
 		dst = append(dst, m.prefix...)
 	}

@@ -38,6 +38,10 @@ type fakeServer struct {
 	// perChunk puts this many tokens in a chunk (vLLM's --stream-interval);
 	// 0 means 1.
 	perChunk int
+	// mergeNext: while above 0, a stream of two tokens or more sends its
+	// first two in one chunk and takes one off it (tokens merged now and
+	// then, as a server does while a busy client has not read them).
+	mergeNext atomic.Int64
 	// failAfter writes vLLM's error event after this many tokens (0: never).
 	failAfter int
 	// noUsage leaves the usage chunk out (a server that ignores
@@ -177,6 +181,7 @@ func (f *fakeServer) handler() http.Handler {
 		fl := w.(http.Flusher)
 		n := 0
 		pending := 0
+		merge := body.MaxTokens >= 2 && f.mergeNext.Add(-1) >= 0
 		for range fr.out {
 			n++
 			if f.failAfter > 0 && n > f.failAfter {
@@ -186,7 +191,7 @@ func (f *fakeServer) handler() http.Handler {
 				}
 				return
 			}
-			if pending++; pending < max(f.perChunk, 1) {
+			if pending++; pending < max(f.perChunk, 1) || merge && n == 1 {
 				continue
 			}
 			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"%s\"}]}\n\n", strings.Repeat("tok ", pending))

@@ -59,6 +59,33 @@ func TestProbeFinishOnlyChunk(t *testing.T) {
 	}
 }
 
+// A decode probe whose tokens the server merged once (while a busy client
+// had not read them) runs again rather than leaving the fit short: with a
+// probe left out the fit of the mock engine's terms was singular in a CI
+// run ("least squares: matrix singular").
+func TestProbeRetriesMergedDecode(t *testing.T) {
+	res, cfg, err := probeFake(t, func(f *fakeServer) { f.mergeNext.Store(2) })
+	if err != nil {
+		t.Fatalf("probe failed on tokens merged in two streams: %v", err)
+	}
+	again := false
+	for _, n := range res.Notes {
+		if strings.Contains(n, "left out") {
+			t.Errorf("note %q: no probe should be left out", n)
+		}
+		again = again || strings.Contains(n, "a decode probe ran again: a stream carried")
+	}
+	if !again {
+		t.Errorf("notes %q: want one saying a decode probe ran again", res.Notes)
+	}
+	want := coefs(cfg.Latency)
+	for i, c := range res.Fit.Coefficients[:5] {
+		if rel := math.Abs(c.Value-want[i]) / want[i]; rel > 0.05 {
+			t.Errorf("%s = %.4g, want %.4g", c.Name, c.Value, want[i])
+		}
+	}
+}
+
 // When calibrate refuses an engine, it says what was wrong in its streams.
 func TestProbeNamesTheCause(t *testing.T) {
 	// Two tokens a chunk (vLLM's --stream-interval 2): every decode probe is

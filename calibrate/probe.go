@@ -634,7 +634,8 @@ func (p *prober) single(ctx context.Context, prompt, cached int, cold bool) (Mea
 // decodeTries is how many times a decode probe runs before it is left out
 // for a stream whose chunks are not one token each: a server that merges
 // tokens while a busy client has not read them does so now and then, where
-// one with a stream interval above 1 does so every time.
+// one with a stream interval above 1 does so every time (and once a probe
+// was left out with none kept, the others are not tried again).
 const decodeTries = 3
 
 // run runs one probe of the design.
@@ -653,7 +654,11 @@ func (p *prober) run(ctx context.Context, s ProbeSpec) (Measurement, error) {
 			p.decodes++
 			return m, nil
 		}
-		if try < decodeTries && ctx.Err() == nil {
+		// Every decode probe so far left out: the server merges every
+		// time (a stream interval above 1), and more tries only spend the
+		// budget.
+		persistent := p.dropped > 0 && p.dropped == p.decodes
+		if try < decodeTries && !persistent && ctx.Err() == nil {
 			p.note("a decode probe ran again: " + why)
 			continue
 		}

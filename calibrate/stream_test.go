@@ -90,8 +90,17 @@ func TestProbeRetriesMergedDecode(t *testing.T) {
 func TestProbeNamesTheCause(t *testing.T) {
 	// Two tokens a chunk (vLLM's --stream-interval 2): every decode probe is
 	// left out, so decode_seq_us cannot be fitted; the error must say why.
-	_, _, err := probeFake(t, func(f *fakeServer) { f.perChunk = 2 })
+	var plain, merging *fakeServer
+	probeFake(t, func(f *fakeServer) { plain = f })
+	_, _, err := probeFake(t, func(f *fakeServer) { f.perChunk = 2; merging = f })
 	t.Logf("two tokens a chunk: %v", err)
+	// The first probe left out is tried again, not the others: the server
+	// merges every time.
+	if n, n0 := merging.nextID.Load(), plain.nextID.Load(); n > n0+2*32 {
+		t.Errorf("%d requests against %d with one token a chunk: decode probes tried again after the first was left out", n, n0)
+	} else {
+		t.Logf("%d requests against %d with one token a chunk", n, n0)
+	}
 	if err == nil || !strings.Contains(err.Error(), "decode probes were left out: a stream carried") ||
 		!strings.Contains(err.Error(), "several tokens in a chunk") {
 		t.Errorf("chunks of two tokens: error %v, want the dropped decode probes and why", err)

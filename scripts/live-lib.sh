@@ -138,18 +138,8 @@ nginx_pids() {
 	echo "$m $(pgrep -P "$m" | tr '\n' ' ')"
 }
 
-# cpu_ticks PID...: the CPU time (user + system, in clock ticks) of a set of
-# processes, from /proc.
-cpu_ticks() {
-	local t=0 p
-	for p in "$@"; do
-		[ -r "/proc/$p/stat" ] || continue
-		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-	done
-	echo "$t"
-}
-
-# cpu_split PID...: cpu_ticks split: user and system time, in clock ticks.
+# cpu_split PID...: the CPU time of a set of processes, from /proc: user
+# and system time, in clock ticks.
 cpu_split() {
 	local u=0 k=0 p a b
 	for p in "$@"; do
@@ -158,6 +148,13 @@ cpu_split() {
 		u=$((u + a)) k=$((k + b))
 	done
 	echo "$u $k"
+}
+
+# cpu_ticks PID...: cpu_split's user + system time, in clock ticks.
+cpu_ticks() {
+	local u k
+	read -r u k < <(cpu_split "$@")
+	echo $((u + k))
 }
 
 # BENCH_WL: bench-live's workload: short prompts (about 256 tokens) and

@@ -214,8 +214,18 @@ func TestRedisEviction(t *testing.T) {
 	if got, _ := s.Get(ctx, testKey("299")); got == nil {
 		t.Error("the newest entry was evicted")
 	}
-	if got, _ := s.Get(ctx, testKey("0")); got != nil {
-		t.Error("the oldest entry was kept")
+	// Redis's LRU is approximate (a sample of keys, idle times in whole
+	// seconds, all equal here), so any one old entry may survive by
+	// chance (about one in a hundred of them a run, measured); most may
+	// not.
+	kept := 0
+	for i := range 100 {
+		if got, _ := s.Get(ctx, testKey(fmt.Sprint(i))); got != nil {
+			kept++
+		}
+	}
+	if kept >= 50 {
+		t.Errorf("%d of the 100 oldest entries kept", kept)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -91,6 +92,7 @@ type rendering struct {
 	secrets         map[string]*corev1.Secret
 	serviceAccounts map[string]*corev1.ServiceAccount
 	pdbs            map[string]*policyv1.PodDisruptionBudget
+	hpas            map[string]*autoscalingv2.HorizontalPodAutoscaler
 	roles           map[string]*rbacv1.Role
 	roleBindings    map[string]*rbacv1.RoleBinding
 	serviceMonitors map[string]*serviceMonitor
@@ -288,6 +290,7 @@ func (r *rendering) decode(t *testing.T) {
 	r.secrets = map[string]*corev1.Secret{}
 	r.serviceAccounts = map[string]*corev1.ServiceAccount{}
 	r.pdbs = map[string]*policyv1.PodDisruptionBudget{}
+	r.hpas = map[string]*autoscalingv2.HorizontalPodAutoscaler{}
 	r.roles = map[string]*rbacv1.Role{}
 	r.roleBindings = map[string]*rbacv1.RoleBinding{}
 	r.serviceMonitors = map[string]*serviceMonitor{}
@@ -313,6 +316,8 @@ func (r *rendering) decode(t *testing.T) {
 			err = decodeInto(o, r.serviceAccounts)
 		case "policy/v1 PodDisruptionBudget":
 			err = decodeInto(o, r.pdbs)
+		case "autoscaling/v2 HorizontalPodAutoscaler":
+			err = decodeInto(o, r.hpas)
 		case "rbac.authorization.k8s.io/v1 Role":
 			err = decodeInto(o, r.roles)
 		case "rbac.authorization.k8s.io/v1 RoleBinding":
@@ -1145,6 +1150,64 @@ func TestHA(t *testing.T) {
 	}
 }
 
+// TestAutoscaling: with autoscaling.enabled a HorizontalPodAutoscaler
+// scales the gateway's Deployment on CPU, the Deployment leaves its replica
+// count to it (a rollout or an upgrade would otherwise reset what the
+// autoscaler chose), and the PodDisruptionBudget follows minReplicas.
+func TestAutoscaling(t *testing.T) {
+	if r := mustRender(t, nil); len(r.hpas) != 0 {
+		t.Errorf("a HorizontalPodAutoscaler by default: %v", r.kinds())
+	}
+	r := mustRender(t, nil, map[string]any{"autoscaling": map[string]any{
+		"enabled": true, "minReplicas": 3, "maxReplicas": 12, "targetCPUUtilizationPercentage": 60,
+		"behavior": map[string]any{"scaleDown": map[string]any{"stabilizationWindowSeconds": 600}},
+	}})
+	h := r.hpas["inferrail"]
+	if h == nil {
+		t.Fatalf("no HorizontalPodAutoscaler: %v", r.kinds())
+	}
+	ref := h.Spec.ScaleTargetRef
+	if ref.APIVersion != "apps/v1" || ref.Kind != "Deployment" || r.deployments[ref.Name] == nil || ref.Name != "inferrail" {
+		t.Errorf("scaleTargetRef %+v, want the gateway's Deployment", ref)
+	}
+	if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas != 3 || h.Spec.MaxReplicas != 12 {
+		t.Errorf("replicas %v to %d, want 3 to 12", h.Spec.MinReplicas, h.Spec.MaxReplicas)
+	}
+	if len(h.Spec.Metrics) != 1 {
+		t.Fatalf("metrics %+v, want CPU only", h.Spec.Metrics)
+	}
+	m := h.Spec.Metrics[0]
+	if m.Type != autoscalingv2.ResourceMetricSourceType || m.Resource == nil || m.Resource.Name != corev1.ResourceCPU ||
+		m.Resource.Target.Type != autoscalingv2.UtilizationMetricType || m.Resource.Target.AverageUtilization == nil || *m.Resource.Target.AverageUtilization != 60 {
+		t.Errorf("metric %+v, want CPU at 60%% of requests", m)
+	}
+	if b := h.Spec.Behavior; b == nil || b.ScaleDown == nil || b.ScaleDown.StabilizationWindowSeconds == nil || *b.ScaleDown.StabilizationWindowSeconds != 600 {
+		t.Errorf("behavior %+v, want scaleDown's window of 600 s", b)
+	}
+	if d := r.deployments["inferrail"]; d.Spec.Replicas != nil {
+		t.Errorf("the Deployment sets replicas (%d) beside the autoscaler", *d.Spec.Replicas)
+	}
+	if r.pdbs["inferrail"] == nil {
+		t.Error("no PodDisruptionBudget with minReplicas 3")
+	}
+	if !strings.Contains(r.notes, "3 to 12 replicas") {
+		t.Errorf("NOTES.txt does not give the range:\n%s", r.notes)
+	}
+	// minReplicas 1: no budget (it would block every drain), and
+	// replicaCount has no say.
+	one := mustRender(t, nil, map[string]any{"replicaCount": 5, "autoscaling": map[string]any{"enabled": true, "minReplicas": 1}})
+	if len(one.pdbs) != 0 {
+		t.Error("a PodDisruptionBudget with minReplicas 1")
+	}
+	if h := one.hpas["inferrail"]; h == nil || h.Spec.Behavior != nil || *h.Spec.MinReplicas != 1 || h.Spec.MaxReplicas != 8 {
+		t.Errorf("defaults beside minReplicas 1: %+v", h)
+	}
+	// The picker alone: nothing to scale.
+	if r := mustRender(t, nil, map[string]any{"proxy": map[string]any{"enabled": false}, "epp": map[string]any{"enabled": true}, "autoscaling": map[string]any{"enabled": true}}); len(r.hpas) != 0 {
+		t.Error("a HorizontalPodAutoscaler without the gateway")
+	}
+}
+
 // TestChecksum: the checksum annotation follows the configuration, and
 // only it.
 func TestChecksum(t *testing.T) {
@@ -1218,6 +1281,10 @@ func TestBadValues(t *testing.T) {
 		{"own epp secure_serving", map[string]any{"epp": map[string]any{"enabled": true}, "config": map[string]any{"epp": map[string]any{"secure_serving": false}}}, []string{"config.epp.secure_serving", "epp.secureServing"}},
 		{"central kv events, two pickers", map[string]any{"epp": map[string]any{"enabled": true, "kvEventsPort": 5557, "replicaCount": 2, "leaderElection": map[string]any{"enabled": true}, "inferencePool": map[string]any{"create": true}}}, []string{"epp.kvEventsPort", "one picker only"}},
 		{"central kv events, no pool", map[string]any{"epp": map[string]any{"enabled": true, "kvEventsPort": 5557}}, []string{"epp.kvEventsPort", "epp.pool.name"}},
+		{"autoscaling max below min", map[string]any{"autoscaling": map[string]any{"enabled": true, "minReplicas": 4, "maxReplicas": 2}}, []string{"autoscaling.maxReplicas (2)", "autoscaling.minReplicas (4)"}},
+		{"autoscaling without cpu requests", map[string]any{"autoscaling": map[string]any{"enabled": true}, "resources": map[string]any{"requests": map[string]any{"cpu": nil}}}, []string{"resources.requests.cpu"}},
+		{"autoscaling zero replicas", map[string]any{"autoscaling": map[string]any{"minReplicas": 0}}, []string{"/autoscaling/minReplicas"}},
+		{"autoscaling typo", map[string]any{"autoscaling": map[string]any{"targetCPU": 50}}, []string{"/autoscaling", "targetCPU"}},
 		{"pool mismatch", map[string]any{"epp": map[string]any{"enabled": true, "pool": map[string]any{"name": "other"}, "inferencePool": map[string]any{"create": true}}}, []string{"epp.pool.name"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

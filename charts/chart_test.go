@@ -21,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,6 +94,7 @@ type rendering struct {
 	serviceAccounts map[string]*corev1.ServiceAccount
 	pdbs            map[string]*policyv1.PodDisruptionBudget
 	hpas            map[string]*autoscalingv2.HorizontalPodAutoscaler
+	netpols         map[string]*networkingv1.NetworkPolicy
 	roles           map[string]*rbacv1.Role
 	roleBindings    map[string]*rbacv1.RoleBinding
 	serviceMonitors map[string]*serviceMonitor
@@ -291,6 +293,7 @@ func (r *rendering) decode(t *testing.T) {
 	r.serviceAccounts = map[string]*corev1.ServiceAccount{}
 	r.pdbs = map[string]*policyv1.PodDisruptionBudget{}
 	r.hpas = map[string]*autoscalingv2.HorizontalPodAutoscaler{}
+	r.netpols = map[string]*networkingv1.NetworkPolicy{}
 	r.roles = map[string]*rbacv1.Role{}
 	r.roleBindings = map[string]*rbacv1.RoleBinding{}
 	r.serviceMonitors = map[string]*serviceMonitor{}
@@ -318,6 +321,8 @@ func (r *rendering) decode(t *testing.T) {
 			err = decodeInto(o, r.pdbs)
 		case "autoscaling/v2 HorizontalPodAutoscaler":
 			err = decodeInto(o, r.hpas)
+		case "networking.k8s.io/v1 NetworkPolicy":
+			err = decodeInto(o, r.netpols)
 		case "rbac.authorization.k8s.io/v1 Role":
 			err = decodeInto(o, r.roles)
 		case "rbac.authorization.k8s.io/v1 RoleBinding":
@@ -432,6 +437,9 @@ func (r *rendering) checkCommon(t *testing.T) {
 	for name, sm := range r.serviceMonitors {
 		r.checkServiceMonitor(t, name, sm)
 	}
+	for name, p := range r.netpols {
+		r.checkNetworkPolicy(t, name, p)
+	}
 	for name, p := range r.inferencePools {
 		ref := p.Spec.EndpointPickerRef
 		svc, ok := r.services[ref.Name]
@@ -492,6 +500,34 @@ func (r *rendering) selected(sel *metav1.LabelSelector) (*appsv1.Deployment, boo
 		}
 	}
 	return found, found != nil
+}
+
+// checkNetworkPolicy: a policy selects exactly one Deployment's pods, is
+// for ingress, and every port it admits is a named port of that pod's
+// container, so the policy admits what the pod serves and nothing else.
+func (r *rendering) checkNetworkPolicy(t *testing.T, name string, p *networkingv1.NetworkPolicy) {
+	t.Helper()
+	d, ok := r.selected(&p.Spec.PodSelector)
+	if !ok {
+		t.Errorf("NetworkPolicy/%s selects not exactly one Deployment's pods", name)
+		return
+	}
+	if !slices.Equal(p.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("NetworkPolicy/%s: policyTypes %v, want Ingress", name, p.Spec.PolicyTypes)
+	}
+	served := map[string]bool{}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, cp := range c.Ports {
+			served[cp.Name] = true
+		}
+	}
+	for _, rule := range p.Spec.Ingress {
+		for _, pp := range rule.Ports {
+			if pp.Port == nil || pp.Port.Type != intstr.String || !served[pp.Port.StrVal] {
+				t.Errorf("NetworkPolicy/%s admits port %v, not a named port of %s's container", name, pp.Port, d.Name)
+			}
+		}
+	}
 }
 
 func (r *rendering) checkService(t *testing.T, name string, s *corev1.Service) {
@@ -1208,6 +1244,72 @@ func TestAutoscaling(t *testing.T) {
 	}
 }
 
+// TestNetworkPolicy: with networkPolicy.enabled each Deployment's pods
+// admit traffic to their own ports only, each from its own peers (none
+// listed: anyone).
+func TestNetworkPolicy(t *testing.T) {
+	if r := mustRender(t, nil, map[string]any{"epp": map[string]any{"enabled": true}}); len(r.netpols) != 0 {
+		t.Errorf("a NetworkPolicy by default: %v", r.kinds())
+	}
+	// ports lists a policy's rules as port: peers.
+	ports := func(p *networkingv1.NetworkPolicy) map[string][]networkingv1.NetworkPolicyPeer {
+		m := map[string][]networkingv1.NetworkPolicyPeer{}
+		for _, rule := range p.Spec.Ingress {
+			for _, pp := range rule.Ports {
+				m[pp.Port.String()] = rule.From
+			}
+		}
+		return m
+	}
+	open := mustRender(t, nil, map[string]any{"networkPolicy": map[string]any{"enabled": true}})
+	gw := open.netpols["inferrail"]
+	if gw == nil || len(open.netpols) != 1 {
+		t.Fatalf("NetworkPolicies %v, want the gateway's", open.kinds())
+	}
+	if got := ports(gw); len(got) != 2 || got["http"] != nil || got["admin"] != nil || len(gw.Spec.Ingress) != 2 {
+		t.Errorf("gateway's rules %v, want http and admin from anyone", got)
+	}
+
+	monitoring := map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "monitoring"}}}
+	r := mustRender(t, nil, map[string]any{
+		"epp": map[string]any{"enabled": true, "kvEventsPort": 5557, "inferencePool": map[string]any{"create": true}},
+		"networkPolicy": map[string]any{
+			"enabled":      true,
+			"clientFrom":   []any{map[string]any{"ipBlock": map[string]any{"cidr": "10.0.0.0/8", "except": []any{"10.9.0.0/16"}}}},
+			"adminFrom":    []any{monitoring},
+			"eppFrom":      []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"gateway.networking.k8s.io/gateway-name": "inference"}}}},
+			"kvEventsFrom": []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app": "vllm-llama"}}}},
+		},
+	})
+	gw, picker := r.netpols["inferrail"], r.netpols["inferrail-epp"]
+	if gw == nil || picker == nil {
+		t.Fatalf("NetworkPolicies %v, want the gateway's and the picker's", r.kinds())
+	}
+	g := ports(gw)
+	if len(g["http"]) != 1 || g["http"][0].IPBlock == nil || g["http"][0].IPBlock.CIDR != "10.0.0.0/8" || !slices.Equal(g["http"][0].IPBlock.Except, []string{"10.9.0.0/16"}) {
+		t.Errorf("gateway's http from %+v, want clientFrom", g["http"])
+	}
+	for _, rules := range []map[string][]networkingv1.NetworkPolicyPeer{g, ports(picker)} {
+		if a := rules["admin"]; len(a) != 1 || a[0].NamespaceSelector == nil || a[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" {
+			t.Errorf("admin from %+v, want adminFrom", a)
+		}
+	}
+	p := ports(picker)
+	if len(p) != 3 {
+		t.Errorf("picker's rules %v, want grpc, kv-events and admin", p)
+	}
+	if e := p["grpc"]; len(e) != 1 || e[0].PodSelector == nil || e[0].PodSelector.MatchLabels["gateway.networking.k8s.io/gateway-name"] != "inference" {
+		t.Errorf("picker's grpc from %+v, want eppFrom", e)
+	}
+	if k := p["kv-events"]; len(k) != 1 || k[0].PodSelector == nil || k[0].PodSelector.MatchLabels["app"] != "vllm-llama" {
+		t.Errorf("picker's kv-events from %+v, want kvEventsFrom", k)
+	}
+	// Without central KV events the picker has no such port to admit.
+	if p := ports(mustRender(t, nil, map[string]any{"epp": map[string]any{"enabled": true}, "networkPolicy": map[string]any{"enabled": true}}).netpols["inferrail-epp"]); len(p) != 2 || p["kv-events"] != nil {
+		t.Errorf("picker's rules %v without epp.kvEventsPort, want grpc and admin", p)
+	}
+}
+
 // TestChecksum: the checksum annotation follows the configuration, and
 // only it.
 func TestChecksum(t *testing.T) {
@@ -1285,6 +1387,8 @@ func TestBadValues(t *testing.T) {
 		{"autoscaling without cpu requests", map[string]any{"autoscaling": map[string]any{"enabled": true}, "resources": map[string]any{"requests": map[string]any{"cpu": nil}}}, []string{"resources.requests.cpu"}},
 		{"autoscaling zero replicas", map[string]any{"autoscaling": map[string]any{"minReplicas": 0}}, []string{"/autoscaling/minReplicas"}},
 		{"autoscaling typo", map[string]any{"autoscaling": map[string]any{"targetCPU": 50}}, []string{"/autoscaling", "targetCPU"}},
+		{"network policy peer typo", map[string]any{"networkPolicy": map[string]any{"enabled": true, "adminFrom": []any{map[string]any{"namespaceSelectr": map[string]any{}}}}}, []string{"/networkPolicy/adminFrom/0", "namespaceSelectr"}},
+		{"network policy peers not a list", map[string]any{"networkPolicy": map[string]any{"clientFrom": "10.0.0.0/8"}}, []string{"/networkPolicy/clientFrom", "want array"}},
 		{"pool mismatch", map[string]any{"epp": map[string]any{"enabled": true, "pool": map[string]any{"name": "other"}, "inferencePool": map[string]any{"create": true}}}, []string{"epp.pool.name"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

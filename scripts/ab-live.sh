@@ -37,9 +37,6 @@ drain_delay: 0s
 log: {access_sample: 0}
 YAML
 	zero_model_yaml 19001 19002 19003 >>"$TMP/live-$v.yaml"
-	if [ -n "${LIVE_TOKENIZER:-}" ]; then
-		sed -i "s|tokenizer: builtin:sim|tokenizer: $(realpath "$LIVE_TOKENIZER")|" "$TMP/live-$v.yaml"
-	fi
 done
 "$WT/inferrail" live --config "$TMP/live-base.yaml" 2>"$TMP/base.log" &
 BASE_PID=$!

@@ -58,9 +58,6 @@ sysmon: ${LIVE_SYSMON:-awake}
 ${LIVE_YAML:-}
 YAML
 zero_model_yaml 19001 19002 19003 >>"$TMP/live.yaml"
-if [ -n "${LIVE_TOKENIZER:-}" ]; then
-	sed -i "s|tokenizer: builtin:sim|tokenizer: $(realpath "$LIVE_TOKENIZER")|" "$TMP/live.yaml"
-fi
 # shellcheck disable=SC2086
 env GOMAXPROCS=${LIVE_GOMAXPROCS:-} ${LIVE_ENV:-} $BIN live --config "$TMP/live.yaml" 2>"$TMP/live.log" &
 LIVE=$!

@@ -55,14 +55,16 @@ YAML
 # zero_model_yaml PORT...: the models: block of a live configuration for the
 # engines start_zero_engines started on PORT... (replicas a, b, ...):
 # cost_model with edge tokenization and the approximate index, caps out of
-# the way, as bench-live measures the proxy.
+# the way, as bench-live measures the proxy. The tokenizer is builtin:sim,
+# or the directory LIVE_TOKENIZER names.
 zero_model_yaml() {
-	local names=(a b c d e f g h) i=0 p
+	local names=(a b c d e f g h) i=0 p tok=builtin:sim
+	if [ -n "${LIVE_TOKENIZER:-}" ]; then tok=$(realpath "$LIVE_TOKENIZER"); fi
 	cat <<YAML
 models:
   - name: inferrail-sim
     policy: cost_model
-    tokenizer: builtin:sim
+    tokenizer: $tok
     index: approximate
     max_concurrency: 100000
     max_pending: 100000

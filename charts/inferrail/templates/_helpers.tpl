@@ -290,3 +290,17 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/*
+One ingress rule of a NetworkPolicy: the named container port .port, from
+the peers .from (none: from anyone).
+*/}}
+{{- define "inferrail.ingressRule" -}}
+- ports:
+    - port: {{ .port }}
+      protocol: TCP
+  {{- with .from }}
+  from:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
